@@ -1,0 +1,27 @@
+#ifndef LOCALSGD_COMMON_ADDRESS_H_
+#define LOCALSGD_COMMON_ADDRESS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace localsgd {
+
+// A listening or connecting address: host (a name, an IPv4 address or a bracketed IPv6
+// address) and a port in [0, 65535]; port 0 asks the system for a free port.
+struct HostPort {
+  std::string host;  // without brackets
+  int port = 0;
+
+  // "host:port", with brackets around an IPv6 host.
+  std::string ToString() const;
+};
+
+// Parses "HOST:PORT" ("127.0.0.1:0", "[::1]:8080", "node-1:50051"). `flag` names the flag
+// or field in the error message.
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, absl::string_view flag);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_ADDRESS_H_

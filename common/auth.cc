@@ -1,0 +1,63 @@
+#include "common/auth.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+
+namespace localsgd {
+namespace {
+
+constexpr absl::string_view kBearerPrefix = "Bearer ";
+
+// Only the length can leak through timing, not how many leading characters match.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                              absl::string_view expected) {
+  if (expected.empty()) return absl::OkStatus();
+  auto it = metadata.find(kAuthorizationKey);
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "missing bearer token: send metadata 'authorization: Bearer <token>'");
+  }
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::StartsWith(value, kBearerPrefix)) {
+    return absl::UnauthenticatedError("authorization metadata is not 'Bearer <token>'");
+  }
+  if (!ConstantTimeEquals(value.substr(kBearerPrefix.size()), expected)) {
+    return absl::PermissionDeniedError("wrong bearer token");
+  }
+  return absl::OkStatus();
+}
+
+void AddBearerToken(grpc::ClientContext* context, absl::string_view token) {
+  if (token.empty()) return;
+  context->AddMetadata(kAuthorizationKey, absl::StrCat(kBearerPrefix, token));
+}
+
+absl::StatusOr<std::string> ResolveToken(absl::string_view token, const std::string& token_file) {
+  if (!token.empty() && !token_file.empty()) {
+    return absl::InvalidArgumentError("--token and --token_file: give at most one");
+  }
+  if (token_file.empty()) return std::string(token);
+  absl::StatusOr<std::string> contents = ReadFile(token_file);
+  if (!contents.ok()) {
+    return absl::Status(contents.status().code(),
+                        absl::StrCat("--token_file: ", contents.status().message()));
+  }
+  std::string trimmed(absl::StripAsciiWhitespace(*contents));
+  if (trimmed.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--token_file: ", token_file, " is empty"));
+  }
+  return trimmed;
+}
+
+}  // namespace localsgd

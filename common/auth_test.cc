@@ -1,0 +1,45 @@
+#include "common/auth.h"
+
+#include <cstdlib>
+
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+using Metadata = std::multimap<grpc::string_ref, grpc::string_ref>;
+
+TEST(AuthTest, NoExpectedTokenLetsEverythingThrough) {
+  EXPECT_TRUE(CheckBearerToken(Metadata{}, "").ok());
+}
+
+TEST(AuthTest, MissingMalformedWrongAndRightTokens) {
+  EXPECT_EQ(CheckBearerToken(Metadata{}, "s3cret").code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckBearerToken(Metadata{{"authorization", "s3cret"}}, "s3cret").code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckBearerToken(Metadata{{"authorization", "Bearer nope"}}, "s3cret").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckBearerToken(Metadata{{"authorization", "Bearer "}}, "s3cret").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckBearerToken(Metadata{{"authorization", "Bearer s3cret2"}}, "s3cret").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckBearerToken(Metadata{{"authorization", "Bearer s3cre"}}, "s3cret").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(CheckBearerToken(Metadata{{"authorization", "Bearer s3cret"}}, "s3cret").ok());
+}
+
+TEST(AuthTest, ResolveTokenFromFlagOrFile) {
+  EXPECT_EQ(*ResolveToken("abc", ""), "abc");
+  EXPECT_EQ(*ResolveToken("", ""), "");
+  std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/token";
+  ASSERT_TRUE(WriteFileAtomically(path, "  from-file\n").ok());
+  EXPECT_EQ(*ResolveToken("", path), "from-file");
+  EXPECT_EQ(ResolveToken("abc", path).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveToken("", path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(WriteFileAtomically(path, " \n").ok());
+  EXPECT_EQ(ResolveToken("", path).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace localsgd

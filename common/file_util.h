@@ -1,0 +1,25 @@
+#ifndef LOCALSGD_COMMON_FILE_UTIL_H_
+#define LOCALSGD_COMMON_FILE_UTIL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace localsgd {
+
+// Reads a whole file. NOT_FOUND names the path when it does not exist.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Replaces `path` with `contents` so that a reader (or a crash) sees either the old or the new
+// file, never a mix: writes a temporary file beside it, fsyncs it, renames it over `path` and
+// fsyncs the folder.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// Creates `path` and its parents as needed (like mkdir -p).
+absl::Status MakeDirectories(const std::string& path);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_FILE_UTIL_H_

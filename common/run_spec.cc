@@ -1,0 +1,261 @@
+#include "common/run_spec.h"
+
+#include <cmath>
+#include <string>
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace localsgd {
+namespace {
+
+constexpr int64_t kMaxSyntheticSamples = 10'000'000;
+constexpr int kMaxBatchSize = 65536;
+constexpr int kMaxWorkers = 65536;
+constexpr int64_t kMinChunkBytes = 4 << 10;
+constexpr int64_t kMaxChunkBytes = 16 << 20;
+constexpr double kMaxSeconds = 7 * 24 * 3600.0;
+
+constexpr int kDefaultLocalSgdSteps = 8;
+constexpr int kDefaultBatchSize = 64;
+constexpr int64_t kDefaultTotalSteps = 1000;
+constexpr int64_t kDefaultSyntheticSamples = 8192;
+constexpr double kDefaultSgdLr = 0.05;
+constexpr double kDefaultAdamWLr = 1e-3;
+constexpr double kDefaultRoundDeadlineSeconds = 60;
+constexpr double kDefaultQuorumTimeoutSeconds = 600;
+constexpr int64_t kDefaultChunkBytes = 1 << 20;
+
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+absl::Status FieldError(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("spec.", field, ": ", why));
+}
+
+// Checks a value that must be finite and within [lo, hi] (or (lo, hi] when lo_open).
+absl::Status CheckRange(absl::string_view field, double value, double lo, double hi,
+                        bool lo_open = false) {
+  if (!std::isfinite(value)) return FieldError(field, "must be a finite number");
+  if (lo_open ? value <= lo : value < lo) {
+    return FieldError(field, absl::StrCat("must be ", lo_open ? "> " : ">= ", lo, ", got ", value));
+  }
+  if (value > hi) return FieldError(field, absl::StrCat("must be <= ", hi, ", got ", value));
+  return absl::OkStatus();
+}
+
+absl::Status CheckInt(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return FieldError(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+  }
+  return absl::OkStatus();
+}
+
+// A momentum in [0, 1), and nesterov only on top of some momentum.
+absl::Status CheckMomentum(absl::string_view prefix, double momentum, bool nesterov) {
+  std::string field = absl::StrCat(prefix, ".momentum");
+  if (!std::isfinite(momentum) || momentum < 0 || momentum >= 1) {
+    return FieldError(field, absl::StrCat("must be in [0, 1), got ", momentum));
+  }
+  if (nesterov && momentum == 0) {
+    return FieldError(absl::StrCat(prefix, ".nesterov"), "needs momentum > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckName(absl::string_view field, absl::string_view value, bool required) {
+  if (value.empty()) {
+    return required ? FieldError(field, "required") : absl::OkStatus();
+  }
+  if (value.size() > 4096) return FieldError(field, "longer than 4096 bytes");
+  for (unsigned char c : value) {
+    if (c < 0x20 || c == 0x7f) return FieldError(field, "contains a control character");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModel(const v1::RunSpec& spec) {
+  if (!spec.has_model()) return FieldError("model", "required (builtin or torchscript_path)");
+  const v1::ModelSpec& model = spec.model();
+  switch (model.source_case()) {
+    case v1::ModelSpec::kBuiltin:
+      if (model.builtin() != "mlp" && model.builtin() != "cnn") {
+        return FieldError("model.builtin",
+                          absl::StrCat("unknown model \"", model.builtin(), "\" (known: mlp, cnn)"));
+      }
+      return absl::OkStatus();
+    case v1::ModelSpec::kTorchscriptPath:
+      return CheckName("model.torchscript_path", model.torchscript_path(), /*required=*/true);
+    case v1::ModelSpec::SOURCE_NOT_SET:
+      break;
+  }
+  return FieldError("model", "required (builtin or torchscript_path)");
+}
+
+absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
+  if (!v1::DatasetKind_IsValid(dataset.kind())) {
+    return FieldError("dataset.kind", absl::StrCat("unknown dataset kind ", dataset.kind()));
+  }
+  bool synthetic = dataset.kind() == v1::DATASET_KIND_UNSPECIFIED ||
+                   dataset.kind() == v1::DATASET_KIND_SYNTHETIC;
+  LOCALSGD_RETURN_IF_ERROR(CheckName("dataset.path", dataset.path(), /*required=*/!synthetic));
+  if (dataset.has_synthetic_samples()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("dataset.synthetic_samples", dataset.synthetic_samples(), 1,
+                             kMaxSyntheticSamples));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& opt) {
+  if (!v1::OptimizerKind_IsValid(opt.kind())) {
+    return FieldError("optimizer.kind", absl::StrCat("unknown optimizer ", opt.kind()));
+  }
+  if (opt.has_lr()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.lr", opt.lr(), 0, 1e3, true));
+  LOCALSGD_RETURN_IF_ERROR(CheckMomentum("optimizer", opt.momentum(), opt.nesterov()));
+  LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.weight_decay", opt.weight_decay(), 0, 1e3));
+  if (opt.has_beta1()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.beta1", opt.beta1(), 0, 0.999999));
+  if (opt.has_beta2()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.beta2", opt.beta2(), 0, 0.999999));
+  if (opt.has_eps()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.eps", opt.eps(), 0, 1, true));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSchedule(const v1::RunSpec& spec, double peak_lr) {
+  const v1::LrScheduleSpec& schedule = spec.lr_schedule();
+  if (!v1::LrScheduleKind_IsValid(schedule.kind())) {
+    return FieldError("lr_schedule.kind", absl::StrCat("unknown schedule ", schedule.kind()));
+  }
+  int64_t max_warmup = spec.duration_case() == v1::RunSpec::kTotalSteps
+                           ? spec.total_steps()
+                           : int64_t{1} << 40;
+  LOCALSGD_RETURN_IF_ERROR(CheckInt("lr_schedule.warmup_steps", schedule.warmup_steps(), 0, max_warmup));
+  return CheckRange("lr_schedule.min_lr", schedule.min_lr(), 0, peak_lr);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RunSpec> ParseRunSpecText(absl::string_view text) {
+  v1::RunSpec spec;
+  ErrorCollector errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &spec)) {
+    return absl::InvalidArgumentError(absl::StrCat("run spec text: ", errors.first()));
+  }
+  return spec;
+}
+
+absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
+  LOCALSGD_RETURN_IF_ERROR(CheckName("name", spec.name(), /*required=*/false));
+  if (spec.name().size() > 128) return FieldError("name", "longer than 128 bytes");
+  LOCALSGD_RETURN_IF_ERROR(ValidateModel(spec));
+  LOCALSGD_RETURN_IF_ERROR(ValidateDataset(spec.dataset()));
+  if (spec.has_local_sgd_steps()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("local_sgd_steps", spec.local_sgd_steps(), 1, 1'000'000));
+  }
+  if (spec.has_gradient_accumulation_steps()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckInt("gradient_accumulation_steps", spec.gradient_accumulation_steps(), 1, 10'000));
+  }
+  LOCALSGD_RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  if (spec.has_batch_size()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("batch_size", spec.batch_size(), 1, kMaxBatchSize));
+  }
+  switch (spec.duration_case()) {
+    case v1::RunSpec::kTotalSteps:
+      LOCALSGD_RETURN_IF_ERROR(CheckInt("total_steps", spec.total_steps(), 1, int64_t{1} << 40));
+      break;
+    case v1::RunSpec::kEpochs:
+      LOCALSGD_RETURN_IF_ERROR(CheckRange("epochs", spec.epochs(), 0, 1e6, /*lo_open=*/true));
+      break;
+    case v1::RunSpec::DURATION_NOT_SET:
+      break;
+  }
+  double peak_lr = spec.optimizer().has_lr() ? spec.optimizer().lr()
+                   : spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW ? kDefaultAdamWLr
+                                                                         : kDefaultSgdLr;
+  LOCALSGD_RETURN_IF_ERROR(ValidateSchedule(spec, peak_lr));
+  if (spec.has_min_workers()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("min_workers", spec.min_workers(), 1, kMaxWorkers));
+  }
+  if (spec.has_round_deadline_seconds()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("round_deadline_seconds", spec.round_deadline_seconds(), 0,
+                               kMaxSeconds, /*lo_open=*/true));
+  }
+  if (spec.has_quorum_timeout_seconds()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("quorum_timeout_seconds", spec.quorum_timeout_seconds(), 0,
+                               kMaxSeconds, /*lo_open=*/true));
+  }
+  if (!v1::Codec_IsValid(spec.codec())) {
+    return FieldError("codec", absl::StrCat("unknown codec ", spec.codec(),
+                                            " (known: CODEC_FP32, CODEC_BF16, CODEC_FP16, "
+                                            "CODEC_INT8)"));
+  }
+  if (spec.has_chunk_bytes()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("chunk_bytes", spec.chunk_bytes(), kMinChunkBytes, kMaxChunkBytes));
+  }
+  const v1::OuterOptimizerSpec& outer = spec.outer_optimizer();
+  if (outer.has_lr()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("outer_optimizer.lr", outer.lr(), 0, 10, /*lo_open=*/true));
+  }
+  LOCALSGD_RETURN_IF_ERROR(CheckMomentum("outer_optimizer", outer.momentum(), outer.nesterov()));
+  if (!v1::LossKind_IsValid(spec.loss())) {
+    return FieldError("loss", absl::StrCat("unknown loss ", spec.loss()));
+  }
+  LOCALSGD_RETURN_IF_ERROR(CheckInt("eval_every_rounds", spec.eval_every_rounds(), 0, 1'000'000'000));
+  return absl::OkStatus();
+}
+
+v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
+  v1::RunSpec out = spec;
+  v1::DatasetSpec& dataset = *out.mutable_dataset();
+  if (dataset.kind() == v1::DATASET_KIND_UNSPECIFIED) dataset.set_kind(v1::DATASET_KIND_SYNTHETIC);
+  if (dataset.kind() == v1::DATASET_KIND_SYNTHETIC && !dataset.has_synthetic_samples()) {
+    dataset.set_synthetic_samples(kDefaultSyntheticSamples);
+  }
+  if (!out.has_local_sgd_steps()) out.set_local_sgd_steps(kDefaultLocalSgdSteps);
+  if (!out.has_gradient_accumulation_steps()) out.set_gradient_accumulation_steps(1);
+  if (!out.has_enabled()) out.set_enabled(true);
+  v1::OptimizerSpec& opt = *out.mutable_optimizer();
+  if (opt.kind() == v1::OPTIMIZER_KIND_UNSPECIFIED) opt.set_kind(v1::OPTIMIZER_KIND_SGD);
+  if (!opt.has_lr()) {
+    opt.set_lr(opt.kind() == v1::OPTIMIZER_KIND_ADAMW ? kDefaultAdamWLr : kDefaultSgdLr);
+  }
+  if (opt.kind() == v1::OPTIMIZER_KIND_ADAMW) {
+    if (!opt.has_beta1()) opt.set_beta1(0.9);
+    if (!opt.has_beta2()) opt.set_beta2(0.999);
+    if (!opt.has_eps()) opt.set_eps(1e-8);
+  }
+  v1::LrScheduleSpec& schedule = *out.mutable_lr_schedule();
+  if (schedule.kind() == v1::LR_SCHEDULE_KIND_UNSPECIFIED) {
+    schedule.set_kind(v1::LR_SCHEDULE_KIND_CONSTANT);
+  }
+  if (!out.has_batch_size()) out.set_batch_size(kDefaultBatchSize);
+  if (out.duration_case() == v1::RunSpec::DURATION_NOT_SET) out.set_total_steps(kDefaultTotalSteps);
+  if (!out.has_min_workers()) out.set_min_workers(1);
+  if (!out.has_round_deadline_seconds()) out.set_round_deadline_seconds(kDefaultRoundDeadlineSeconds);
+  if (!out.has_quorum_timeout_seconds()) out.set_quorum_timeout_seconds(kDefaultQuorumTimeoutSeconds);
+  if (out.codec() == v1::CODEC_UNSPECIFIED) out.set_codec(v1::CODEC_FP32);
+  if (!out.has_chunk_bytes()) out.set_chunk_bytes(kDefaultChunkBytes);
+  if (!out.outer_optimizer().has_lr()) out.mutable_outer_optimizer()->set_lr(1.0);
+  if (out.loss() == v1::LOSS_KIND_UNSPECIFIED) out.set_loss(v1::LOSS_KIND_CROSS_ENTROPY);
+  if (!out.has_average_buffers()) out.set_average_buffers(true);
+  return out;
+}
+
+absl::StatusOr<v1::RunSpec> NormalizeRunSpec(const v1::RunSpec& spec) {
+  LOCALSGD_RETURN_IF_ERROR(ValidateRunSpec(spec));
+  return WithDefaults(spec);
+}
+
+}  // namespace localsgd

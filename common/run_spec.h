@@ -1,0 +1,28 @@
+#ifndef LOCALSGD_COMMON_RUN_SPEC_H_
+#define LOCALSGD_COMMON_RUN_SPEC_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
+
+namespace localsgd {
+
+// Parses a RunSpec written as text-format protobuf. INVALID_ARGUMENT carries the line and
+// column of the first error.
+absl::StatusOr<v1::RunSpec> ParseRunSpecText(absl::string_view text);
+
+// Checks every field of a spec as an operator wrote it (before defaults). The error is
+// INVALID_ARGUMENT and starts with the field's path, e.g. "spec.optimizer.lr: must be > 0".
+absl::Status ValidateRunSpec(const v1::RunSpec& spec);
+
+// The spec with every default of run_spec.proto filled in (enums made concrete, optional
+// fields set), so that status shows what actually runs. Call on a validated spec.
+v1::RunSpec WithDefaults(const v1::RunSpec& spec);
+
+// ValidateRunSpec, then WithDefaults.
+absl::StatusOr<v1::RunSpec> NormalizeRunSpec(const v1::RunSpec& spec);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_RUN_SPEC_H_

@@ -1,0 +1,145 @@
+#include "coordinator/membership.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+namespace {
+
+constexpr int kMaxLocalWorldSize = 1024;
+constexpr size_t kMaxNodeNameLength = 128;
+constexpr size_t kMaxHostnameLength = 255;
+
+absl::Status ValidateIdentity(const v1::JoinRequest& request) {
+  if (!request.has_identity()) return absl::InvalidArgumentError("identity: required");
+  const v1::WorkerIdentity& id = request.identity();
+  if (id.node_name().empty() || id.node_name().size() > kMaxNodeNameLength) {
+    return absl::InvalidArgumentError("identity.node_name: must be 1 to 128 characters");
+  }
+  for (char c : id.node_name()) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "identity.node_name: \"", absl::CHexEscape(id.node_name()),
+          "\" may only hold letters, digits, '.', '_' and '-'"));
+    }
+  }
+  if (id.local_world_size() < 1 || id.local_world_size() > kMaxLocalWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "identity.local_world_size: must be in [1, 1024], got ", id.local_world_size()));
+  }
+  if (id.local_rank() < 0 || id.local_rank() >= id.local_world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("identity.local_rank: must be in [0, ", id.local_world_size() - 1,
+                     "], got ", id.local_rank()));
+  }
+  if (request.hostname().size() > kMaxHostnameLength) {
+    return absl::InvalidArgumentError("hostname: longer than 255 characters");
+  }
+  if (request.pid() < 0) return absl::InvalidArgumentError("pid: must be >= 0");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Membership::Membership(Options options, std::function<absl::Time()> clock)
+    : options_(options), clock_(std::move(clock)) {}
+
+std::string Membership::WorkerId(const v1::WorkerIdentity& identity) {
+  return absl::StrCat(identity.node_name(), "/", identity.local_rank());
+}
+
+absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
+  if (absl::Status status = ValidateIdentity(request); !status.ok()) return status;
+  const v1::WorkerIdentity& identity = request.identity();
+  std::string id = WorkerId(identity);
+  for (const auto& [other_id, other] : members_) {
+    if (other_id != id && other.identity.node_name() == identity.node_name() &&
+        other.identity.local_world_size() != identity.local_world_size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "identity.local_world_size: ", identity.local_world_size(), " disagrees with ",
+          other.identity.local_world_size(), " of live member ", other_id));
+    }
+  }
+  auto it = members_.find(id);
+  if (it == members_.end() && size() >= options_.max_members) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("membership is full (", options_.max_members, " members)"));
+  }
+  absl::Time now = clock_();
+  Member& member = members_[id];
+  if (it == members_.end()) {
+    member.worker_id = id;
+    member.join_time = now;
+  }
+  member.identity = identity;
+  member.hostname = request.hostname();
+  member.pid = request.pid();
+  member.generation = ++generations_[id];
+  member.last_seen = now;
+  return member;
+}
+
+absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
+  if (request.worker_id().empty()) return absl::InvalidArgumentError("worker_id: required");
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", request.step()));
+  }
+  if (!std::isfinite(request.loss())) {
+    return absl::InvalidArgumentError("loss: must be a finite number");
+  }
+  if (!std::isfinite(request.samples_per_second()) || request.samples_per_second() < 0) {
+    return absl::InvalidArgumentError("samples_per_second: must be finite and >= 0");
+  }
+  auto it = members_.find(request.worker_id());
+  if (it == members_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker_id: \"", absl::CHexEscape(request.worker_id()),
+                                            "\" is not a member (lease expired?); join again"));
+  }
+  Member& member = it->second;
+  member.step = request.step();
+  member.loss = request.loss();
+  member.samples_per_second = request.samples_per_second();
+  member.last_seen = clock_();
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Leave(const std::string& worker_id) {
+  if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
+  if (members_.erase(worker_id) == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("worker_id: \"", absl::CHexEscape(worker_id), "\" is not a member"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Membership::ExpireLeases() {
+  absl::Time now = clock_();
+  std::vector<std::string> expired;
+  for (auto it = members_.begin(); it != members_.end();) {
+    if (now - it->second.last_seen > options_.lease_timeout) {
+      expired.push_back(it->first);
+      it = members_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return expired;
+}
+
+std::vector<Member> Membership::Members() const {
+  std::vector<Member> out;
+  out.reserve(members_.size());
+  for (const auto& [id, member] : members_) out.push_back(member);
+  return out;
+}
+
+const Member* Membership::Find(const std::string& worker_id) const {
+  auto it = members_.find(worker_id);
+  return it == members_.end() ? nullptr : &it->second;
+}
+
+}  // namespace localsgd

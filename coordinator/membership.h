@@ -1,0 +1,80 @@
+#ifndef LOCALSGD_COORDINATOR_MEMBERSHIP_H_
+#define LOCALSGD_COORDINATOR_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/localsgd/v1/coordinator.pb.h"
+
+namespace localsgd {
+
+// One live worker as the coordinator knows it.
+struct Member {
+  std::string worker_id;  // "<node_name>/<local_rank>"
+  v1::WorkerIdentity identity;
+  std::string hostname;
+  int64_t pid = 0;
+  int64_t generation = 0;  // how many times this identity has joined
+  int64_t step = 0;
+  double loss = 0;
+  double samples_per_second = 0;
+  absl::Time join_time;
+  absl::Time last_seen;
+};
+
+// Workers and their leases. A worker is identified by (node name, local rank); Join gives it a
+// lease that each Heartbeat renews; ExpireLeases removes those not renewed within the timeout.
+// Joining again with the same identity returns the same worker id (its slot).
+// Thread-compatible: the caller serialises access (ControlPlane holds a mutex).
+class Membership {
+ public:
+  struct Options {
+    absl::Duration lease_timeout = absl::Seconds(15);
+    // Refuse new identities beyond this many live members (RESOURCE_EXHAUSTED).
+    int max_members = 65536;
+  };
+
+  Membership(Options options, std::function<absl::Time()> clock);
+
+  // Validates the request and adds (or refreshes) the member. INVALID_ARGUMENT names a bad
+  // identity field; FAILED_PRECONDITION when local_world_size disagrees with the node's other
+  // live members.
+  absl::StatusOr<Member> Join(const v1::JoinRequest& request);
+
+  // Renews the lease and records progress. NOT_FOUND for an unknown (or expired) worker id.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+
+  // Removes the member. NOT_FOUND for an unknown worker id.
+  absl::Status Leave(const std::string& worker_id);
+
+  // Removes members whose last Join/Heartbeat is older than the lease timeout; returns their
+  // ids.
+  std::vector<std::string> ExpireLeases();
+
+  // Live members ordered by worker id.
+  std::vector<Member> Members() const;
+  const Member* Find(const std::string& worker_id) const;
+  int size() const { return static_cast<int>(members_.size()); }
+
+  const Options& options() const { return options_; }
+
+  static std::string WorkerId(const v1::WorkerIdentity& identity);
+
+ private:
+  Options options_;
+  std::function<absl::Time()> clock_;
+  std::map<std::string, Member> members_;
+  // Survives Leave and expiry so a rejoining worker's generation keeps increasing.
+  absl::flat_hash_map<std::string, int64_t> generations_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_MEMBERSHIP_H_

@@ -1,0 +1,144 @@
+#include "coordinator/run_manager.h"
+
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
+#include "common/run_spec.h"
+
+namespace localsgd {
+
+RunManager::RunManager(std::function<absl::Time()> clock) : clock_(std::move(clock)) {
+  info_.set_state(v1::RUN_STATE_IDLE);
+}
+
+std::string RunStateName(v1::RunState state) {
+  std::string name = v1::RunState_Name(state);
+  constexpr absl::string_view kPrefix = "RUN_STATE_";
+  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
+  return name.empty() ? absl::StrCat("UNKNOWN_", static_cast<int>(state)) : name;
+}
+
+bool RunManager::active() const {
+  return info_.state() == v1::RUN_STATE_WAITING_FOR_WORKERS ||
+         info_.state() == v1::RUN_STATE_RUNNING;
+}
+
+absl::StatusOr<v1::RunInfo> RunManager::Start(const v1::RunSpec& spec, int live_workers) {
+  if (active()) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", info_.run_id(), " is ",
+                                                      RunStateName(info_.state()),
+                                                      "; stop it before starting another"));
+  }
+  absl::StatusOr<v1::RunSpec> normalized = NormalizeRunSpec(spec);
+  if (!normalized.ok()) return normalized.status();
+
+  absl::Time now = clock_();
+  v1::RunInfo info;
+  info.set_run_id(absl::StrCat(
+      "run-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
+      ++runs_started_));
+  if (normalized->name().empty()) normalized->set_name(info.run_id());
+  *info.mutable_spec() = *std::move(normalized);
+  info.set_state(v1::RUN_STATE_WAITING_FOR_WORKERS);
+  *info.mutable_create_time() = ToProtoTime(now);
+  info_ = std::move(info);
+  below_quorum_since_ = absl::InfiniteFuture();
+  Update(live_workers);
+  return info_;
+}
+
+absl::StatusOr<v1::RunInfo> RunManager::Stop(const std::string& run_id,
+                                             const std::string& reason) {
+  if (!run_id.empty() && run_id != info_.run_id()) {
+    return absl::NotFoundError(absl::StrCat("run_id: no run \"", absl::CHexEscape(run_id),
+                                            "\" (the latest run is \"", info_.run_id(), "\")"));
+  }
+  if (!active()) {
+    if (info_.run_id().empty()) return absl::FailedPreconditionError("no run to stop");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", info_.run_id(), " has already ended (", RunStateName(info_.state()), ")"));
+  }
+  End(v1::RUN_STATE_STOPPED, reason.empty() ? "stopped by operator" : reason);
+  return info_;
+}
+
+bool RunManager::Update(int live_workers) {
+  absl::Time now = clock_();
+  const int min_workers = info_.spec().min_workers();
+  switch (info_.state()) {
+    case v1::RUN_STATE_WAITING_FOR_WORKERS:
+      if (live_workers < min_workers) return false;
+      info_.set_state(v1::RUN_STATE_RUNNING);
+      *info_.mutable_start_time() = ToProtoTime(now);
+      return true;
+    case v1::RUN_STATE_RUNNING:
+      if (live_workers >= min_workers) {
+        below_quorum_since_ = absl::InfiniteFuture();
+        return false;
+      }
+      if (below_quorum_since_ == absl::InfiniteFuture()) {
+        below_quorum_since_ = now;
+        return false;
+      }
+      if (now - below_quorum_since_ < absl::Seconds(info_.spec().quorum_timeout_seconds())) {
+        return false;
+      }
+      End(v1::RUN_STATE_FAILED,
+          absl::StrCat("only ", live_workers, " of min_workers ", min_workers,
+                       " workers for longer than quorum_timeout_seconds ",
+                       info_.spec().quorum_timeout_seconds()));
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status RunManager::CommitRound(int64_t round, int64_t global_step) {
+  if (info_.state() != v1::RUN_STATE_RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no running run (state ", RunStateName(info_.state()), ")"));
+  }
+  if (round != info_.round() + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round: expected ", info_.round() + 1, ", got ", round));
+  }
+  if (global_step < info_.global_step()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "global_step: ", global_step, " would go back from ", info_.global_step()));
+  }
+  info_.set_round(round);
+  info_.set_global_step(global_step);
+  if (info_.spec().duration_case() == v1::RunSpec::kTotalSteps &&
+      global_step >= info_.spec().total_steps()) {
+    End(v1::RUN_STATE_COMPLETED, "reached total_steps");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunManager::Fail(const std::string& reason) {
+  if (!active()) return absl::FailedPreconditionError("no active run");
+  End(v1::RUN_STATE_FAILED, reason);
+  return absl::OkStatus();
+}
+
+absl::Status RunManager::Complete(const std::string& reason) {
+  if (!active()) return absl::FailedPreconditionError("no active run");
+  End(v1::RUN_STATE_COMPLETED, reason);
+  return absl::OkStatus();
+}
+
+void RunManager::Restore(const v1::RunInfo& info) {
+  info_ = info;
+  below_quorum_since_ = absl::InfiniteFuture();
+}
+
+void RunManager::End(v1::RunState state, const std::string& reason) {
+  info_.set_state(state);
+  info_.set_reason(reason);
+  *info_.mutable_end_time() = ToProtoTime(clock_());
+}
+
+}  // namespace localsgd

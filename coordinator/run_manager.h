@@ -1,0 +1,67 @@
+#ifndef LOCALSGD_COORDINATOR_RUN_MANAGER_H_
+#define LOCALSGD_COORDINATOR_RUN_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/localsgd/v1/coordinator.pb.h"
+
+namespace localsgd {
+
+// The run's life: IDLE -> WAITING_FOR_WORKERS -> RUNNING -> COMPLETED | STOPPED | FAILED, one
+// active run (waiting or running) at a time. It owns the global step and round counters,
+// which advance only through CommitRound (driven by the averaging rounds).
+// Thread-compatible: the caller serialises access (ControlPlane holds a mutex).
+class RunManager {
+ public:
+  explicit RunManager(std::function<absl::Time()> clock);
+
+  // Validates `spec` (INVALID_ARGUMENT naming the field), fills its defaults and starts a run
+  // in WAITING_FOR_WORKERS, or RUNNING straight away when `live_workers` suffice.
+  // FAILED_PRECONDITION while another run is active.
+  absl::StatusOr<v1::RunInfo> Start(const v1::RunSpec& spec, int live_workers);
+
+  // Stops the active run. `run_id` empty means the active run; another run's id is NOT_FOUND
+  // (unknown) or FAILED_PRECONDITION (already ended).
+  absl::StatusOr<v1::RunInfo> Stop(const std::string& run_id, const std::string& reason);
+
+  // Applies the transitions that depend on membership and time: WAITING -> RUNNING once
+  // `live_workers` >= min_workers; RUNNING -> FAILED after quorum_timeout below min_workers.
+  // Returns whether anything changed.
+  bool Update(int live_workers);
+
+  // Commits sync round `round` (must be the next one) at `global_step` (must not go back).
+  // The run completes when global_step reaches total_steps. FAILED_PRECONDITION otherwise.
+  absl::Status CommitRound(int64_t round, int64_t global_step);
+
+  // Marks the active run FAILED with `reason`.
+  absl::Status Fail(const std::string& reason);
+
+  // Marks the active run COMPLETED (e.g. when workers finish an epochs-based run).
+  absl::Status Complete(const std::string& reason);
+
+  // Replaces the state with one read back from the state directory.
+  void Restore(const v1::RunInfo& info);
+
+  const v1::RunInfo& info() const { return info_; }
+  bool active() const;
+
+ private:
+  void End(v1::RunState state, const std::string& reason);
+
+  std::function<absl::Time()> clock_;
+  v1::RunInfo info_;
+  int64_t runs_started_ = 0;
+  absl::Time below_quorum_since_ = absl::InfiniteFuture();
+};
+
+// "RUNNING" for RUN_STATE_RUNNING: the short name people read.
+std::string RunStateName(v1::RunState state);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_RUN_MANAGER_H_

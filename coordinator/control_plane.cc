@@ -1,0 +1,224 @@
+#include "coordinator/control_plane.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/proto_time.h"
+
+namespace localsgd {
+namespace {
+
+constexpr size_t kMaxReasonLength = 1024;
+constexpr size_t kMaxRunIdLength = 256;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options options) {
+  std::optional<RunStore> store;
+  std::optional<v1::RunInfo> saved;
+  if (!options.state_dir.empty()) {
+    absl::StatusOr<RunStore> opened = RunStore::Open(options.state_dir);
+    if (!opened.ok()) return opened.status();
+    absl::StatusOr<std::optional<v1::RunInfo>> loaded = opened->Load();
+    if (!loaded.ok()) return loaded.status();
+    saved = *std::move(loaded);
+    store.emplace(*std::move(opened));
+  }
+  std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options), std::move(store)));
+  if (saved.has_value()) {
+    absl::MutexLock lock(&plane->mu_);
+    plane->runs_.Restore(*saved);
+    plane->saved_run_ = saved->SerializeAsString();
+    LogInfo(absl::StrCat("restored run ", saved->run_id(), " (", RunStateName(saved->state()),
+                         ", round ", saved->round(), ", global step ", saved->global_step(),
+                         ") from ", plane->store_->path()));
+  }
+  return plane;
+}
+
+ControlPlane::ControlPlane(Options options, std::optional<RunStore> store)
+    : options_(std::move(options)),
+      start_time_(options_.clock()),
+      store_(std::move(store)),
+      membership_(Membership::Options{options_.lease_timeout, options_.max_members},
+                  options_.clock),
+      runs_(options_.clock) {}
+
+absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("coordinator is shutting down");
+  absl::StatusOr<Member> member = membership_.Join(request);
+  if (!member.ok()) return member.status();
+  ++joins_total_;
+  LogInfo(absl::StrCat("worker ", member->worker_id, " joined (generation ", member->generation,
+                       ", host ", member->hostname, ", pid ", member->pid, ")"));
+  UpdateRun();
+  Changed();
+  v1::JoinResponse response;
+  response.set_worker_id(member->worker_id);
+  response.set_generation(member->generation);
+  response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
+  response.set_heartbeat_interval_seconds(absl::ToDoubleSeconds(options_.heartbeat_interval));
+  *response.mutable_run() = runs_.info();
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status status = membership_.Heartbeat(request); !status.ok()) return status;
+  ++heartbeats_total_;
+  Changed(/*run_changed=*/false);
+  v1::HeartbeatResponse response;
+  response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
+  *response.mutable_run() = runs_.info();
+  return response;
+}
+
+absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
+  if (request.reason().size() > kMaxReasonLength) {
+    return absl::InvalidArgumentError("reason: longer than 1024 bytes");
+  }
+  absl::MutexLock lock(&mu_);
+  if (absl::Status status = membership_.Leave(request.worker_id()); !status.ok()) return status;
+  LogInfo(absl::StrCat("worker ", request.worker_id(), " left",
+                       request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
+  UpdateRun();
+  Changed();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& request) {
+  if (!request.has_spec()) return absl::InvalidArgumentError("spec: required");
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("coordinator is shutting down");
+  absl::StatusOr<v1::RunInfo> run = runs_.Start(request.spec(), membership_.size());
+  if (!run.ok()) return run.status();
+  LogInfo(absl::StrCat("run ", run->run_id(), " started: ", RunStateName(run->state()),
+                       " (min_workers ", run->spec().min_workers(), ", ", membership_.size(),
+                       " joined)"));
+  Changed();
+  return run;
+}
+
+absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& request) {
+  if (request.run_id().size() > kMaxRunIdLength) {
+    return absl::InvalidArgumentError("run_id: longer than 256 bytes");
+  }
+  if (request.reason().size() > kMaxReasonLength) {
+    return absl::InvalidArgumentError("reason: longer than 1024 bytes");
+  }
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::RunInfo> run = runs_.Stop(request.run_id(), request.reason());
+  if (!run.ok()) return run.status();
+  LogInfo(absl::StrCat("run ", run->run_id(), " stopped: ", run->reason()));
+  Changed();
+  return run;
+}
+
+v1::CoordinatorStatus ControlPlane::Status() const {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = options_.clock();
+  v1::CoordinatorStatus status;
+  *status.mutable_run() = runs_.info();
+  for (const Member& member : membership_.Members()) {
+    v1::MemberStatus* out = status.add_members();
+    out->set_worker_id(member.worker_id);
+    *out->mutable_identity() = member.identity;
+    out->set_hostname(member.hostname);
+    out->set_pid(member.pid);
+    out->set_generation(member.generation);
+    out->set_step(member.step);
+    out->set_loss(member.loss);
+    out->set_samples_per_second(member.samples_per_second);
+    out->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - member.last_seen));
+    *out->mutable_join_time() = ToProtoTime(member.join_time);
+  }
+  status.set_version(version_);
+  *status.mutable_time() = ToProtoTime(now);
+  status.set_uptime_seconds(absl::ToDoubleSeconds(now - start_time_));
+  status.set_heartbeats_total(heartbeats_total_);
+  status.set_joins_total(joins_total_);
+  status.set_leases_expired_total(leases_expired_total_);
+  status.set_bytes_received_total(bytes_received_total_);
+  status.set_bytes_sent_total(bytes_sent_total_);
+  return status;
+}
+
+v1::RunInfo ControlPlane::Run() const {
+  absl::MutexLock lock(&mu_);
+  return runs_.info();
+}
+
+void ControlPlane::Tick() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> expired = membership_.ExpireLeases();
+  for (const std::string& id : expired) {
+    LogWarning(absl::StrCat("worker ", id, " lease expired after ",
+                            absl::FormatDuration(options_.lease_timeout), " without heartbeat"));
+  }
+  leases_expired_total_ += static_cast<int64_t>(expired.size());
+  v1::RunState before = runs_.info().state();
+  UpdateRun();
+  if (!expired.empty() || runs_.info().state() != before) Changed();
+}
+
+int64_t ControlPlane::AwaitChange(int64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return version_ > seen || draining_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  return version_;
+}
+
+int64_t ControlPlane::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+void ControlPlane::Drain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool ControlPlane::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+void ControlPlane::AddBytes(int64_t received, int64_t sent) {
+  absl::MutexLock lock(&mu_);
+  bytes_received_total_ += received;
+  bytes_sent_total_ += sent;
+  Changed(/*run_changed=*/false);
+}
+
+void ControlPlane::UpdateRun() {
+  v1::RunState before = runs_.info().state();
+  if (!runs_.Update(membership_.size())) return;
+  const v1::RunInfo& run = runs_.info();
+  std::string line = absl::StrCat("run ", run.run_id(), ": ", RunStateName(before), " -> ",
+                                  RunStateName(run.state()),
+                                  run.reason().empty() ? "" : absl::StrCat(" (", run.reason(), ")"));
+  if (run.state() == v1::RUN_STATE_FAILED) {
+    LogError(line);
+  } else {
+    LogInfo(line);
+  }
+}
+
+void ControlPlane::Changed(bool run_changed) {
+  ++version_;
+  if (!run_changed || !store_.has_value()) return;
+  std::string serialized = runs_.info().SerializeAsString();
+  if (serialized == saved_run_) return;
+  if (absl::Status status = store_->Save(runs_.info()); !status.ok()) {
+    LogError(absl::StrCat("cannot save the run record: ", status.ToString()));
+    return;
+  }
+  saved_run_ = std::move(serialized);
+}
+
+}  // namespace localsgd

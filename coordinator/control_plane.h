@@ -1,0 +1,93 @@
+#ifndef LOCALSGD_COORDINATOR_CONTROL_PLANE_H_
+#define LOCALSGD_COORDINATOR_CONTROL_PLANE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "coordinator/membership.h"
+#include "coordinator/run_manager.h"
+#include "coordinator/run_store.h"
+#include "proto/localsgd/v1/coordinator.pb.h"
+
+namespace localsgd {
+
+// The coordinator's logic, free of gRPC: membership, the run, counters, persistence of the
+// run record, and a version number that watchers wait on. The gRPC service and the HTTP
+// status endpoint are thin adapters over it.
+// Thread-safe: every method may be called from any thread.
+class ControlPlane {
+ public:
+  struct Options {
+    absl::Duration lease_timeout = absl::Seconds(15);
+    absl::Duration heartbeat_interval = absl::Seconds(3);
+    int max_members = 65536;
+    // Where the run record is kept; empty keeps nothing.
+    std::string state_dir;
+    std::function<absl::Time()> clock = [] { return absl::Now(); };
+  };
+
+  // Opens the state directory and restores a saved run, if any.
+  static absl::StatusOr<std::unique_ptr<ControlPlane>> Create(Options options);
+
+  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  absl::Status Leave(const v1::LeaveRequest& request);
+  absl::StatusOr<v1::RunInfo> StartRun(const v1::StartRunRequest& request);
+  absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
+
+  // A consistent snapshot of everything status shows.
+  v1::CoordinatorStatus Status() const;
+  v1::RunInfo Run() const;
+
+  // Expires leases and applies the run's time- and membership-driven transitions. The server
+  // calls it periodically.
+  void Tick();
+
+  // Waits until the version exceeds `seen`, the timeout passes or Drain() is called; returns
+  // the version then.
+  int64_t AwaitChange(int64_t seen, absl::Duration timeout) const;
+  int64_t version() const;
+
+  // Refuses new joins (UNAVAILABLE) from now on, and wakes every AwaitChange.
+  void Drain();
+  bool draining() const;
+
+  // Accounting for the averaging data plane.
+  void AddBytes(int64_t received, int64_t sent);
+
+ private:
+  ControlPlane(Options options, std::optional<RunStore> store);
+
+  // Bumps the version. When the run may have changed, saves its record if it differs from
+  // the last one saved (heartbeats, the hot path, skip that).
+  void Changed(bool run_changed = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  const absl::Time start_time_;
+  const std::optional<RunStore> store_;
+
+  mutable absl::Mutex mu_;
+  Membership membership_ ABSL_GUARDED_BY(mu_);
+  RunManager runs_ ABSL_GUARDED_BY(mu_);
+  std::string saved_run_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t heartbeats_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t joins_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_expired_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_received_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_sent_total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_CONTROL_PLANE_H_

@@ -166,9 +166,7 @@ void ControlPlane::Tick() {
 
 int64_t ControlPlane::AwaitChange(int64_t seen, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return version_ > seen || draining_;
-  };
+  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ > seen; };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   return version_;
 }
@@ -181,6 +179,7 @@ int64_t ControlPlane::version() const {
 void ControlPlane::Drain() {
   absl::MutexLock lock(&mu_);
   draining_ = true;
+  Changed(/*run_changed=*/false);
 }
 
 bool ControlPlane::draining() const {

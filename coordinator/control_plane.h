@@ -51,12 +51,11 @@ class ControlPlane {
   // calls it periodically.
   void Tick();
 
-  // Waits until the version exceeds `seen`, the timeout passes or Drain() is called; returns
-  // the version then.
+  // Waits until the version exceeds `seen` or the timeout passes; returns the version then.
   int64_t AwaitChange(int64_t seen, absl::Duration timeout) const;
   int64_t version() const;
 
-  // Refuses new joins (UNAVAILABLE) from now on, and wakes every AwaitChange.
+  // Refuses new joins and runs (UNAVAILABLE) from now on; counts as a change.
   void Drain();
   bool draining() const;
 

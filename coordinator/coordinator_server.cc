@@ -1,0 +1,124 @@
+#include "coordinator/coordinator_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/address.h"
+#include "coordinator/status_render.h"
+
+namespace localsgd {
+namespace {
+
+constexpr char kServiceName[] = "localsgd.v1.Coordinator";
+
+std::chrono::system_clock::time_point Deadline(absl::Duration from_now) {
+  return absl::ToChronoTime(absl::Now() + from_now);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Options options) {
+  absl::StatusOr<HostPort> grpc_address = ParseHostPort(options.grpc_address, "--grpc_address");
+  if (!grpc_address.ok()) return grpc_address.status();
+  if (options.lease_timeout <= absl::ZeroDuration() ||
+      options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_interval >= options.lease_timeout) {
+    return absl::InvalidArgumentError(
+        "--lease_timeout and --heartbeat_interval: need 0 < heartbeat interval < lease timeout");
+  }
+
+  std::unique_ptr<CoordinatorServer> self(new CoordinatorServer());
+  ControlPlane::Options plane_options;
+  plane_options.lease_timeout = options.lease_timeout;
+  plane_options.heartbeat_interval = options.heartbeat_interval;
+  plane_options.state_dir = options.state_dir;
+  plane_options.clock = options.clock;
+  absl::StatusOr<std::unique_ptr<ControlPlane>> plane = ControlPlane::Create(plane_options);
+  if (!plane.ok()) return plane.status();
+  self->plane_ = *std::move(plane);
+  self->watchers_ = std::make_unique<StatusWatchHub>(self->plane_.get(), options.clock);
+  self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->watchers_.get(),
+                                                        options.token);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // Without this gRPC sets SO_REUSEPORT, and a second coordinator could share a taken port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int port = 0;
+  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(self->service_.get());
+  self->grpc_server_ = builder.BuildAndStart();
+  if (self->grpc_server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--grpc_address: cannot listen on ", options.grpc_address));
+  }
+  self->grpc_address_ = HostPort{grpc_address->host, port}.ToString();
+  grpc::HealthCheckServiceInterface* health = self->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceName, true);
+
+  if (!options.http_address.empty()) {
+    ControlPlane* plane_ptr = self->plane_.get();
+    HttpServer::Options http;
+    http.address = options.http_address;
+    http.routes["/"] = [] {
+      return HttpServer::Response{200, "text/html; charset=utf-8", StatusPageHtml()};
+    };
+    http.routes["/status"] = [plane_ptr] {
+      return HttpServer::Response{200, "application/json", StatusToJson(plane_ptr->Status())};
+    };
+    http.routes["/metrics"] = [plane_ptr] {
+      return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8",
+                                  StatusToPrometheus(plane_ptr->Status())};
+    };
+    http.routes["/healthz"] = [plane_ptr] {
+      if (plane_ptr->draining()) return HttpServer::Response{503, "text/plain", "draining\n"};
+      return HttpServer::Response{200, "text/plain", "ok\n"};
+    };
+    absl::StatusOr<std::unique_ptr<HttpServer>> http_server = HttpServer::Start(std::move(http));
+    if (!http_server.ok()) {
+      self->grpc_server_->Shutdown(Deadline(absl::ZeroDuration()));
+      return http_server.status();
+    }
+    self->http_server_ = *std::move(http_server);
+    self->http_address_ = self->http_server_->address();
+  }
+
+  absl::Duration tick = std::min(options.lease_timeout / 4, absl::Seconds(1));
+  CoordinatorServer* raw = self.get();
+  self->ticker_ = std::thread([raw, tick] { raw->TickLoop(tick); });
+  return self;
+}
+
+void CoordinatorServer::TickLoop(absl::Duration interval) {
+  while (!stop_ticking_.WaitForNotificationWithTimeout(interval)) plane_->Tick();
+}
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  plane_->Drain();
+  grpc_server_->GetHealthCheckService()->Shutdown();
+  watchers_->EndAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+  grpc_server_->Shutdown(Deadline(grace));
+  grpc_server_->Wait();
+  if (http_server_ != nullptr) http_server_->Stop();
+  stop_ticking_.Notify();
+  ticker_.join();
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  if (grpc_server_ != nullptr && ticker_.joinable()) Shutdown(absl::Seconds(1));
+}
+
+}  // namespace localsgd

@@ -1,0 +1,105 @@
+#include "coordinator/coordinator_service.h"
+
+#include <cmath>
+#include <utility>
+
+#include "common/auth.h"
+#include "common/status_util.h"
+
+namespace localsgd {
+namespace {
+
+constexpr double kDefaultWatchIntervalSeconds = 0.2;
+constexpr double kMaxWatchIntervalSeconds = 3600;
+
+// A WatchStatus stream refused before its first write.
+class RefusedWatch : public grpc::ServerWriteReactor<v1::CoordinatorStatus> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(ControlPlane* plane, StatusWatchHub* watchers,
+                                       std::string token)
+    : plane_(plane), watchers_(watchers), token_(std::move(token)) {}
+
+template <typename Body>
+grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext* context,
+                                                    bool authenticated, Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status =
+      authenticated ? CheckBearerToken(context->client_metadata(), token_) : absl::OkStatus();
+  if (status.ok()) status = body();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* context,
+                                                   const v1::JoinRequest* request,
+                                                   v1::JoinResponse* response) {
+  return Unary(context, true, [&] {
+    absl::StatusOr<v1::JoinResponse> joined = plane_->Join(*request);
+    if (joined.ok()) *response = *std::move(joined);
+    return joined.status();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
+                                                        const v1::HeartbeatRequest* request,
+                                                        v1::HeartbeatResponse* response) {
+  return Unary(context, true, [&] {
+    absl::StatusOr<v1::HeartbeatResponse> beat = plane_->Heartbeat(*request);
+    if (beat.ok()) *response = *std::move(beat);
+    return beat.status();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
+                                                    const v1::LeaveRequest* request,
+                                                    v1::LeaveResponse*) {
+  return Unary(context, true, [&] { return plane_->Leave(*request); });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::StartRun(grpc::CallbackServerContext* context,
+                                                       const v1::StartRunRequest* request,
+                                                       v1::StartRunResponse* response) {
+  return Unary(context, true, [&] {
+    absl::StatusOr<v1::RunInfo> run = plane_->StartRun(*request);
+    if (run.ok()) *response->mutable_run() = *std::move(run);
+    return run.status();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::StopRun(grpc::CallbackServerContext* context,
+                                                      const v1::StopRunRequest* request,
+                                                      v1::StopRunResponse* response) {
+  return Unary(context, true, [&] {
+    absl::StatusOr<v1::RunInfo> run = plane_->StopRun(*request);
+    if (run.ok()) *response->mutable_run() = *std::move(run);
+    return run.status();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerContext* context,
+                                                        const v1::GetStatusRequest*,
+                                                        v1::CoordinatorStatus* response) {
+  return Unary(context, false, [&] {
+    *response = plane_->Status();
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::CoordinatorStatus>* CoordinatorService::WatchStatus(
+    grpc::CallbackServerContext*, const v1::WatchStatusRequest* request) {
+  double interval = request->min_interval_seconds();
+  if (!std::isfinite(interval) || interval < 0 || interval > kMaxWatchIntervalSeconds) {
+    return new RefusedWatch(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                         "min_interval_seconds: must be in [0, 3600]"));
+  }
+  if (interval == 0) interval = kDefaultWatchIntervalSeconds;
+  return watchers_->Add(absl::Seconds(interval));
+}
+
+}  // namespace localsgd

@@ -1,0 +1,133 @@
+#include "coordinator/status_render.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "coordinator/run_manager.h"
+
+namespace localsgd {
+
+std::string StatusToJson(const v1::CoordinatorStatus& status) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(status, &json, options).ok()) {
+    return "{\"error\": \"status is not printable as JSON\"}\n";
+  }
+  return json;
+}
+
+std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  prometheus::Registry registry;
+  auto gauge = [&](const std::string& name, const std::string& help) -> auto& {
+    return BuildGauge().Name(name).Help(help).Register(registry);
+  };
+  auto counter = [&](const std::string& name, const std::string& help, double value) {
+    BuildCounter().Name(name).Help(help).Register(registry).Add({}).Increment(value);
+  };
+
+  const v1::RunInfo& run = status.run();
+  auto& state = gauge("localsgd_run_state", "1 for the run's current state, 0 for the others.");
+  for (int s = v1::RUN_STATE_IDLE; s <= v1::RUN_STATE_FAILED; ++s) {
+    state.Add({{"state", RunStateName(static_cast<v1::RunState>(s))}})
+        .Set(run.state() == s ? 1 : 0);
+  }
+  gauge("localsgd_run_info", "Always 1; labels name the current run.")
+      .Add({{"run_id", run.run_id()}, {"name", run.spec().name()}})
+      .Set(1);
+  gauge("localsgd_global_step", "Optimizer steps agreed by the last committed round.")
+      .Add({})
+      .Set(static_cast<double>(run.global_step()));
+  gauge("localsgd_round", "Committed sync rounds of the current run.")
+      .Add({})
+      .Set(static_cast<double>(run.round()));
+  gauge("localsgd_members", "Live workers (leases not expired).")
+      .Add({})
+      .Set(status.members_size());
+  gauge("localsgd_uptime_seconds", "Seconds since the coordinator started.")
+      .Add({})
+      .Set(status.uptime_seconds());
+
+  auto& step = gauge("localsgd_member_step", "A worker's optimizer step, from its heartbeat.");
+  auto& loss = gauge("localsgd_member_loss", "A worker's latest training loss.");
+  auto& rate = gauge("localsgd_member_samples_per_second", "A worker's training throughput.");
+  auto& age = gauge("localsgd_member_heartbeat_age_seconds", "Seconds since a worker's last heartbeat.");
+  for (const v1::MemberStatus& member : status.members()) {
+    prometheus::Labels labels = {{"worker_id", member.worker_id()},
+                                 {"node", member.identity().node_name()}};
+    step.Add(labels).Set(static_cast<double>(member.step()));
+    loss.Add(labels).Set(member.loss());
+    rate.Add(labels).Set(member.samples_per_second());
+    age.Add(labels).Set(member.heartbeat_age_seconds());
+  }
+
+  counter("localsgd_heartbeats_total", "Heartbeats accepted.",
+          static_cast<double>(status.heartbeats_total()));
+  counter("localsgd_joins_total", "Joins accepted (rejoins included).",
+          static_cast<double>(status.joins_total()));
+  counter("localsgd_leases_expired_total", "Workers removed because their lease expired.",
+          static_cast<double>(status.leases_expired_total()));
+  counter("localsgd_bytes_received_total", "Parameter bytes received from members.",
+          static_cast<double>(status.bytes_received_total()));
+  counter("localsgd_bytes_sent_total", "Parameter bytes sent to members.",
+          static_cast<double>(status.bytes_sent_total()));
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
+const std::string& StatusPageHtml() {
+  static const std::string* const kPage = new std::string(R"html(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>localsgd coordinator</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin-top:1em}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+.state{font-weight:bold}.RUNNING{color:#0a0}.FAILED{color:#c00}.COMPLETED{color:#06c}
+#error{color:#c00}
+</style></head><body>
+<h1>localsgd coordinator</h1>
+<div>Run <span id="run">-</span>: <span id="state" class="state">-</span>
+ &middot; round <span id="round">-</span> &middot; global step <span id="step">-</span>
+ &middot; <span id="nmembers">0</span> members &middot; up <span id="uptime">-</span> s</div>
+<div id="reason"></div><div id="error"></div>
+<table><thead><tr><th>worker</th><th>host</th><th>step</th><th>loss</th><th>samples/s</th>
+<th>heartbeat age (s)</th></tr></thead><tbody id="members"></tbody></table>
+<p><a href="/status">/status</a> (JSON) &middot; <a href="/metrics">/metrics</a> (Prometheus)
+ &middot; <a href="/healthz">/healthz</a></p>
+<script>
+function text(id, v) { document.getElementById(id).textContent = v; }
+async function refresh() {
+  try {
+    const s = await (await fetch('/status')).json();
+    const run = s.run || {};
+    const state = (run.state || '').replace('RUN_STATE_', '');
+    text('run', run.run_id || '(none)'); text('state', state);
+    document.getElementById('state').className = 'state ' + state;
+    text('round', run.round); text('step', run.global_step);
+    text('nmembers', (s.members || []).length); text('uptime', Math.round(s.uptime_seconds));
+    text('reason', run.reason || ''); text('error', '');
+    const body = document.getElementById('members'); body.replaceChildren();
+    for (const m of s.members || []) {
+      const tr = document.createElement('tr');
+      for (const v of [m.worker_id, m.hostname, m.step, Number(m.loss).toFixed(4),
+                       Number(m.samples_per_second).toFixed(1),
+                       Number(m.heartbeat_age_seconds).toFixed(1)]) {
+        const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    }
+  } catch (e) { text('error', 'coordinator unreachable: ' + e); }
+}
+refresh(); setInterval(refresh, 1000);
+</script></body></html>
+)html");
+  return *kPage;
+}
+
+}  // namespace localsgd

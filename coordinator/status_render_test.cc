@@ -1,0 +1,64 @@
+#include "coordinator/status_render.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::CoordinatorStatus Sample() {
+  v1::CoordinatorStatus status;
+  status.mutable_run()->set_run_id("run-1");
+  status.mutable_run()->set_state(v1::RUN_STATE_RUNNING);
+  status.mutable_run()->mutable_spec()->set_name("fmnist \"quoted\"");
+  status.mutable_run()->set_global_step(64);
+  status.mutable_run()->set_round(8);
+  v1::MemberStatus* member = status.add_members();
+  member->set_worker_id("node-a/0");
+  member->mutable_identity()->set_node_name("node-a");
+  member->set_step(64);
+  member->set_loss(0.5);
+  member->set_samples_per_second(1234.5);
+  member->set_heartbeat_age_seconds(0.75);
+  status.set_heartbeats_total(17);
+  status.set_bytes_received_total(1 << 20);
+  return status;
+}
+
+TEST(StatusRenderTest, JsonRoundTripsAndUsesFieldNames) {
+  std::string json = StatusToJson(Sample());
+  EXPECT_THAT(json, HasSubstr("\"global_step\": \"64\""));
+  EXPECT_THAT(json, HasSubstr("\"state\": \"RUN_STATE_RUNNING\""));
+  EXPECT_THAT(json, HasSubstr("\"heartbeat_age_seconds\": 0.75"));
+  EXPECT_THAT(json, HasSubstr("\"leases_expired_total\""));  // zero fields are printed too
+  v1::CoordinatorStatus parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), Sample().SerializeAsString());
+}
+
+TEST(StatusRenderTest, PrometheusTextFormat) {
+  std::string text = StatusToPrometheus(Sample());
+  EXPECT_THAT(text, HasSubstr("# TYPE localsgd_run_state gauge"));
+  EXPECT_THAT(text, HasSubstr("localsgd_run_state{state=\"RUNNING\"} 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_run_state{state=\"IDLE\"} 0"));
+  EXPECT_THAT(text, HasSubstr("localsgd_members 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round 8"));
+  EXPECT_THAT(text, HasSubstr("localsgd_member_samples_per_second{node=\"node-a\",worker_id=\"node-a/0\"} 1234.5"));
+  EXPECT_THAT(text, HasSubstr("# TYPE localsgd_heartbeats_total counter"));
+  EXPECT_THAT(text, HasSubstr("localsgd_heartbeats_total 17"));
+  EXPECT_THAT(text, HasSubstr("localsgd_bytes_received_total 1048576"));
+  // Label values are escaped.
+  EXPECT_THAT(text, HasSubstr("name=\"fmnist \\\"quoted\\\"\""));
+}
+
+TEST(StatusRenderTest, PageLinksTheEndpoints) {
+  EXPECT_THAT(StatusPageHtml(), HasSubstr("fetch('/status')"));
+  EXPECT_THAT(StatusPageHtml(), HasSubstr("/metrics"));
+}
+
+}  // namespace
+}  // namespace localsgd

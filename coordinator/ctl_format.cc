@@ -1,0 +1,85 @@
+#include "coordinator/ctl_format.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/proto_time.h"
+#include "coordinator/run_manager.h"
+
+namespace localsgd {
+namespace {
+
+// "CODEC_FP32" -> "FP32".
+std::string EnumSuffix(const std::string& name, absl::string_view prefix) {
+  return name.size() > prefix.size() ? name.substr(prefix.size()) : name;
+}
+
+std::string Duration(const v1::RunSpec& spec) {
+  if (spec.duration_case() == v1::RunSpec::kEpochs) return absl::StrCat(spec.epochs(), " epochs");
+  return absl::StrCat(spec.total_steps());
+}
+
+}  // namespace
+
+std::string FormatRunLine(const v1::RunInfo& run) {
+  if (run.run_id().empty()) return "no run (IDLE)";
+  std::string line = run.run_id();
+  if (!run.spec().name().empty() && run.spec().name() != run.run_id()) {
+    absl::StrAppend(&line, " (", run.spec().name(), ")");
+  }
+  absl::StrAppend(&line, " ", RunStateName(run.state()), " round ", run.round(), " step ",
+                  run.global_step(), "/", Duration(run.spec()));
+  if (!run.reason().empty()) absl::StrAppend(&line, " — ", run.reason());
+  return line;
+}
+
+std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
+  std::string out = absl::StrFormat("coordinator up %.0fs, %d members\n", status.uptime_seconds(),
+                                    status.members_size());
+  absl::StrAppend(&out, "run: ", FormatRunLine(status.run()), "\n");
+  const v1::RunSpec& spec = status.run().spec();
+  if (!status.run().run_id().empty()) {
+    std::string model = spec.model().has_builtin() ? spec.model().builtin()
+                                                   : spec.model().torchscript_path();
+    absl::StrAppend(
+        &out, "spec: model ", model, ", dataset ",
+        EnumSuffix(v1::DatasetKind_Name(spec.dataset().kind()), "DATASET_KIND_"),
+        ", local_sgd_steps ", spec.local_sgd_steps(), ", gradient_accumulation_steps ",
+        spec.gradient_accumulation_steps(), ", codec ",
+        EnumSuffix(v1::Codec_Name(spec.codec()), "CODEC_"), ", min_workers ",
+        spec.min_workers(), spec.enabled() ? "" : ", averaging disabled", "\n");
+  }
+  if (status.members_size() == 0) {
+    absl::StrAppend(&out, "no members\n");
+    return out;
+  }
+  absl::StrAppend(&out, absl::StrFormat("%-24s %-20s %10s %10s %12s %8s\n", "WORKER", "HOST",
+                                        "STEP", "LOSS", "SAMPLES/S", "AGE"));
+  for (const v1::MemberStatus& m : status.members()) {
+    absl::StrAppend(&out, absl::StrFormat("%-24s %-20s %10d %10.4f %12.1f %7.1fs\n",
+                                          m.worker_id(), m.hostname(), m.step(), m.loss(),
+                                          m.samples_per_second(), m.heartbeat_age_seconds()));
+  }
+  return out;
+}
+
+std::string FormatWatchLine(const v1::CoordinatorStatus& status) {
+  double loss_sum = 0;
+  double samples_per_second = 0;
+  for (const v1::MemberStatus& m : status.members()) {
+    loss_sum += m.loss();
+    samples_per_second += m.samples_per_second();
+  }
+  std::string time =
+      absl::FormatTime("%H:%M:%S", FromProtoTime(status.time()), absl::UTCTimeZone());
+  std::string line = absl::StrCat(time, " ", FormatRunLine(status.run()), " members ",
+                                  status.members_size());
+  if (status.members_size() > 0) {
+    absl::StrAppend(&line, absl::StrFormat(" loss %.4f samples/s %.1f",
+                                           loss_sum / status.members_size(),
+                                           samples_per_second));
+  }
+  return line;
+}
+
+}  // namespace localsgd

@@ -1,0 +1,24 @@
+#ifndef LOCALSGD_COORDINATOR_CTL_FORMAT_H_
+#define LOCALSGD_COORDINATOR_CTL_FORMAT_H_
+
+#include <string>
+
+#include "proto/localsgd/v1/coordinator.pb.h"
+
+namespace localsgd {
+
+// localsgdctl's readable views of the coordinator's status.
+
+// One run in one line: "run-… (name) RUNNING round 3 step 24/1000".
+std::string FormatRunLine(const v1::RunInfo& run);
+
+// The `status` command: the run, its main spec numbers, and a table of members.
+std::string FormatStatusTable(const v1::CoordinatorStatus& status);
+
+// The `watch` command: one line per snapshot with time, state, round, step, members, mean
+// loss and total samples/s.
+std::string FormatWatchLine(const v1::CoordinatorStatus& status);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_CTL_FORMAT_H_

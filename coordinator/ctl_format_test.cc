@@ -1,0 +1,62 @@
+#include "coordinator/ctl_format.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::CoordinatorStatus Sample() {
+  v1::CoordinatorStatus status;
+  v1::RunInfo* run = status.mutable_run();
+  run->set_run_id("run-1");
+  run->set_state(v1::RUN_STATE_RUNNING);
+  run->set_round(3);
+  run->set_global_step(24);
+  run->mutable_spec()->set_name("fmnist");
+  run->mutable_spec()->mutable_model()->set_builtin("cnn");
+  run->mutable_spec()->set_total_steps(1000);
+  run->mutable_spec()->set_local_sgd_steps(8);
+  run->mutable_spec()->set_codec(v1::CODEC_INT8);
+  run->mutable_spec()->set_enabled(true);
+  for (int i = 0; i < 2; ++i) {
+    v1::MemberStatus* m = status.add_members();
+    m->set_worker_id("node-a/" + std::to_string(i));
+    m->set_hostname("host-a");
+    m->set_step(24);
+    m->set_loss(i == 0 ? 0.5 : 0.25);
+    m->set_samples_per_second(1000);
+    m->set_heartbeat_age_seconds(0.4);
+  }
+  status.set_uptime_seconds(12);
+  return status;
+}
+
+TEST(CtlFormatTest, RunLine) {
+  EXPECT_EQ(FormatRunLine(v1::RunInfo()), "no run (IDLE)");
+  EXPECT_EQ(FormatRunLine(Sample().run()), "run-1 (fmnist) RUNNING round 3 step 24/1000");
+}
+
+TEST(CtlFormatTest, StatusTable) {
+  std::string table = FormatStatusTable(Sample());
+  EXPECT_THAT(table, HasSubstr("coordinator up 12s, 2 members"));
+  EXPECT_THAT(table, HasSubstr("model cnn"));
+  EXPECT_THAT(table, HasSubstr("codec INT8"));
+  EXPECT_THAT(table, HasSubstr("local_sgd_steps 8"));
+  EXPECT_THAT(table, HasSubstr("WORKER"));
+  EXPECT_THAT(table, HasSubstr("node-a/1"));
+  EXPECT_THAT(table, HasSubstr("0.2500"));
+  EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
+}
+
+TEST(CtlFormatTest, WatchLineAggregates) {
+  std::string line = FormatWatchLine(Sample());
+  EXPECT_THAT(line, HasSubstr("RUNNING round 3 step 24/1000 members 2"));
+  EXPECT_THAT(line, HasSubstr("loss 0.3750"));
+  EXPECT_THAT(line, HasSubstr("samples/s 2000.0"));
+}
+
+}  // namespace
+}  // namespace localsgd

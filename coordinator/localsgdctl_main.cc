@@ -1,0 +1,163 @@
+// localsgdctl: the operator's command line over the coordinator's gRPC API.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/auth.h"
+#include "common/file_util.h"
+#include "common/run_spec.h"
+#include "common/status_util.h"
+#include "coordinator/ctl_format.h"
+#include "coordinator/status_render.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
+ABSL_FLAG(std::string, token, "", "Bearer token for start/stop.");
+ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call.");
+ABSL_FLAG(std::string, spec, "", "start: the run spec, a text-format RunSpec file.");
+ABSL_FLAG(std::string, run_id, "", "stop: the run to stop (default: the active run).");
+ABSL_FLAG(std::string, reason, "", "stop: why, shown in status.");
+ABSL_FLAG(bool, json, false, "status: print the status as JSON instead of a table.");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "watch: least time between two lines.");
+ABSL_FLAG(bool, until_done, false,
+          "watch: exit when the run is COMPLETED (0), STOPPED or FAILED (1).");
+
+namespace {
+
+using localsgd::v1::Coordinator;
+
+constexpr char kUsage[] =
+    "localsgdctl: the operator's command line for a localsgd coordinator.\n"
+    "Usage: localsgdctl [--coordinator=HOST:PORT] [--token_file=FILE] COMMAND\n"
+    "  start --spec=FILE          start a run from a text-format RunSpec\n"
+    "  stop [--run_id=ID] [--reason=TEXT]\n"
+    "                             stop the active run\n"
+    "  status [--json]            the run and its members\n"
+    "  watch [--interval=1s] [--until_done]\n"
+    "                             a line per status change until Ctrl-C";
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "localsgdctl: %s (see --help)\n", message.c_str());
+  return 2;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "localsgdctl: %s: %s\n", absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+class Ctl {
+ public:
+  Ctl(std::unique_ptr<Coordinator::Stub> stub, std::string token)
+      : stub_(std::move(stub)), token_(std::move(token)) {}
+
+  int Start() {
+    const std::string path = absl::GetFlag(FLAGS_spec);
+    if (path.empty()) return Usage("start needs --spec=FILE");
+    absl::StatusOr<std::string> text = localsgd::ReadFile(path);
+    if (!text.ok()) return Fail(text.status());
+    absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::ParseRunSpecText(*text);
+    if (!spec.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat(path, ": ", spec.status().message())));
+    localsgd::v1::StartRunRequest request;
+    *request.mutable_spec() = *spec;
+    localsgd::v1::StartRunResponse response;
+    auto context = Context(/*authenticated=*/true);
+    grpc::Status status = stub_->StartRun(context.get(), request, &response);
+    if (!status.ok()) return Fail(localsgd::FromGrpcStatus(status));
+    std::printf("started %s\n", localsgd::FormatRunLine(response.run()).c_str());
+    return 0;
+  }
+
+  int Stop() {
+    localsgd::v1::StopRunRequest request;
+    request.set_run_id(absl::GetFlag(FLAGS_run_id));
+    request.set_reason(absl::GetFlag(FLAGS_reason));
+    localsgd::v1::StopRunResponse response;
+    auto context = Context(/*authenticated=*/true);
+    grpc::Status status = stub_->StopRun(context.get(), request, &response);
+    if (!status.ok()) return Fail(localsgd::FromGrpcStatus(status));
+    std::printf("stopped %s\n", localsgd::FormatRunLine(response.run()).c_str());
+    return 0;
+  }
+
+  int Status() {
+    localsgd::v1::CoordinatorStatus status;
+    auto context = Context(/*authenticated=*/false);
+    grpc::Status result = stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
+    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
+    std::string out = absl::GetFlag(FLAGS_json) ? localsgd::StatusToJson(status)
+                                                : localsgd::FormatStatusTable(status);
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+
+  int Watch() {
+    localsgd::v1::WatchStatusRequest request;
+    request.set_min_interval_seconds(absl::ToDoubleSeconds(absl::GetFlag(FLAGS_interval)));
+    grpc::ClientContext context;  // no deadline: runs until Ctrl-C or the server ends it
+    auto reader = stub_->WatchStatus(&context, request);
+    localsgd::v1::CoordinatorStatus status;
+    while (reader->Read(&status)) {
+      std::printf("%s\n", localsgd::FormatWatchLine(status).c_str());
+      std::fflush(stdout);
+      localsgd::v1::RunState state = status.run().state();
+      if (absl::GetFlag(FLAGS_until_done) &&
+          (state == localsgd::v1::RUN_STATE_COMPLETED ||
+           state == localsgd::v1::RUN_STATE_STOPPED || state == localsgd::v1::RUN_STATE_FAILED)) {
+        context.TryCancel();
+        while (reader->Read(&status)) {
+        }
+        reader->Finish();
+        return state == localsgd::v1::RUN_STATE_COMPLETED ? 0 : 1;
+      }
+    }
+    grpc::Status result = reader->Finish();
+    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
+    return 0;
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context(bool authenticated) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_timeout)));
+    if (authenticated) localsgd::AddBearerToken(context.get(), token_);
+    return context;
+  }
+
+  std::unique_ptr<Coordinator::Stub> stub_;
+  std::string token_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, watch)"
+                                 : absl::StrCat("one COMMAND expected, got \"", args[2], "\" too"));
+  }
+  absl::StatusOr<std::string> token =
+      localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return Fail(token.status());
+  Ctl ctl(Coordinator::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator),
+                                                   grpc::InsecureChannelCredentials())),
+          *token);
+  const std::string command = args[1];
+  if (command == "start") return ctl.Start();
+  if (command == "stop") return ctl.Stop();
+  if (command == "status") return ctl.Status();
+  if (command == "watch") return ctl.Watch();
+  return Usage(absl::StrCat("unknown command \"", command, "\" (start, stop, status, watch)"));
+}

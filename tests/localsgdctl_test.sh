@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# localsgdctl and the HTTP status endpoint against a real coordinator process: start, stop,
+# status, watch, the auth rules as the CLI shows them, curl on /status, /metrics, /healthz,
+# and a restart on the same state directory.
+set -euo pipefail
+
+COORDINATOR="$TEST_SRCDIR/$TEST_WORKSPACE/coordinator/coordinator"
+CTL="$TEST_SRCDIR/$TEST_WORKSPACE/coordinator/localsgdctl"
+SPEC="$TEST_SRCDIR/$TEST_WORKSPACE/deploy/specs/demo.textproto"
+WORK="$TEST_TMPDIR"
+echo -n "s3cret" > "$WORK/token"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_contains() { grep -qF -- "$2" <<<"$1" || fail "expected \"$2\" in: $1"; }
+
+start_coordinator() {
+  "$COORDINATOR" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
+    --token_file="$WORK/token" --state_dir="$WORK/state" >"$WORK/coord.out" 2>"$WORK/coord.err" &
+  coord_pid=$!
+  pids+=("$coord_pid")
+  for _ in $(seq 1 300); do
+    grep -q '^http listening on ' "$WORK/coord.out" && break
+    kill -0 "$coord_pid" || fail "coordinator exited: $(cat "$WORK/coord.err")"
+    sleep 0.1
+  done
+  GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
+  HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
+  [[ -n "$GRPC" && -n "$HTTP" ]] || fail "no listening lines: $(cat "$WORK/coord.out")"
+}
+
+ctl() { "$CTL" --coordinator="$GRPC" "$@"; }
+
+start_coordinator
+
+out=$(ctl status)
+expect_contains "$out" "no run (IDLE)"
+expect_contains "$out" "no members"
+
+# Auth: no token, wrong token.
+if out=$(ctl start --spec="$SPEC" 2>&1); then fail "start without token succeeded"; fi
+expect_contains "$out" "UNAUTHENTICATED"
+if out=$(ctl --token=wrong start --spec="$SPEC" 2>&1); then fail "start with wrong token succeeded"; fi
+expect_contains "$out" "PERMISSION_DENIED"
+
+# Bad spec files name the problem.
+echo 'model { builtin: "mlp" } local_sgd_steps: 0' > "$WORK/bad.textproto"
+if out=$(ctl --token_file="$WORK/token" start --spec="$WORK/bad.textproto" 2>&1); then fail "bad spec accepted"; fi
+expect_contains "$out" "INVALID_ARGUMENT: spec.local_sgd_steps"
+echo 'model { builtin: "mlp" } local_sgd_stepz: 3' > "$WORK/typo.textproto"
+if out=$(ctl --token_file="$WORK/token" start --spec="$WORK/typo.textproto" 2>&1); then fail "typo spec accepted"; fi
+expect_contains "$out" "typo.textproto: run spec text: line 1"
+if out=$(ctl --token_file="$WORK/token" start --spec="$WORK/missing" 2>&1); then fail "missing spec accepted"; fi
+expect_contains "$out" "NOT_FOUND"
+
+out=$(ctl --token_file="$WORK/token" start --spec="$SPEC")
+expect_contains "$out" "started run-"
+expect_contains "$out" "(demo) WAITING_FOR_WORKERS"
+run_id=$(sed -n 's/^started \(run-[^ ]*\).*/\1/p' <<<"$out")
+
+if out=$(ctl --token_file="$WORK/token" start --spec="$SPEC" 2>&1); then fail "second start succeeded"; fi
+expect_contains "$out" "FAILED_PRECONDITION"
+
+out=$(ctl status)
+expect_contains "$out" "$run_id (demo) WAITING_FOR_WORKERS round 0 step 0/400"
+expect_contains "$out" "local_sgd_steps 8, gradient_accumulation_steps 2"
+out=$(ctl status --json)
+expect_contains "$out" "\"run_id\": \"$run_id\""
+
+# The HTTP endpoint over a real socket.
+out=$(curl -fsS "http://$HTTP/status")
+expect_contains "$out" "\"state\": \"RUN_STATE_WAITING_FOR_WORKERS\""
+out=$(curl -fsS "http://$HTTP/metrics")
+expect_contains "$out" 'localsgd_run_state{state="WAITING_FOR_WORKERS"} 1'
+[[ "$(curl -fsS "http://$HTTP/healthz")" == "ok" ]] || fail "healthz"
+code=$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "http://$HTTP/status")
+[[ "$code" == "405" ]] || fail "POST /status answered $code"
+
+# watch --until_done ends when the run is stopped (exit 1: not COMPLETED).
+ctl watch --interval=0.05s --until_done >"$WORK/watch.out" 2>&1 &
+watch_pid=$!
+pids+=("$watch_pid")
+for _ in $(seq 1 100); do grep -q WAITING_FOR_WORKERS "$WORK/watch.out" && break; sleep 0.1; done
+out=$(ctl --token_file="$WORK/token" stop --reason="test over")
+expect_contains "$out" "stopped $run_id (demo) STOPPED"
+watch_rc=0
+wait "$watch_pid" || watch_rc=$?
+[[ "$watch_rc" == "1" ]] || fail "watch exited $watch_rc: $(cat "$WORK/watch.out")"
+expect_contains "$(cat "$WORK/watch.out")" "STOPPED round 0 step 0/400 — test over"
+
+# Usage errors.
+if out=$(ctl 2>&1); then fail "no command accepted"; fi
+expect_contains "$out" "missing COMMAND"
+if out=$(ctl frobnicate 2>&1); then fail "unknown command accepted"; fi
+expect_contains "$out" "unknown command"
+
+# SIGTERM, then a restart on the same state dir shows the same run.
+kill -TERM "$coord_pid"
+wait "$coord_pid"
+expect_contains "$(cat "$WORK/coord.err")" "coordinator stopped"
+start_coordinator
+out=$(ctl status)
+expect_contains "$out" "$run_id (demo) STOPPED"
+kill -TERM "$coord_pid"
+wait "$coord_pid"
+echo "PASS"

@@ -73,7 +73,9 @@ TEST_F(MembershipTest, HeartbeatRenewsTheLease) {
     clock_.Advance(absl::Seconds(8));
     ASSERT_THAT(membership_.Heartbeat(Beat("n/0", i)), IsOk());
     // n/1 only renews on the first beat.
-    if (i == 0) ASSERT_THAT(membership_.Heartbeat(Beat("n/1", i)), IsOk());
+    if (i == 0) {
+      ASSERT_THAT(membership_.Heartbeat(Beat("n/1", i)), IsOk());
+    }
     auto expired = membership_.ExpireLeases();
     if (i == 2) {  // 16 s after its last beat
       EXPECT_THAT(expired, ::testing::ElementsAre("n/1"));

@@ -1,0 +1,124 @@
+#include "common/codec.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/chunking.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+std::vector<float> RandomValues(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> RoundTrip(v1::Codec codec, const std::vector<float>& in) {
+  std::string bytes;
+  Encode(codec, in, &bytes);
+  EXPECT_EQ(bytes.size(), EncodedBytes(codec, static_cast<int64_t>(in.size())));
+  std::vector<float> out(in.size());
+  absl::Status status = Decode(codec, bytes, absl::MakeSpan(out));
+  EXPECT_TRUE(status.ok()) << status;
+  return out;
+}
+
+TEST(CodecTest, Fp32IsExact) {
+  std::vector<float> in = RandomValues(1000, 3.0f, 1);
+  in.push_back(std::numeric_limits<float>::denorm_min());
+  in.push_back(-0.0f);
+  std::vector<float> out = RoundTrip(v1::CODEC_FP32, in);
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), in.size() * sizeof(float)), 0);
+}
+
+TEST(CodecTest, Bf16RelativeErrorAtMostTwoToTheMinusEight) {
+  for (float scale : {1e-30f, 1e-3f, 1.0f, 1e30f}) {
+    std::vector<float> in = RandomValues(4096, scale, 2);
+    std::vector<float> out = RoundTrip(v1::CODEC_BF16, in);
+    for (size_t i = 0; i < in.size(); ++i) {
+      ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(std::fabs(in[i]), -8)) << in[i];
+    }
+  }
+  EXPECT_EQ(RoundTrip(v1::CODEC_BF16, {1.0f, -2.5f, 0.0f}), (std::vector<float>{1.0f, -2.5f, 0.0f}));
+}
+
+TEST(CodecTest, Fp16RoundTripsNormalsAndSubnormals) {
+  std::vector<float> in = RandomValues(4096, 10.0f, 3);
+  std::vector<float> out = RoundTrip(v1::CODEC_FP16, in);
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(std::fabs(in[i]), -11) + 1e-7f) << in[i];
+  }
+  // Exactly representable values survive; a subnormal half rounds to the nearest step.
+  std::vector<float> exact = {1.0f, -0.5f, 65504.0f, 6.103515625e-05f, 5.9604644775390625e-08f, 0.0f};
+  EXPECT_EQ(RoundTrip(v1::CODEC_FP16, exact), exact);
+  std::vector<float> tiny = RoundTrip(v1::CODEC_FP16, {1e-6f});
+  EXPECT_NEAR(tiny[0], 1e-6f, 3e-8f);
+}
+
+TEST(CodecTest, Fp16OverflowIsRefusedOnDecode) {
+  std::string bytes;
+  Encode(v1::CODEC_FP16, std::vector<float>{1e6f}, &bytes);
+  std::vector<float> out(1);
+  EXPECT_EQ(Decode(v1::CODEC_FP16, bytes, absl::MakeSpan(out)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CodecTest, Int8ErrorAtMostBlockAbsmaxOver127) {
+  std::vector<float> in = RandomValues(10 * kInt8BlockValues + 17, 1.0f, 4);
+  in[5] = 40.0f;  // one block with a large outlier
+  std::vector<float> out = RoundTrip(v1::CODEC_INT8, in);
+  for (size_t b = 0; b * kInt8BlockValues < in.size(); ++b) {
+    size_t begin = b * kInt8BlockValues;
+    size_t end = std::min(in.size(), begin + kInt8BlockValues);
+    float absmax = 0;
+    for (size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(in[i]));
+    for (size_t i = begin; i < end; ++i) {
+      ASSERT_LE(std::fabs(out[i] - in[i]), absmax / 127.0f) << i;
+    }
+  }
+  EXPECT_EQ(EncodedBytes(v1::CODEC_INT8, 512), 2 * sizeof(float) + 512);
+  std::vector<float> zeros(300, 0.0f);
+  EXPECT_EQ(RoundTrip(v1::CODEC_INT8, zeros), zeros);
+}
+
+TEST(CodecTest, WrongSizeAndNonFiniteAreRefused) {
+  std::vector<float> out(4);
+  for (v1::Codec codec : {v1::CODEC_FP32, v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {
+    std::string bytes;
+    Encode(codec, std::vector<float>(4, 1.0f), &bytes);
+    EXPECT_EQ(Decode(codec, bytes.substr(1), absl::MakeSpan(out)).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Decode(codec, bytes + "x", absl::MakeSpan(out)).code(),
+              absl::StatusCode::kInvalidArgument);
+    std::vector<float> bad = {1.0f, std::nanf(""), 2.0f, 3.0f};
+    Encode(codec, bad, &bytes);
+    EXPECT_EQ(Decode(codec, bytes, absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument)
+        << CodecName(codec);
+    bad[1] = std::numeric_limits<float>::infinity();
+    Encode(codec, bad, &bytes);
+    EXPECT_EQ(Decode(codec, bytes, absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument)
+        << CodecName(codec);
+  }
+  EXPECT_EQ(Decode(static_cast<v1::Codec>(99), "", absl::Span<float>()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkLayoutTest, ChunksCoverTheVectorInWholeBlocks) {
+  ChunkLayout layout = ChunkLayout::ForBytes(1'000'000, 1 << 20);
+  EXPECT_EQ(layout.chunk_values, 262144);
+  EXPECT_EQ(layout.num_chunks(), 4);
+  EXPECT_EQ(layout.begin(3), 786432);
+  EXPECT_EQ(layout.end(3), 1'000'000);
+  EXPECT_EQ(ChunkLayout::ForBytes(10, 100).chunk_values, kInt8BlockValues);
+  EXPECT_EQ(ChunkLayout::ForBytes(10, 100).num_chunks(), 1);
+  EXPECT_EQ(ChunkLayout::ForBytes(0, 4096).num_chunks(), 0);
+}
+
+}  // namespace
+}  // namespace localsgd

@@ -1,0 +1,154 @@
+#include "common/aggregator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+
+namespace localsgd {
+
+AggregatorEngine::AggregatorEngine(Options options, std::vector<float> global)
+    : options_(options), global_(std::move(global)) {
+  const int64_t n = options_.layout.num_values;
+  global_.resize(static_cast<size_t>(n));
+  sum_.assign(static_cast<size_t>(n), 0.0f);
+  pending_update_.assign(static_cast<size_t>(n), 0.0f);
+  if (options_.outer.momentum != 0) {
+    momentum_.assign(static_cast<size_t>(n), 0.0f);
+    pending_momentum_.assign(static_cast<size_t>(n), 0.0f);
+  }
+  encoded_update_.resize(static_cast<size_t>(options_.layout.num_chunks()));
+}
+
+void AggregatorEngine::BeginRound(int num_members) {
+  const int chunks = layout().num_chunks();
+  num_members_ = num_members;
+  weights_.assign(static_cast<size_t>(num_members), 0.0);
+  dropped_.assign(static_cast<size_t>(num_members), false);
+  got_.assign(static_cast<size_t>(chunks), std::vector<bool>(static_cast<size_t>(num_members)));
+  chunk_weight_.assign(static_cast<size_t>(chunks), 0.0);
+  finalized_.assign(static_cast<size_t>(chunks), false);
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  completed_ = 0;
+}
+
+absl::Status AggregatorEngine::SetWeight(int slot, double weight) {
+  if (slot < 0 || slot >= num_members_) return absl::InvalidArgumentError("member: no such slot");
+  if (!std::isfinite(weight) || weight <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("weight: must be finite and > 0, got ", weight));
+  }
+  weights_[slot] = weight;
+  return absl::OkStatus();
+}
+
+absl::Status AggregatorEngine::DecodeChunk(int chunk, absl::string_view encoded,
+                                           std::vector<float>* out) const {
+  if (chunk < 0 || chunk >= layout().num_chunks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk.index: ", chunk, " is out of range [0, ", layout().num_chunks(), ")"));
+  }
+  out->resize(static_cast<size_t>(layout().size(chunk)));
+  absl::Status status = Decode(options_.codec, encoded, absl::MakeSpan(*out));
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, ": ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AggregatorEngine::Accumulate(int slot, int chunk, absl::Span<const float> decoded) {
+  if (slot < 0 || slot >= num_members_ || dropped_[slot]) {
+    return absl::InvalidArgumentError("member: not in the round");
+  }
+  if (weights_[slot] <= 0) return absl::InvalidArgumentError("member: no weight set");
+  if (chunk < 0 || chunk >= layout().num_chunks() ||
+      static_cast<int64_t>(decoded.size()) != layout().size(chunk)) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk, " does not fit"));
+  }
+  if (got_[chunk][slot]) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk, " sent twice"));
+  }
+  got_[chunk][slot] = true;
+  const float w = static_cast<float>(weights_[slot]);
+  float* sum = sum_.data() + layout().begin(chunk);
+  const size_t n = decoded.size();
+  for (size_t i = 0; i < n; ++i) sum[i] += w * decoded[i];
+  chunk_weight_[chunk] += weights_[slot];
+  return absl::OkStatus();
+}
+
+void AggregatorEngine::Drop(int slot) {
+  if (slot >= 0 && slot < num_members_) dropped_[slot] = true;
+}
+
+int AggregatorEngine::active_members() const {
+  return static_cast<int>(std::count(dropped_.begin(), dropped_.end(), false));
+}
+
+bool AggregatorEngine::Complete(int chunk) const {
+  if (chunk_weight_[chunk] <= 0) return false;  // nobody's delta: cannot average
+  for (int slot = 0; slot < num_members_; ++slot) {
+    if (!dropped_[slot] && !got_[chunk][slot]) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<int>> AggregatorEngine::TakeCompleted() {
+  std::vector<int> done;
+  for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
+    if (!finalized_[chunk] && Complete(chunk)) {
+      if (absl::Status status = Finalize(chunk); !status.ok()) return status;
+      done.push_back(chunk);
+    }
+  }
+  return done;
+}
+
+absl::Status AggregatorEngine::Finalize(int chunk) {
+  const int64_t begin = layout().begin(chunk);
+  const size_t n = static_cast<size_t>(layout().size(chunk));
+  float* update = pending_update_.data() + begin;
+  const float* sum = sum_.data() + begin;
+  const float inverse_weight = static_cast<float>(1.0 / chunk_weight_[chunk]);
+  const float lr = static_cast<float>(options_.outer.lr);
+  const float mu = static_cast<float>(options_.outer.momentum);
+  if (momentum_.empty()) {
+    for (size_t i = 0; i < n; ++i) update[i] = lr * (sum[i] * inverse_weight);
+  } else {
+    const float* old_momentum = momentum_.data() + begin;
+    float* new_momentum = pending_momentum_.data() + begin;
+    for (size_t i = 0; i < n; ++i) {
+      const float mean = sum[i] * inverse_weight;
+      new_momentum[i] = mu * old_momentum[i] + mean;
+      update[i] = options_.outer.nesterov ? lr * (mean + mu * new_momentum[i])
+                                          : lr * new_momentum[i];
+    }
+  }
+  // Encode once; every member and this engine apply exactly the decoded bytes, so all copies
+  // of global[r] stay bit-identical whatever the codec.
+  std::string& encoded = encoded_update_[chunk];
+  Encode(options_.codec, absl::MakeConstSpan(update, n), &encoded);
+  if (options_.codec != v1::CODEC_FP32) {
+    // Fails only when the update does not fit the codec (fp16 beyond 65504).
+    absl::Status status = Decode(options_.codec, encoded, absl::MakeSpan(update, n));
+    if (!status.ok()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("update of chunk ", chunk, " does not fit ", CodecName(options_.codec)));
+    }
+  }
+  finalized_[chunk] = true;
+  ++completed_;
+  return absl::OkStatus();
+}
+
+void AggregatorEngine::Commit() {
+  const size_t n = global_.size();
+  for (size_t i = 0; i < n; ++i) global_[i] += pending_update_[i];
+  if (!momentum_.empty()) momentum_.swap(pending_momentum_);
+  num_members_ = 0;
+}
+
+void AggregatorEngine::Abort() { num_members_ = 0; }
+
+}  // namespace localsgd

@@ -1,0 +1,109 @@
+#ifndef LOCALSGD_COMMON_AGGREGATOR_H_
+#define LOCALSGD_COMMON_AGGREGATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/chunking.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
+
+namespace localsgd {
+
+// The outer optimizer applied to the weighted mean of the deltas. lr 1, momentum 0 is plain
+// averaging; DiLoCo is lr 0.7, momentum 0.9, nesterov.
+struct OuterOptimizer {
+  double lr = 1.0;
+  double momentum = 0.0;
+  bool nesterov = false;
+};
+
+// The aggregator engine for one range of the flat parameter vector (the whole vector in star
+// mode, one shard in the sharded mode). It holds global[r-1] for the range and, during a round,
+// sums the members' decoded deltas chunk by chunk in fp32. A chunk is complete once every
+// member still in the round has delivered it; its update (weighted mean of the deltas that
+// arrived for it, through the outer optimizer) is then encoded at once, so it can be sent
+// before later chunks arrive. The update is applied to global (and the optimizer state
+// advanced) only on Commit; Abort discards the round.
+//
+// A member dropped mid-round stops being waited for; the chunks it already delivered keep its
+// (valid) contribution, and each chunk's mean is over the weights that reached that chunk.
+// Thread-compatible: the caller serialises access.
+class AggregatorEngine {
+ public:
+  struct Options {
+    // Chunks of the range; chunk indexes are relative to the range.
+    ChunkLayout layout;
+    v1::Codec codec = v1::CODEC_FP32;
+    OuterOptimizer outer;
+  };
+
+  // `global` is global[r-1] for the range; its size must be layout.num_values.
+  AggregatorEngine(Options options, std::vector<float> global);
+
+  // Opens a round that waits for `num_members` members (slots 0..num_members-1).
+  void BeginRound(int num_members);
+
+  // Sets a slot's weight (finite, > 0) before its chunks arrive.
+  absl::Status SetWeight(int slot, double weight);
+
+  // Decodes and checks one encoded chunk without touching the engine (callers may do this
+  // outside their lock). INVALID_ARGUMENT for an index out of range, a wrong size or NaN/Inf.
+  absl::Status DecodeChunk(int chunk, absl::string_view encoded, std::vector<float>* out) const;
+
+  // Adds slot's decoded chunk. INVALID_ARGUMENT for a duplicate, a dropped slot or a slot
+  // without weight. Complete chunks become available through TakeCompleted.
+  absl::Status Accumulate(int slot, int chunk, absl::Span<const float> decoded);
+
+  // Stops waiting for `slot`.
+  void Drop(int slot);
+
+  // Finalises every chunk that is now complete and returns their indexes (each once).
+  // OUT_OF_RANGE when an update does not fit the codec (fp16 overflow): abort the round.
+  absl::StatusOr<std::vector<int>> TakeCompleted();
+
+  // The encoded update of a finalised chunk.
+  const std::string& EncodedUpdate(int chunk) const { return encoded_update_[chunk]; }
+
+  bool AllComplete() const { return completed_ == layout().num_chunks(); }
+  // Slots not dropped.
+  int active_members() const;
+
+  // Applies the round's decoded update to global and advances the optimizer state.
+  // Requires AllComplete().
+  void Commit();
+  // Forgets the round; global and optimizer state stay as they were.
+  void Abort();
+
+  absl::Span<const float> global() const { return global_; }
+  const ChunkLayout& layout() const { return options_.layout; }
+  v1::Codec codec() const { return options_.codec; }
+
+ private:
+  absl::Status Finalize(int chunk);
+  bool Complete(int chunk) const;
+
+  Options options_;
+  std::vector<float> global_;
+  std::vector<float> momentum_;  // outer momentum buffer (empty when momentum is 0)
+
+  // The round in progress.
+  int num_members_ = 0;
+  std::vector<double> weights_;           // per slot; 0 = not yet known
+  std::vector<bool> dropped_;             // per slot
+  std::vector<std::vector<bool>> got_;    // [chunk][slot]
+  std::vector<double> chunk_weight_;      // per chunk: weights summed so far
+  std::vector<bool> finalized_;           // per chunk
+  std::vector<float> sum_;                // weighted deltas summed, per value
+  std::vector<float> pending_update_;     // decoded updates of finalised chunks
+  std::vector<float> pending_momentum_;
+  std::vector<std::string> encoded_update_;
+  int completed_ = 0;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_AGGREGATOR_H_

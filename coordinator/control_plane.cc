@@ -143,6 +143,9 @@ v1::CoordinatorStatus ControlPlane::Status() const {
   status.set_leases_expired_total(leases_expired_total_);
   status.set_bytes_received_total(bytes_received_total_);
   status.set_bytes_sent_total(bytes_sent_total_);
+  status.set_rounds_committed_total(rounds_committed_total_);
+  status.set_rounds_aborted_total(rounds_aborted_total_);
+  for (const v1::RoundRecord& record : recent_rounds_) *status.add_recent_rounds() = record;
   return status;
 }
 
@@ -187,10 +190,45 @@ bool ControlPlane::draining() const {
   return draining_;
 }
 
-void ControlPlane::AddBytes(int64_t received, int64_t sent) {
+std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   absl::MutexLock lock(&mu_);
-  bytes_received_total_ += received;
-  bytes_sent_total_ += sent;
+  std::vector<Leader> leaders;
+  for (const Member& member : membership_.Members()) {
+    if (member.identity.local_rank() == 0) {
+      leaders.push_back(Leader{member.worker_id, member.identity.local_world_size()});
+    }
+  }
+  return leaders;
+}
+
+absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
+                                       int64_t global_step) {
+  absl::MutexLock lock(&mu_);
+  if (run_id != runs_.info().run_id()) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is not the current run"));
+  }
+  v1::RunState before = runs_.info().state();
+  if (absl::Status status = runs_.CommitRound(round, global_step); !status.ok()) return status;
+  if (runs_.info().state() != before) {
+    LogInfo(absl::StrCat("run ", run_id, ": ", RunStateName(before), " -> ",
+                         RunStateName(runs_.info().state()), " (", runs_.info().reason(), ")"));
+  }
+  Changed();
+  return absl::OkStatus();
+}
+
+void ControlPlane::RecordRound(v1::RoundRecord record) {
+  constexpr size_t kMaxRecords = 100;
+  absl::MutexLock lock(&mu_);
+  bytes_received_total_ += record.bytes_received();
+  bytes_sent_total_ += record.bytes_sent();
+  if (record.outcome() == v1::ROUND_OUTCOME_COMMITTED) {
+    ++rounds_committed_total_;
+  } else {
+    ++rounds_aborted_total_;
+  }
+  recent_rounds_.push_back(std::move(record));
+  while (recent_rounds_.size() > kMaxRecords) recent_rounds_.pop_front();
   Changed(/*run_changed=*/false);
 }
 

@@ -2,10 +2,12 @@
 #define LOCALSGD_COORDINATOR_CONTROL_PLANE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,8 +61,19 @@ class ControlPlane {
   void Drain();
   bool draining() const;
 
-  // Accounting for the averaging data plane.
-  void AddBytes(int64_t received, int64_t sent);
+  // For the round manager: the live node leaders (local rank 0) and the workers each stands
+  // for (its local world size), ordered by worker id.
+  struct Leader {
+    std::string worker_id;
+    int local_world_size = 1;
+  };
+  std::vector<Leader> LiveLeaders() const;
+
+  // Commits sync round `round` of run `run_id` at `global_step` (see RunManager::CommitRound).
+  absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step);
+
+  // Keeps a finished round's record for status and metrics, and counts its bytes.
+  void RecordRound(v1::RoundRecord record);
 
  private:
   ControlPlane(Options options, std::optional<RunStore> store);
@@ -85,6 +98,9 @@ class ControlPlane {
   int64_t leases_expired_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_received_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_sent_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rounds_committed_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rounds_aborted_total_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::RoundRecord> recent_rounds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace localsgd

@@ -16,6 +16,8 @@ namespace localsgd {
 namespace {
 
 constexpr char kServiceName[] = "localsgd.v1.Coordinator";
+constexpr char kAveragingServiceName[] = "localsgd.v1.Averaging";
+constexpr int kMaxMessageBytes = 32 << 20;
 
 std::chrono::system_clock::time_point Deadline(absl::Duration from_now) {
   return absl::ToChronoTime(absl::Now() + from_now);
@@ -46,6 +48,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->watchers_.get(),
                                                         options.token);
 
+  self->rounds_ = std::make_unique<RoundManager>(self->plane_.get(),
+                                                 RoundManager::Options{options.clock});
+  self->averaging_ = std::make_unique<AveragingService>(self->rounds_.get(), options.token);
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -54,6 +60,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   int port = 0;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(self->service_.get());
+  builder.RegisterService(self->averaging_.get());
+  // Chunks are at most 16 MiB (RunSpec.chunk_bytes); leave room for the envelope.
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   self->grpc_server_ = builder.BuildAndStart();
   if (self->grpc_server_ == nullptr || port == 0) {
     return absl::UnavailableError(
@@ -63,6 +73,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   grpc::HealthCheckServiceInterface* health = self->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus(kAveragingServiceName, true);
 
   if (!options.http_address.empty()) {
     ControlPlane* plane_ptr = self->plane_.get();
@@ -91,14 +102,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     self->http_address_ = self->http_server_->address();
   }
 
-  absl::Duration tick = std::min(options.lease_timeout / 4, absl::Seconds(1));
+  // Leases, quorum timeouts and round deadlines are checked this often.
+  absl::Duration tick = std::min(options.lease_timeout / 4, absl::Milliseconds(250));
   CoordinatorServer* raw = self.get();
   self->ticker_ = std::thread([raw, tick] { raw->TickLoop(tick); });
   return self;
 }
 
 void CoordinatorServer::TickLoop(absl::Duration interval) {
-  while (!stop_ticking_.WaitForNotificationWithTimeout(interval)) plane_->Tick();
+  while (!stop_ticking_.WaitForNotificationWithTimeout(interval)) {
+    plane_->Tick();
+    rounds_->Tick();
+  }
 }
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {

@@ -13,14 +13,16 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_server.h"
+#include "coordinator/averaging_service.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/round_manager.h"
 #include "coordinator/status_watch.h"
 
 namespace localsgd {
 
-// A running coordinator: the gRPC server (Coordinator service, gRPC health checking and
-// server reflection), the HTTP status endpoint (/, /status, /metrics, /healthz) and the
+// A running coordinator: the gRPC server (Coordinator and Averaging services, gRPC health
+// checking and server reflection), the HTTP status endpoint (/, /status, /metrics, /healthz) and the
 // thread that expires leases. Thread-safe.
 class CoordinatorServer {
  public:
@@ -50,6 +52,7 @@ class CoordinatorServer {
   const std::string& http_address() const { return http_address_; }
 
   ControlPlane* control_plane() { return plane_.get(); }
+  RoundManager* round_manager() { return rounds_.get(); }
 
   // Refuses new joins, reports NOT_SERVING, ends status streams, and stops both servers,
   // giving calls in flight `grace` to finish. Idempotent.
@@ -62,6 +65,8 @@ class CoordinatorServer {
   std::unique_ptr<ControlPlane> plane_;
   std::unique_ptr<StatusWatchHub> watchers_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<RoundManager> rounds_;
+  std::unique_ptr<AveragingService> averaging_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpServer> http_server_;
   std::string grpc_address_;

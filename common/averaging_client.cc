@@ -1,0 +1,174 @@
+#include "common/averaging_client.h"
+
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/codec.h"
+#include "common/status_util.h"
+
+namespace localsgd {
+
+AveragingClient::AveragingClient(std::shared_ptr<grpc::Channel> channel, std::string token)
+    : stub_(v1::Averaging::NewStub(std::move(channel))), token_(std::move(token)) {}
+
+std::unique_ptr<grpc::ClientContext> AveragingClient::Context(absl::Duration timeout) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddBearerToken(context.get(), token_);
+  return context;
+}
+
+absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
+    const Member& member, int64_t round, int64_t step, absl::Span<const float> params,
+    absl::Span<float> global, absl::Duration timeout) {
+  if (params.size() != global.size()) {
+    return absl::InvalidArgumentError("params and global differ in length");
+  }
+  auto context = Context(timeout);
+  auto stream = stub_->Sync(context.get());
+
+  v1::SyncRequest header_message;
+  v1::SyncHeader* header = header_message.mutable_header();
+  header->set_run_id(member.run_id);
+  header->set_round(round);
+  header->set_member_id(member.member_id);
+  header->set_vector_length(static_cast<int64_t>(params.size()));
+  header->set_codec(member.codec);
+  header->set_weight(member.weight);
+  header->set_step(step);
+  header->set_num_workers(member.num_workers);
+  if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
+
+  // The first reply says how the vector is chunked; then a writer thread streams the delta
+  // while this thread reads the update chunks as they come (they may come before the last
+  // delta chunk is sent).
+  v1::SyncResponse response;
+  if (!stream->Read(&response) || !response.has_header()) {
+    stream->WritesDone();
+    grpc::Status status = stream->Finish();
+    return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
+  }
+  const v1::RoundHeader round_header = response.header();
+  const ChunkLayout layout{static_cast<int64_t>(params.size()), round_header.chunk_values()};
+  if (round_header.chunk_values() <= 0 || layout.num_chunks() != round_header.num_chunks()) {
+    context->TryCancel();
+    stream->Finish();
+    return absl::InternalError("round header does not match the vector");
+  }
+  std::thread writer([&] {
+    std::vector<float> delta;
+    for (int c = 0; c < layout.num_chunks(); ++c) {
+      const int64_t begin = layout.begin(c);
+      delta.resize(static_cast<size_t>(layout.size(c)));
+      for (size_t i = 0; i < delta.size(); ++i) delta[i] = params[begin + i] - global[begin + i];
+      v1::SyncRequest request;
+      request.mutable_chunk()->set_index(c);
+      Encode(member.codec, delta, request.mutable_chunk()->mutable_data());
+      if (!stream->Write(request)) return;
+    }
+    stream->WritesDone();
+  });
+
+  std::vector<float> update(params.size());
+  std::vector<bool> received(static_cast<size_t>(layout.num_chunks()), false);
+  int received_count = 0;
+  absl::Status problem;
+  SyncResult result;
+  bool committed = false;
+  while (stream->Read(&response)) {
+    if (response.has_update()) {
+      const int c = response.update().index();
+      if (c < 0 || c >= layout.num_chunks() || received[c]) {
+        problem = absl::InternalError(absl::StrCat("unexpected update chunk ", c));
+        break;
+      }
+      problem = Decode(round_header.codec(), response.update().data(),
+                       absl::MakeSpan(update.data() + layout.begin(c),
+                                      static_cast<size_t>(layout.size(c))));
+      if (!problem.ok()) break;
+      received[c] = true;
+      ++received_count;
+    } else if (response.has_commit()) {
+      result.round = response.commit().round();
+      result.global_step = response.commit().global_step();
+      result.members.assign(response.commit().members().begin(),
+                            response.commit().members().end());
+      committed = true;
+    }
+  }
+  if (!problem.ok()) context->TryCancel();
+  writer.join();
+  grpc::Status status = stream->Finish();
+  if (!problem.ok()) return problem;
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (!committed || received_count != layout.num_chunks()) {
+    return absl::InternalError("the stream ended without a complete, committed update");
+  }
+  for (size_t i = 0; i < global.size(); ++i) global[i] += update[i];
+  return result;
+}
+
+absl::Status AveragingClient::InitModel(const std::string& run_id, const std::string& member_id,
+                                        absl::Span<const float> values, const ChunkLayout& layout,
+                                        absl::Duration timeout) {
+  auto context = Context(timeout);
+  v1::InitModelResponse response;
+  auto stream = stub_->InitModel(context.get(), &response);
+  v1::InitModelRequest request;
+  request.mutable_header()->set_run_id(run_id);
+  request.mutable_header()->set_member_id(member_id);
+  request.mutable_header()->set_vector_length(static_cast<int64_t>(values.size()));
+  bool ok = stream->Write(request);
+  for (int c = 0; ok && c < layout.num_chunks(); ++c) {
+    request.mutable_chunk()->set_index(c);
+    request.mutable_chunk()->set_data(reinterpret_cast<const char*>(values.data() + layout.begin(c)),
+                                      static_cast<size_t>(layout.size(c)) * sizeof(float));
+    ok = stream->Write(request);
+  }
+  stream->WritesDone();
+  return FromGrpcStatus(stream->Finish());
+}
+
+absl::StatusOr<AveragingClient::Model> AveragingClient::FetchModel(const std::string& run_id,
+                                                                   absl::Duration timeout) {
+  auto context = Context(timeout);
+  v1::FetchModelRequest request;
+  request.set_run_id(run_id);
+  auto stream = stub_->FetchModel(context.get(), request);
+  v1::FetchModelResponse response;
+  Model model;
+  std::optional<ChunkLayout> layout;
+  int chunks = 0;
+  while (stream->Read(&response)) {
+    if (response.has_header()) {
+      model.run_id = response.header().run_id();
+      model.round = response.header().round();
+      model.global_step = response.header().global_step();
+      layout = ChunkLayout{response.header().vector_length(), response.header().chunk_values()};
+      model.values.resize(static_cast<size_t>(layout->num_values));
+    } else if (layout.has_value() && response.has_chunk()) {
+      const v1::Chunk& chunk = response.chunk();
+      const size_t bytes = static_cast<size_t>(layout->size(chunk.index())) * sizeof(float);
+      if (chunk.index() < 0 || chunk.index() >= layout->num_chunks() ||
+          chunk.data().size() != bytes) {
+        context->TryCancel();
+        stream->Finish();
+        return absl::InternalError("malformed model chunk");
+      }
+      std::memcpy(model.values.data() + layout->begin(chunk.index()), chunk.data().data(), bytes);
+      ++chunks;
+    }
+  }
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (!layout.has_value() || chunks != layout->num_chunks()) {
+    return absl::InternalError("incomplete model");
+  }
+  return model;
+}
+
+}  // namespace localsgd

@@ -1,0 +1,71 @@
+#ifndef LOCALSGD_COMMON_AVERAGING_CLIENT_H_
+#define LOCALSGD_COMMON_AVERAGING_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/chunking.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+
+namespace localsgd {
+
+// A node leader's side of the Averaging service, on flat float vectors (no LibTorch): the
+// initial upload, fetching the global model, and one sync round at a time.
+// Thread-safe (each call has its own stream).
+class AveragingClient {
+ public:
+  AveragingClient(std::shared_ptr<grpc::Channel> channel, std::string token);
+
+  // Who is syncing: the fields of the SyncHeader besides round and vector length.
+  struct Member {
+    std::string run_id;
+    std::string member_id;
+    v1::Codec codec = v1::CODEC_FP32;
+    double weight = 1;
+    int num_workers = 1;
+  };
+
+  struct SyncResult {
+    int64_t round = 0;
+    int64_t global_step = 0;
+    std::vector<std::string> members;  // whose deltas are in the update
+  };
+
+  // One round: streams the encoded delta `params - global` chunk by chunk while reading the
+  // update chunks, and on commit adds the decoded update to `global` (global[r-1] becomes
+  // global[r]). On any error, ABORTED included, `global` is unchanged.
+  absl::StatusOr<SyncResult> Sync(const Member& member, int64_t round, int64_t step,
+                                  absl::Span<const float> params, absl::Span<float> global,
+                                  absl::Duration timeout);
+
+  // Uploads global[0] in fp32 chunks of `layout`. ALREADY_EXISTS when another leader was first.
+  absl::Status InitModel(const std::string& run_id, const std::string& member_id,
+                         absl::Span<const float> values, const ChunkLayout& layout,
+                         absl::Duration timeout);
+
+  struct Model {
+    std::string run_id;
+    int64_t round = 0;
+    int64_t global_step = 0;
+    std::vector<float> values;
+  };
+  // The committed global model of `run_id` (empty: the active run).
+  absl::StatusOr<Model> FetchModel(const std::string& run_id, absl::Duration timeout);
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+
+  std::unique_ptr<v1::Averaging::Stub> stub_;
+  const std::string token_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_AVERAGING_CLIENT_H_

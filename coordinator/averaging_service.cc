@@ -1,0 +1,272 @@
+#include "coordinator/averaging_service.h"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/auth.h"
+#include "common/status_util.h"
+#include "common/stream_outbox.h"
+
+namespace localsgd {
+namespace {
+
+// The RoundMember side of a Sync stream: messages go out through an outbox into the reactor.
+class SyncMember : public RoundMember {
+ public:
+  explicit SyncMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor)
+      : outbox_([reactor](const v1::SyncResponse* m) { reactor->StartWrite(m); },
+                [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
+
+  void Enqueue(std::shared_ptr<const v1::SyncResponse> message) override {
+    outbox_.Enqueue(std::move(message));
+  }
+  void Close(const absl::Status& status) override { outbox_.Close(ToGrpcStatus(status)); }
+  void Flush() override { outbox_.Flush(); }
+  StreamOutbox<v1::SyncResponse>& outbox() { return outbox_; }
+
+ private:
+  StreamOutbox<v1::SyncResponse> outbox_;
+};
+
+// One member's Sync call: reads the header and the chunks and hands them to the round
+// manager; what the round manager sends back goes out through the member's outbox.
+class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse> {
+ public:
+  SyncReactor(RoundManager* rounds, const absl::Status& auth)
+      : rounds_(rounds), member_(std::make_shared<SyncMember>(this)) {
+    if (!auth.ok()) {
+      End(auth);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client closed its side: normal once every chunk is sent, else it gave up.
+      if (session_ != 0) {
+        rounds_->EndOfInput(session_);
+      } else {
+        End(absl::InvalidArgumentError("the stream ended before a header"));
+      }
+      return;
+    }
+    absl::Status status;
+    if (session_ == 0) {
+      if (!request_.has_header()) {
+        status = absl::InvalidArgumentError("the first message must be a header");
+      } else {
+        absl::StatusOr<int64_t> session = rounds_->Join(request_.header(), member_);
+        status = session.status();
+        if (session.ok()) session_ = *session;
+      }
+    } else if (!request_.has_chunk()) {
+      status = absl::InvalidArgumentError("header sent twice; only chunks may follow it");
+      rounds_->Leave(session_, status);
+    } else {
+      // On bad input the round manager drops the member and closes its stream itself.
+      status = rounds_->AddChunk(session_, request_.chunk());
+    }
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override { member_->outbox().OnWriteDone(ok); }
+
+  void OnCancel() override {
+    if (session_ != 0) rounds_->Leave(session_, absl::CancelledError("the member went away"));
+    member_->outbox().Abandon(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void End(const absl::Status& status) {
+    member_->Close(status);
+    member_->Flush();
+  }
+
+  RoundManager* const rounds_;
+  const std::shared_ptr<SyncMember> member_;
+  v1::SyncRequest request_;
+  int64_t session_ = 0;
+};
+
+// InitModel: gathers the fp32 chunks of global[0], then hands the whole vector over.
+class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
+ public:
+  InitModelReactor(RoundManager* rounds, v1::InitModelResponse* response,
+                   const absl::Status& auth)
+      : rounds_(rounds), response_(response) {
+    if (!auth.ok()) {
+      End(auth);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      End(Complete());
+      return;
+    }
+    absl::Status status = Take();
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnCancel() override { End(absl::CancelledError("cancelled")); }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Take() {
+    if (!layout_.has_value()) {
+      if (!request_.has_header()) {
+        return absl::InvalidArgumentError("the first message must be a header");
+      }
+      header_ = request_.header();
+      absl::StatusOr<ChunkLayout> layout = rounds_->BeginInit(header_);
+      if (!layout.ok()) return layout.status();
+      layout_ = *layout;
+      values_.resize(static_cast<size_t>(layout_->num_values));
+      received_.assign(static_cast<size_t>(layout_->num_chunks()), false);
+      return absl::OkStatus();
+    }
+    if (!request_.has_chunk()) return absl::InvalidArgumentError("header sent twice");
+    const v1::Chunk& chunk = request_.chunk();
+    if (chunk.index() < 0 || chunk.index() >= layout_->num_chunks()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(),
+                                                     " is out of range [0, ",
+                                                     layout_->num_chunks(), ")"));
+    }
+    if (received_[chunk.index()]) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(), " sent twice"));
+    }
+    const size_t bytes = static_cast<size_t>(layout_->size(chunk.index())) * sizeof(float);
+    if (chunk.data().size() != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ",
+                                                     chunk.data().size(), " bytes, expected ",
+                                                     bytes, " (fp32)"));
+    }
+    std::memcpy(values_.data() + layout_->begin(chunk.index()), chunk.data().data(), bytes);
+    received_[chunk.index()] = true;
+    ++chunks_;
+    return absl::OkStatus();
+  }
+
+  absl::Status Complete() {
+    if (!layout_.has_value()) return absl::InvalidArgumentError("the stream ended before a header");
+    if (chunks_ != layout_->num_chunks()) {
+      return absl::InvalidArgumentError(absl::StrCat("got ", chunks_, " of ",
+                                                     layout_->num_chunks(), " chunks"));
+    }
+    response_->set_vector_length(layout_->num_values);
+    return rounds_->FinishInit(header_, std::move(values_));
+  }
+
+  void End(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(ToGrpcStatus(status));
+  }
+
+  RoundManager* const rounds_;
+  v1::InitModelResponse* const response_;
+  v1::InitModelRequest request_;
+  v1::InitModelHeader header_;
+  std::optional<ChunkLayout> layout_;
+  std::vector<float> values_;
+  std::vector<bool> received_;
+  int chunks_ = 0;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// FetchModel: a header, then the snapshot's chunks one write at a time.
+class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse> {
+ public:
+  FetchModelReactor(RoundManager* rounds, const v1::FetchModelRequest& request,
+                    const absl::Status& auth) {
+    absl::StatusOr<RoundManager::ModelSnapshot> snapshot =
+        auth.ok() ? rounds->FetchModel(request.run_id())
+                  : absl::StatusOr<RoundManager::ModelSnapshot>(auth);
+    if (!snapshot.ok()) {
+      Finish(ToGrpcStatus(snapshot.status()));
+      return;
+    }
+    snapshot_ = *std::move(snapshot);
+    v1::ModelHeader* header = message_.mutable_header();
+    header->set_run_id(snapshot_.run_id);
+    header->set_round(snapshot_.round);
+    header->set_global_step(snapshot_.global_step);
+    header->set_vector_length(snapshot_.layout.num_values);
+    header->set_num_chunks(snapshot_.layout.num_chunks());
+    header->set_chunk_values(snapshot_.layout.chunk_values);
+    StartWrite(&message_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    if (next_chunk_ == snapshot_.layout.num_chunks()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const ChunkLayout& layout = snapshot_.layout;
+    v1::Chunk* chunk = message_.mutable_chunk();
+    chunk->set_index(next_chunk_);
+    chunk->set_data(reinterpret_cast<const char*>(snapshot_.values->data() + layout.begin(next_chunk_)),
+                    static_cast<size_t>(layout.size(next_chunk_)) * sizeof(float));
+    ++next_chunk_;
+    StartWrite(&message_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  RoundManager::ModelSnapshot snapshot_;
+  v1::FetchModelResponse message_;
+  int next_chunk_ = 0;
+};
+
+}  // namespace
+
+AveragingService::AveragingService(RoundManager* rounds, std::string token)
+    : rounds_(rounds), token_(std::move(token)) {}
+
+grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* AveragingService::Sync(
+    grpc::CallbackServerContext* context) {
+  return new SyncReactor(rounds_, CheckBearerToken(context->client_metadata(), token_));
+}
+
+}  // namespace localsgd
+
+namespace localsgd {
+
+grpc::ServerReadReactor<v1::InitModelRequest>* AveragingService::InitModel(
+    grpc::CallbackServerContext* context, v1::InitModelResponse* response) {
+  return new InitModelReactor(rounds_, response,
+                              CheckBearerToken(context->client_metadata(), token_));
+}
+
+grpc::ServerWriteReactor<v1::FetchModelResponse>* AveragingService::FetchModel(
+    grpc::CallbackServerContext* context, const v1::FetchModelRequest* request) {
+  return new FetchModelReactor(rounds_, *request,
+                               CheckBearerToken(context->client_metadata(), token_));
+}
+
+}  // namespace localsgd

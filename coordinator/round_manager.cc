@@ -1,0 +1,497 @@
+#include "coordinator/round_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/codec.h"
+#include "common/log.h"
+#include "common/proto_time.h"
+
+namespace localsgd {
+namespace {
+
+constexpr int64_t kMaxVectorLength = int64_t{1} << 32;
+constexpr int kMaxMemberWorkers = 1024;
+
+bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::string& id) {
+  return std::any_of(leaders.begin(), leaders.end(),
+                     [&](const ControlPlane::Leader& l) { return l.worker_id == id; });
+}
+
+absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id) {
+  if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
+  if (!IsLeader(plane.LiveLeaders(), member_id)) {
+    return absl::NotFoundError(absl::StrCat("member_id: \"", absl::CHexEscape(member_id),
+                                            "\" is not a live node leader (join first)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RoundManager::RoundManager(ControlPlane* plane, Options options)
+    : plane_(plane), options_(std::move(options)) {}
+
+absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
+  v1::RunInfo run = plane_->Run();
+  if (run_id.empty() || run_id != run.run_id()) {
+    return absl::NotFoundError(absl::StrCat("run_id: \"", absl::CHexEscape(run_id),
+                                            "\" is not the active run"));
+  }
+  if (run.state() != v1::RUN_STATE_RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", run_id, " is not running (", v1::RunState_Name(run.state()), ")"));
+  }
+  if (!run.spec().enabled()) {
+    return absl::FailedPreconditionError("averaging is disabled for this run (enabled: false)");
+  }
+  if (model_.run_id != run.run_id()) {
+    if (round_.has_value()) Abort("a new run started");
+    model_ = Model();
+    model_.run_id = run.run_id();
+    model_.spec = run.spec();
+    model_.round = run.round();
+    model_.global_step = run.global_step();
+  }
+  return run;
+}
+
+absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
+  if (!run.ok()) return run.status();
+  if (absl::Status s = CheckMember(*plane_, header.member_id()); !s.ok()) return s;
+  if (header.vector_length() <= 0 || header.vector_length() > kMaxVectorLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
+  }
+  if (model_.engine != nullptr) {
+    return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
+  }
+  return ChunkLayout::ForBytes(header.vector_length(), model_.spec.chunk_bytes());
+}
+
+absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
+                                      std::vector<float> values) {
+  if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ChunkLayout> layout = [&]() -> absl::StatusOr<ChunkLayout> {
+    absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
+    if (!run.ok()) return run.status();
+    if (model_.engine != nullptr) {
+      return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
+    }
+    return ChunkLayout::ForBytes(static_cast<int64_t>(values.size()), model_.spec.chunk_bytes());
+  }();
+  if (!layout.ok()) return layout.status();
+  AggregatorEngine::Options options;
+  options.layout = *layout;
+  options.codec = model_.spec.codec();
+  options.outer = OuterOptimizer{model_.spec.outer_optimizer().lr(),
+                                 model_.spec.outer_optimizer().momentum(),
+                                 model_.spec.outer_optimizer().nesterov()};
+  model_.engine = std::make_shared<AggregatorEngine>(options, std::move(values));
+  LogInfo(absl::StrCat("run ", model_.run_id, ": initial model (", layout->num_values,
+                       " values, ", layout->num_chunks(), " chunks) from ", header.member_id()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::string& run_id) {
+  absl::MutexLock lock(&mu_);
+  v1::RunInfo run = plane_->Run();
+  const std::string id = run_id.empty() ? run.run_id() : run_id;
+  if (id.empty() || (id != model_.run_id && id != run.run_id())) {
+    return absl::NotFoundError(absl::StrCat("run_id: no run \"", absl::CHexEscape(id), "\""));
+  }
+  if (id != model_.run_id || model_.engine == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
+  }
+  if (model_.snapshot == nullptr) {
+    absl::Span<const float> global = model_.engine->global();
+    model_.snapshot = std::make_shared<const std::vector<float>>(global.begin(), global.end());
+  }
+  return ModelSnapshot{model_.run_id, model_.round, model_.global_step,
+                       model_.engine->layout(), model_.snapshot};
+}
+
+absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
+                                           std::shared_ptr<RoundMember> member) {
+  if (absl::Status s = CheckMember(*plane_, header.member_id()); !s.ok()) return s;
+  absl::StatusOr<int64_t> session;
+  {
+    absl::MutexLock lock(&mu_);
+    session = JoinLocked(header, member);
+    // A live leader whose header is refused is left out of the round at once, so the others
+    // need not wait for it until the deadline. (A duplicate header changes nothing.)
+    if (!session.ok() && !absl::IsAlreadyExists(session.status())) {
+      Refuse(header.member_id(), session.status());
+    }
+    Advance();
+  }
+  FlushTouched();
+  return session;
+}
+
+absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
+                                                 const std::shared_ptr<RoundMember>& member) {
+  if (!std::isfinite(header.weight()) || header.weight() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight: must be finite and > 0, got ", header.weight()));
+  }
+  if (header.num_workers() < 1 || header.num_workers() > kMaxMemberWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers: must be in [1, 1024], got ", header.num_workers()));
+  }
+  if (header.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
+  if (!v1::Codec_IsValid(header.codec())) {
+    return absl::InvalidArgumentError(absl::StrCat("codec: unknown codec ", header.codec()));
+  }
+  absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
+  if (!run.ok()) return run.status();
+  if (model_.engine == nullptr) {
+    return absl::FailedPreconditionError("the run's model is not initialised (InitModel first)");
+  }
+  const ChunkLayout& layout = model_.engine->layout();
+  if (header.vector_length() != layout.num_values) {
+    return absl::InvalidArgumentError(absl::StrCat("vector_length: ", header.vector_length(),
+                                                   ", the run's model has ", layout.num_values));
+  }
+  if (header.codec() != model_.spec.codec()) {
+    return absl::InvalidArgumentError(absl::StrCat("codec: ", CodecName(header.codec()),
+                                                   ", the run uses ",
+                                                   CodecName(model_.spec.codec())));
+  }
+  const int64_t next = model_.round + 1;
+  if (header.round() < next) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round: ", header.round(), " is stale; round ", model_.round,
+                     " is committed (fetch the model and go on)"));
+  }
+  if (header.round() > next) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round: ", header.round(), " is in the future; the next round is ", next));
+  }
+  if (!round_.has_value()) OpenRound(next);
+  Round& round = *round_;
+  auto it = std::find(round.members.begin(), round.members.end(), header.member_id());
+  if (it == round.members.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "round ", round.number, " opened without member ", header.member_id(),
+        "; keep training and fetch the model after it commits"));
+  }
+  const int slot = static_cast<int>(it - round.members.begin());
+  if (round.dropped[slot]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("member ", header.member_id(), " was dropped from round ", round.number));
+  }
+  if (round.session_of_slot[slot] != -1) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("member ", header.member_id(), " is already in round ", round.number));
+  }
+  if (absl::Status s = model_.engine->SetWeight(slot, header.weight()); !s.ok()) return s;
+  round.workers[slot] = header.num_workers();
+  const int64_t session_id = next_session_++;
+  round.session_of_slot[slot] = session_id;
+  sessions_[session_id] = Session{slot, header.member_id(), member, header.step(), 0};
+
+  auto response = std::make_shared<v1::SyncResponse>();
+  v1::RoundHeader* round_header = response->mutable_header();
+  round_header->set_round(round.number);
+  for (const std::string& id : round.members) round_header->add_members(id);
+  round_header->set_codec(model_.spec.codec());
+  round_header->set_num_chunks(layout.num_chunks());
+  round_header->set_chunk_values(layout.chunk_values);
+  member->Enqueue(std::move(response));
+  Touch(member);
+  return session_id;
+}
+
+void RoundManager::OpenRound(int64_t number) {
+  Round round;
+  round.number = number;
+  round.opened = options_.clock();
+  round.deadline = round.opened + absl::Seconds(model_.spec.round_deadline_seconds());
+  for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+    round.members.push_back(leader.worker_id);
+    round.workers.push_back(leader.local_world_size);
+  }
+  round.session_of_slot.assign(round.members.size(), -1);
+  round.dropped.assign(round.members.size(), false);
+  model_.engine->BeginRound(static_cast<int>(round.members.size()));
+  round_ = std::move(round);
+  // Leaders refused for this round before it opened are out from the start.
+  for (auto it = refused_.begin(); it != refused_.end();) {
+    auto slot = std::find(round_->members.begin(), round_->members.end(), it->first);
+    if (it->second.first == number && slot != round_->members.end()) {
+      DropSlot(static_cast<int>(slot - round_->members.begin()), it->second.second,
+               absl::OkStatus());
+    }
+    it = refused_.erase(it);
+  }
+}
+
+void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {
+  const std::string reason = absl::StrCat("refused: ", status.message());
+  if (round_.has_value()) {
+    auto it = std::find(round_->members.begin(), round_->members.end(), member_id);
+    if (it != round_->members.end()) {
+      const int slot = static_cast<int>(it - round_->members.begin());
+      if (round_->session_of_slot[slot] == -1) DropSlot(slot, reason, absl::OkStatus());
+    }
+  } else if (model_.engine != nullptr) {
+    refused_[member_id] = {model_.round + 1, reason};
+  }
+}
+
+absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
+  std::shared_ptr<AggregatorEngine> engine;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!sessions_.count(session_id) || !round_.has_value()) {
+      return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
+    }
+    engine = model_.engine;
+  }
+  // Decoding (the costly part) runs outside the lock: members decode in parallel.
+  std::vector<float> decoded;
+  absl::Status status = engine->DecodeChunk(chunk.index(), chunk.data(), &decoded);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || model_.engine != engine) {
+      return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
+    }
+    Session& session = it->second;
+    if (status.ok()) status = engine->Accumulate(session.slot, chunk.index(), decoded);
+    if (!status.ok()) {
+      DropSlot(session.slot, std::string(status.message()), status);
+    } else {
+      round_->bytes_received += static_cast<int64_t>(chunk.data().size());
+      if (++session.chunks_received == engine->layout().num_chunks()) {
+        absl::Time now = options_.clock();
+        round_->first_done = std::min(round_->first_done, now);
+        round_->last_done = std::max(round_->last_done, now);
+      }
+    }
+    Advance();
+  }
+  FlushTouched();
+  return status;
+}
+
+void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !round_.has_value()) return;
+    DropSlot(it->second.slot, absl::StrCat("stream ended: ", why.message()), why);
+    Advance();
+  }
+  FlushTouched();
+}
+
+void RoundManager::EndOfInput(int64_t session_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !round_.has_value()) return;
+    if (it->second.chunks_received == model_.engine->layout().num_chunks()) return;
+    DropSlot(it->second.slot, "closed its stream before sending every chunk",
+             absl::InvalidArgumentError("stream closed before every chunk was sent"));
+    Advance();
+  }
+  FlushTouched();
+}
+
+void RoundManager::Tick() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!round_.has_value()) return;
+    v1::RunInfo run = plane_->Run();
+    if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
+      Abort(absl::StrCat("the run is no longer running (", v1::RunState_Name(run.state()), ")"));
+    } else {
+      std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
+      const absl::Time now = options_.clock();
+      const int num_chunks = model_.engine->layout().num_chunks();
+      for (size_t slot = 0; round_.has_value() && slot < round_->members.size(); ++slot) {
+        if (round_->dropped[slot]) continue;
+        if (!IsLeader(leaders, round_->members[slot])) {
+          DropSlot(static_cast<int>(slot), "lease expired or left",
+                   absl::UnavailableError("no longer a live member"));
+          continue;
+        }
+        auto session = sessions_.find(round_->session_of_slot[slot]);
+        const bool delivered =
+            session != sessions_.end() && session->second.chunks_received == num_chunks;
+        if (now > round_->deadline && !delivered) {
+          DropSlot(static_cast<int>(slot),
+                   absl::StrCat("missed the round deadline (",
+                                model_.spec.round_deadline_seconds(), " s)"),
+                   absl::DeadlineExceededError("missed the round deadline"));
+        }
+      }
+      if (round_.has_value()) Advance();
+    }
+  }
+  FlushTouched();
+}
+
+void RoundManager::DropSlot(int slot, const std::string& reason, const absl::Status& status) {
+  Round& round = *round_;
+  if (round.dropped[slot]) return;
+  round.dropped[slot] = true;
+  model_.engine->Drop(slot);
+  v1::DroppedMember record;
+  record.set_member_id(round.members[slot]);
+  record.set_reason(reason);
+  round.dropped_records.push_back(record);
+  LogWarning(absl::StrCat("round ", round.number, ": dropped ", round.members[slot], ": ", reason));
+  const int64_t session = round.session_of_slot[slot];
+  if (session != -1) {
+    auto it = sessions_.find(session);
+    if (it != sessions_.end()) {
+      it->second.member->Close(status);
+      Touch(it->second.member);
+      sessions_.erase(it);
+    }
+  }
+}
+
+void RoundManager::Advance() {
+  if (!round_.has_value()) return;
+  Round& round = *round_;
+  int workers = 0;
+  for (size_t slot = 0; slot < round.members.size(); ++slot) {
+    if (!round.dropped[slot]) workers += round.workers[slot];
+  }
+  const int min_workers = model_.spec.min_workers();
+  if (workers < min_workers) {
+    Abort(absl::StrCat("quorum lost: ", workers, " of min_workers ", min_workers, " left"));
+    return;
+  }
+  absl::StatusOr<std::vector<int>> completed = model_.engine->TakeCompleted();
+  if (!completed.ok()) {
+    Abort(std::string(completed.status().message()));
+    return;
+  }
+  for (int chunk : *completed) {
+    auto response = std::make_shared<v1::SyncResponse>();
+    response->mutable_update()->set_index(chunk);
+    response->mutable_update()->set_data(model_.engine->EncodedUpdate(chunk));
+    const int64_t bytes = static_cast<int64_t>(response->update().data().size());
+    for (int64_t session : round.session_of_slot) {
+      auto it = sessions_.find(session);
+      if (it == sessions_.end()) continue;
+      it->second.member->Enqueue(response);
+      Touch(it->second.member);
+      round.bytes_sent += bytes;
+    }
+  }
+  if (model_.engine->AllComplete()) Commit();
+}
+
+void RoundManager::Commit() {
+  Round& round = *round_;
+  model_.engine->Commit();
+  model_.snapshot = nullptr;
+  int64_t step = model_.global_step;
+  std::vector<std::string> included;
+  for (size_t slot = 0; slot < round.members.size(); ++slot) {
+    auto it = sessions_.find(round.session_of_slot[slot]);
+    if (round.dropped[slot] || it == sessions_.end()) continue;
+    included.push_back(round.members[slot]);
+    step = std::max(step, it->second.step);
+  }
+  model_.round = round.number;
+  model_.global_step = step;
+  if (absl::Status s = plane_->CommitRound(model_.run_id, round.number, step); !s.ok()) {
+    LogError(absl::StrCat("round ", round.number, ": the run refused the commit: ", s.ToString()));
+  }
+  auto response = std::make_shared<v1::SyncResponse>();
+  response->mutable_commit()->set_round(round.number);
+  response->mutable_commit()->set_global_step(step);
+  for (const std::string& id : included) response->mutable_commit()->add_members(id);
+  for (int64_t session : round.session_of_slot) {
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) continue;
+    it->second.member->Enqueue(response);
+    it->second.member->Close(absl::OkStatus());
+    Touch(it->second.member);
+    sessions_.erase(it);
+  }
+  v1::RoundRecord record = Record(v1::ROUND_OUTCOME_COMMITTED);
+  LogInfo(absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
+                       round.members.size(), " members (", absl::StrJoin(included, ", "),
+                       "), global step ", step, ", ", record.duration_seconds(), " s, ",
+                       record.bytes_received(), " B in, ", record.bytes_sent(), " B out"));
+  plane_->RecordRound(std::move(record));
+  round_.reset();
+}
+
+void RoundManager::Abort(const std::string& reason) {
+  Round& round = *round_;
+  model_.engine->Abort();
+  for (int64_t session : round.session_of_slot) {
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) continue;
+    it->second.member->Close(absl::AbortedError(
+        absl::StrCat("round ", round.number, " aborted: ", reason,
+                     "; keep your local weights and sync at the next boundary")));
+    Touch(it->second.member);
+    sessions_.erase(it);
+  }
+  v1::RoundRecord record = Record(v1::ROUND_OUTCOME_ABORTED);
+  record.set_reason(reason);
+  LogWarning(absl::StrCat("round ", round.number, " aborted: ", reason));
+  plane_->RecordRound(std::move(record));
+  round_.reset();
+}
+
+v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
+  const Round& round = *round_;
+  v1::RoundRecord record;
+  record.set_round(round.number);
+  record.set_outcome(outcome);
+  for (size_t slot = 0; slot < round.members.size(); ++slot) {
+    if (!round.dropped[slot] && round.session_of_slot[slot] != -1) {
+      record.add_members(round.members[slot]);
+    }
+  }
+  for (const v1::DroppedMember& dropped : round.dropped_records) *record.add_dropped() = dropped;
+  record.set_bytes_received(round.bytes_received);
+  record.set_bytes_sent(round.bytes_sent);
+  record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));
+  if (round.last_done > round.first_done) {
+    record.set_slowest_wait_seconds(absl::ToDoubleSeconds(round.last_done - round.first_done));
+  }
+  record.set_codec(model_.spec.codec());
+  const int64_t n = model_.engine->layout().num_values;
+  record.set_compression_ratio(static_cast<double>(n * sizeof(float)) /
+                               static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec.codec(), n))));
+  *record.mutable_start_time() = ToProtoTime(round.opened);
+  record.set_global_step(model_.global_step);
+  return record;
+}
+
+void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) {
+  touched_.push_back(member);
+}
+
+void RoundManager::FlushTouched() {
+  std::vector<std::shared_ptr<RoundMember>> touched;
+  {
+    absl::MutexLock lock(&mu_);
+    touched.swap(touched_);
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (const auto& member : touched) member->Flush();
+}
+
+}  // namespace localsgd

@@ -1,0 +1,149 @@
+#ifndef LOCALSGD_COORDINATOR_ROUND_MANAGER_H_
+#define LOCALSGD_COORDINATOR_ROUND_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/aggregator.h"
+#include "common/chunking.h"
+#include "coordinator/control_plane.h"
+#include "proto/localsgd/v1/averaging.pb.h"
+
+namespace localsgd {
+
+// One member's Sync stream as the round manager sees it (the gRPC adapter implements it).
+class RoundMember {
+ public:
+  virtual ~RoundMember() = default;
+  // Queues a message. Called under the round lock: must not block or call into gRPC.
+  virtual void Enqueue(std::shared_ptr<const v1::SyncResponse> message) = 0;
+  // Queues the end of the stream with `status`, after the queued messages.
+  virtual void Close(const absl::Status& status) = 0;
+  // Sends what is queued. Called without locks.
+  virtual void Flush() = 0;
+};
+
+// The sync rounds of the active run in star mode (DESIGN.md §2), over the aggregator engine:
+// it keeps global[r] and the outer optimizer state, opens a round when the first member's
+// header arrives (its members are the node leaders alive then), streams each update chunk to
+// every member as soon as it is averaged, drops members whose stream breaks, who send bad
+// input or who miss the deadline, and commits (advancing the run's round and global step) or,
+// when the quorum is lost, aborts. Knows nothing of gRPC.
+// Thread-safe. Lock order: this manager's lock, then the control plane's.
+class RoundManager {
+ public:
+  struct Options {
+    std::function<absl::Time()> clock = [] { return absl::Now(); };
+  };
+
+  RoundManager(ControlPlane* plane, Options options);
+
+  // --- Initial model (global[0]) ---
+  // Checks an InitModel header: the active run is running, the member is a live node leader,
+  // the model is not initialised yet. Returns the chunk layout the upload must follow.
+  absl::StatusOr<ChunkLayout> BeginInit(const v1::InitModelHeader& header);
+  // Installs global[0]; ALREADY_EXISTS when another leader was first.
+  absl::Status FinishInit(const v1::InitModelHeader& header, std::vector<float> values);
+
+  // --- Late joiners ---
+  struct ModelSnapshot {
+    std::string run_id;
+    int64_t round = 0;
+    int64_t global_step = 0;
+    ChunkLayout layout;
+    std::shared_ptr<const std::vector<float>> values;
+  };
+  // The committed global model of `run_id` (empty: the active run).
+  absl::StatusOr<ModelSnapshot> FetchModel(const std::string& run_id);
+
+  // --- Sync ---
+  // Validates the header and enters the member into the round (opening it if needed);
+  // queues the RoundHeader. Returns a session id for the calls below.
+  absl::StatusOr<int64_t> Join(const v1::SyncHeader& header, std::shared_ptr<RoundMember> member);
+  // Takes one chunk of the member's delta. On bad input the member is dropped and its stream
+  // closed with the error, which is also returned.
+  absl::Status AddChunk(int64_t session, const v1::Chunk& chunk);
+  // The member's stream ended or broke: drop it from the round (if still in it).
+  void Leave(int64_t session, const absl::Status& why);
+  // The member closed its side of the stream: fine once it sent every chunk, else a Leave.
+  void EndOfInput(int64_t session);
+  // Deadlines, expired leases and the run's state; the server calls it periodically.
+  void Tick();
+
+ private:
+  struct Session {
+    int slot = -1;
+    std::string member_id;
+    std::shared_ptr<RoundMember> member;
+    int64_t step = 0;
+    int chunks_received = 0;
+  };
+  struct Round {
+    int64_t number = 0;
+    absl::Time opened;
+    absl::Time deadline;
+    std::vector<std::string> members;      // by slot
+    std::vector<int> workers;              // by slot
+    std::vector<int64_t> session_of_slot;  // -1: not joined
+    std::vector<bool> dropped;             // by slot
+    std::vector<v1::DroppedMember> dropped_records;
+    int64_t bytes_received = 0;
+    int64_t bytes_sent = 0;
+    absl::Time first_done = absl::InfiniteFuture();
+    absl::Time last_done = absl::InfinitePast();
+  };
+  struct Model {
+    std::string run_id;
+    v1::RunSpec spec;
+    std::shared_ptr<AggregatorEngine> engine;  // null until initialised
+    int64_t round = 0;                         // committed rounds
+    int64_t global_step = 0;
+    std::shared_ptr<const std::vector<float>> snapshot;  // cached copy of global, per round
+  };
+
+  // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
+  absl::StatusOr<v1::RunInfo> RunningRun(const std::string& run_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header,
+                                     const std::shared_ptr<RoundMember>& member)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leaves a live leader whose header was refused out of the round (or the next one).
+  void Refuse(const std::string& member_id, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropSlot(int slot, const std::string& reason, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After any change: abort without quorum, else send completed chunks and commit when done.
+  void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Flushes the members touched under the lock; call after releasing it.
+  void FlushTouched() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ControlPlane* const plane_;
+  const Options options_;
+
+  absl::Mutex mu_;
+  Model model_ ABSL_GUARDED_BY(mu_);
+  std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<std::shared_ptr<RoundMember>> touched_ ABSL_GUARDED_BY(mu_);
+  // Live leaders refused before the round opened: member id -> (round, reason).
+  std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_ROUND_MANAGER_H_

@@ -1,0 +1,552 @@
+// The sync round end to end: a real coordinator on 127.0.0.1:0 and node leaders as threads,
+// each with its own gRPC channel, exchanging real encoded chunks.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/averaging_client.h"
+#include "common/codec.h"
+#include "coordinator/coordinator_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "tests/testutil/status_matchers.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "avg-token";
+constexpr int64_t kValues = 70'000;  // 5 chunks of 16384 values with chunk_bytes 64 KiB
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+class AveragingTest : public ::testing::Test {
+ protected:
+  // Starts a coordinator, joins `nodes` node leaders (node-0 …) and starts a run.
+  void Start(int nodes, const std::string& extra_spec = "") {
+    CoordinatorServer::Options options;
+    options.grpc_address = "127.0.0.1:0";
+    options.http_address = "";
+    options.token = kToken;
+    options.lease_timeout = absl::Seconds(60);
+    auto server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    coordinator_ = v1::Coordinator::NewStub(Channel());
+    for (int i = 0; i < nodes; ++i) JoinNode(i);
+    StartRun(extra_spec);
+  }
+
+  std::shared_ptr<grpc::Channel> Channel() {
+    return grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
+  }
+
+  std::unique_ptr<grpc::ClientContext> Ctx() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+    AddBearerToken(context.get(), kToken);
+    return context;
+  }
+
+  void JoinNode(int i) {
+    v1::JoinRequest request;
+    request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
+    request.mutable_identity()->set_local_rank(0);
+    request.mutable_identity()->set_local_world_size(1);
+    v1::JoinResponse response;
+    ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
+  }
+
+  void StartRun(const std::string& extra_spec) {
+    v1::StartRunRequest request;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        absl::StrCat("model { builtin: \"mlp\" } chunk_bytes: 65536 ", extra_spec),
+        request.mutable_spec()));
+    v1::StartRunResponse response;
+    grpc::Status status = coordinator_->StartRun(Ctx().get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.run().state(), v1::RUN_STATE_RUNNING);
+    run_id_ = response.run().run_id();
+    codec_ = response.run().spec().codec();
+    layout_ = ChunkLayout::ForBytes(kValues, response.run().spec().chunk_bytes());
+  }
+
+  void StopRun() {
+    v1::StopRunResponse response;
+    ASSERT_TRUE(coordinator_->StopRun(Ctx().get(), v1::StopRunRequest(), &response).ok());
+  }
+
+  AveragingClient Client() { return AveragingClient(Channel(), kToken); }
+
+  AveragingClient::Member Member(int node, double weight = 1) {
+    return AveragingClient::Member{run_id_, absl::StrCat("node-", node, "/0"), codec_, weight, 1};
+  }
+
+  // Uploads global[0] from node-0 and gives every member a copy.
+  std::vector<float> InitModel(uint32_t seed = 7) {
+    std::vector<float> global0 = Random(kValues, seed);
+    EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global0, layout_, kTimeout), IsOk());
+    return global0;
+  }
+
+  v1::CoordinatorStatus Status() {
+    v1::CoordinatorStatus status;
+    EXPECT_TRUE(coordinator_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+    return status;
+  }
+
+  // Each member in its own thread syncs `params[m]` against `globals[m]` for `round`.
+  std::vector<absl::StatusOr<AveragingClient::SyncResult>> SyncAll(
+      const std::vector<int>& nodes, int64_t round, const std::vector<std::vector<float>>& params,
+      std::vector<std::vector<float>>& globals, const std::vector<double>& weights) {
+    std::vector<absl::StatusOr<AveragingClient::SyncResult>> results(nodes.size(),
+                                                                      absl::UnknownError(""));
+    std::vector<std::thread> threads;
+    for (size_t m = 0; m < nodes.size(); ++m) {
+      threads.emplace_back([&, m] {
+        AveragingClient client = Client();
+        results[m] = client.Sync(Member(nodes[m], weights[m]), round, round * 8, params[m],
+                                 absl::MakeSpan(globals[m]), kTimeout);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return results;
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::string run_id_;
+  v1::Codec codec_ = v1::CODEC_FP32;
+  ChunkLayout layout_;
+};
+
+TEST_F(AveragingTest, WeightedMeanMatchesReferenceAndEveryCopyIsBitIdentical) {
+  Start(4);
+  ASSERT_GE(layout_.num_chunks(), 4);
+  std::vector<float> global0 = InitModel();
+  const std::vector<int> nodes = {0, 1, 2, 3};
+  const std::vector<double> weights = {1, 2, 3, 4};
+  std::vector<std::vector<float>> params, globals(4, global0);
+  for (int m = 0; m < 4; ++m) {
+    params.push_back(global0);
+    std::vector<float> step = Random(kValues, 100 + m, 0.1f);
+    for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
+  }
+  auto results = SyncAll(nodes, 1, params, globals, weights);
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_EQ(result->round, 1);
+    EXPECT_EQ(result->global_step, 8);
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0", "node-2/0", "node-3/0"));
+  }
+  for (int64_t i = 0; i < kValues; ++i) {
+    double mean = 0;
+    for (int m = 0; m < 4; ++m) mean += weights[m] * params[m][i];
+    mean /= 10.0;
+    ASSERT_NEAR(globals[0][i], mean, 1e-6) << i;
+  }
+  for (int m = 1; m < 4; ++m) {
+    EXPECT_EQ(std::memcmp(globals[m].data(), globals[0].data(), kValues * sizeof(float)), 0);
+  }
+  auto fetched = Client().FetchModel("", kTimeout);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->round, 1);
+  EXPECT_EQ(fetched->global_step, 8);
+  EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), kValues * sizeof(float)), 0);
+
+  v1::CoordinatorStatus status = Status();
+  EXPECT_EQ(status.run().round(), 1);
+  EXPECT_EQ(status.run().global_step(), 8);
+  ASSERT_EQ(status.recent_rounds_size(), 1);
+  const v1::RoundRecord& record = status.recent_rounds(0);
+  EXPECT_EQ(record.outcome(), v1::ROUND_OUTCOME_COMMITTED);
+  EXPECT_EQ(record.members_size(), 4);
+  EXPECT_EQ(record.bytes_received(), 4 * kValues * 4);
+  EXPECT_EQ(record.bytes_sent(), 4 * kValues * 4);
+  EXPECT_DOUBLE_EQ(record.compression_ratio(), 1.0);
+  EXPECT_GE(record.slowest_wait_seconds(), 0);
+}
+
+TEST_F(AveragingTest, LossyCodecsKeepEveryCopyBitIdenticalOverRounds) {
+  for (const char* codec : {"CODEC_BF16", "CODEC_FP16", "CODEC_INT8"}) {
+    SCOPED_TRACE(codec);
+    Start(3, absl::StrCat("codec: ", codec, " outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true }"));
+    std::vector<float> global0 = InitModel();
+    std::vector<std::vector<float>> globals(3, global0);
+    for (int64_t round = 1; round <= 3; ++round) {
+      std::vector<std::vector<float>> params;
+      for (int m = 0; m < 3; ++m) {
+        params.push_back(globals[m]);
+        std::vector<float> step = Random(kValues, 1000 * round + m, 0.01f);
+        for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
+      }
+      auto results = SyncAll({0, 1, 2}, round, params, globals, {1, 1, 1});
+      for (auto& result : results) ASSERT_THAT(result, IsOk());
+    }
+    auto fetched = Client().FetchModel(run_id_, kTimeout);
+    ASSERT_THAT(fetched, IsOk());
+    EXPECT_EQ(fetched->round, 3);
+    for (int m = 0; m < 3; ++m) {
+      EXPECT_EQ(std::memcmp(globals[m].data(), fetched->values.data(), kValues * sizeof(float)), 0);
+    }
+    v1::CoordinatorStatus status = Status();
+    EXPECT_GT(status.recent_rounds(0).compression_ratio(), 1.9);
+    EXPECT_LT(status.recent_rounds(0).bytes_received(), 3 * kValues * 4 / 1.9);
+    server_->Shutdown();
+  }
+}
+
+TEST_F(AveragingTest, FirstUpdateChunkArrivesBeforeTheLastDeltaChunkIsSent) {
+  Start(2);
+  std::vector<float> global0 = InitModel();
+  ASSERT_GE(layout_.num_chunks(), 3);
+  // node-1 syncs normally in a thread.
+  std::vector<float> global1 = global0;
+  std::vector<float> params1 = global0;
+  params1[0] += 2.0f;
+  absl::StatusOr<AveragingClient::SyncResult> result1 = absl::UnknownError("");
+  std::thread other([&] {
+    result1 = Client().Sync(Member(1), 1, 8, params1, absl::MakeSpan(global1), kTimeout);
+  });
+  // node-0 sends its first chunk only, and waits for the first update chunk before sending
+  // the rest: store-and-forward would never send it, and this read would time out.
+  auto stub = v1::Averaging::NewStub(Channel());
+  auto context = Ctx();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  auto stream = stub->Sync(context.get());
+  v1::SyncRequest request;
+  v1::SyncHeader* header = request.mutable_header();
+  header->set_run_id(run_id_);
+  header->set_round(1);
+  header->set_member_id("node-0/0");
+  header->set_vector_length(kValues);
+  header->set_codec(v1::CODEC_FP32);
+  header->set_weight(1);
+  header->set_step(8);
+  header->set_num_workers(1);
+  ASSERT_TRUE(stream->Write(request));
+  std::vector<float> zeros(static_cast<size_t>(layout_.chunk_values), 0.0f);
+  auto send_chunk = [&](int c) {
+    v1::SyncRequest chunk;
+    chunk.mutable_chunk()->set_index(c);
+    Encode(v1::CODEC_FP32, absl::MakeConstSpan(zeros.data(), layout_.size(c)),
+           chunk.mutable_chunk()->mutable_data());
+    return stream->Write(chunk);
+  };
+  ASSERT_TRUE(send_chunk(0));
+  v1::SyncResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(response.has_header());
+  ASSERT_TRUE(stream->Read(&response)) << "no update before the last chunk was sent";
+  ASSERT_TRUE(response.has_update());
+  EXPECT_EQ(response.update().index(), 0);
+  std::vector<float> update(static_cast<size_t>(layout_.size(0)));
+  ASSERT_THAT(Decode(v1::CODEC_FP32, response.update().data(), absl::MakeSpan(update)), IsOk());
+  EXPECT_FLOAT_EQ(update[0], 1.0f);  // mean of 0 and 2
+  for (int c = 1; c < layout_.num_chunks(); ++c) ASSERT_TRUE(send_chunk(c));
+  stream->WritesDone();
+  bool committed = false;
+  while (stream->Read(&response)) committed |= response.has_commit();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_TRUE(committed);
+  other.join();
+  ASSERT_THAT(result1, IsOk());
+}
+
+// A raw member stream that sends its header and `chunks` zero chunks, for fault tests.
+class RawMember {
+ public:
+  RawMember(AveragingTest* test, v1::Averaging::Stub* stub, std::unique_ptr<grpc::ClientContext> ctx)
+      : context_(std::move(ctx)), stream_(stub->Sync(context_.get())) {}
+  bool Header(const v1::SyncHeader& header) {
+    v1::SyncRequest request;
+    *request.mutable_header() = header;
+    return stream_->Write(request);
+  }
+  bool Chunk(int index, const std::string& data) {
+    v1::SyncRequest request;
+    request.mutable_chunk()->set_index(index);
+    request.mutable_chunk()->set_data(data);
+    return stream_->Write(request);
+  }
+  bool ReadRoundHeader() {
+    v1::SyncResponse response;
+    return stream_->Read(&response) && response.has_header();
+  }
+  grpc::Status Finish() {
+    stream_->WritesDone();
+    v1::SyncResponse response;
+    while (stream_->Read(&response)) {
+    }
+    return stream_->Finish();
+  }
+  grpc::ClientContext* context() { return context_.get(); }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>> stream_;
+};
+
+v1::SyncHeader HeaderFor(const std::string& run_id, int node, int64_t round) {
+  v1::SyncHeader header;
+  header.set_run_id(run_id);
+  header.set_round(round);
+  header.set_member_id(absl::StrCat("node-", node, "/0"));
+  header.set_vector_length(kValues);
+  header.set_codec(v1::CODEC_FP32);
+  header.set_weight(1);
+  header.set_step(round * 8);
+  header.set_num_workers(1);
+  return header;
+}
+
+TEST_F(AveragingTest, MemberKilledMidRoundIsDroppedAndTheRoundCompletes) {
+  Start(3, "min_workers: 2");
+  std::vector<float> global0 = InitModel();
+  auto stub = v1::Averaging::NewStub(Channel());
+  RawMember victim(this, stub.get(), Ctx());
+  ASSERT_TRUE(victim.Header(HeaderFor(run_id_, 2, 1)));
+  std::string chunk0;
+  Encode(v1::CODEC_FP32, std::vector<float>(static_cast<size_t>(layout_.size(0)), 100.0f), &chunk0);
+  ASSERT_TRUE(victim.Chunk(0, chunk0));
+  std::vector<std::vector<float>> params(2, global0), globals(2, global0);
+  std::thread kill([&] { victim.context()->TryCancel(); });
+  kill.join();
+  auto results = SyncAll({0, 1}, 1, params, globals, {1, 1});
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+  }
+  victim.Finish();
+  v1::CoordinatorStatus status = Status();
+  EXPECT_EQ(status.run().round(), 1);
+  const v1::RoundRecord& record = status.recent_rounds(0);
+  ASSERT_EQ(record.dropped_size(), 1);
+  EXPECT_EQ(record.dropped(0).member_id(), "node-2/0");
+}
+
+TEST_F(AveragingTest, SilentMemberIsDroppedAtTheDeadline) {
+  Start(3, "min_workers: 2 round_deadline_seconds: 1");
+  std::vector<float> global0 = InitModel();
+  auto stub = v1::Averaging::NewStub(Channel());
+  RawMember silent(this, stub.get(), Ctx());
+  ASSERT_TRUE(silent.Header(HeaderFor(run_id_, 2, 1)));  // then nothing
+  std::vector<std::vector<float>> params(2, global0), globals(2, global0);
+  auto results = SyncAll({0, 1}, 1, params, globals, {1, 1});
+  for (auto& result : results) ASSERT_THAT(result, IsOk());
+  EXPECT_EQ(silent.Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(Status().recent_rounds(0).dropped(0).reason(), HasSubstr("deadline"));
+}
+
+TEST_F(AveragingTest, QuorumLostAbortsAndMembersKeepTheirWeights) {
+  Start(2, "min_workers: 2");
+  std::vector<float> global0 = InitModel();
+  auto stub = v1::Averaging::NewStub(Channel());
+  {
+    RawMember survivor(this, stub.get(), Ctx());
+    RawMember quitter(this, stub.get(), Ctx());
+    ASSERT_TRUE(survivor.Header(HeaderFor(run_id_, 0, 1)));
+    ASSERT_TRUE(quitter.Header(HeaderFor(run_id_, 1, 1)));
+    ASSERT_TRUE(survivor.ReadRoundHeader());
+    ASSERT_TRUE(quitter.ReadRoundHeader());  // both are in the round now
+    quitter.context()->TryCancel();
+    grpc::Status status = survivor.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
+    EXPECT_THAT(status.error_message(), HasSubstr("quorum"));
+    quitter.Finish();
+  }
+  EXPECT_EQ(Status().run().round(), 0);
+  EXPECT_EQ(Status().rounds_aborted_total(), 1);
+  // Members keep their weights, and at the next boundary round 1 commits.
+  std::vector<std::vector<float>> params(2, global0), globals(2, global0);
+  params[0][0] += 1.0f;
+  auto results = SyncAll({0, 1}, 1, params, globals, {1, 1});
+  for (auto& result : results) ASSERT_THAT(result, IsOk());
+  EXPECT_EQ(Status().run().round(), 1);
+  EXPECT_FLOAT_EQ(globals[0][0], global0[0] + 0.5f);
+}
+
+TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
+  Start(3, "min_workers: 2");
+  std::vector<float> global0 = InitModel();
+  auto stub = v1::Averaging::NewStub(Channel());
+  // A valid chunk 0 equal to the good members' (delta 1 at value 0): a member dropped later
+  // keeps the valid chunks it already delivered in their means (see AggregatorEngine), so it
+  // must not move the mean that the assertions below expect.
+  std::vector<float> delta0(static_cast<size_t>(layout_.chunk_values), 0.0f);
+  delta0[0] = 1.0f;
+  std::string good_chunk;
+  Encode(v1::CODEC_FP32, delta0, &good_chunk);
+  std::string nan_chunk;
+  Encode(v1::CODEC_FP32,
+         std::vector<float>(static_cast<size_t>(layout_.chunk_values), std::nanf("")), &nan_chunk);
+
+  struct Case {
+    const char* name;
+    std::function<void(v1::SyncHeader&)> header;
+    std::vector<std::pair<int, std::string>> chunks;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"wrong length", [](v1::SyncHeader& h) { h.set_vector_length(kValues - 1); }, {},
+       grpc::StatusCode::INVALID_ARGUMENT, "vector_length"},
+      {"unknown run", [](v1::SyncHeader& h) { h.set_run_id("run-nope"); }, {},
+       grpc::StatusCode::NOT_FOUND, "run_id"},
+      {"stale round", [](v1::SyncHeader& h) { h.set_round(h.round() - 1); }, {},
+       grpc::StatusCode::FAILED_PRECONDITION, "stale"},
+      {"future round", [](v1::SyncHeader& h) { h.set_round(h.round() + 5); }, {},
+       grpc::StatusCode::FAILED_PRECONDITION, "future"},
+      {"unknown codec", [](v1::SyncHeader& h) { h.set_codec(static_cast<v1::Codec>(99)); }, {},
+       grpc::StatusCode::INVALID_ARGUMENT, "codec"},
+      {"other codec", [](v1::SyncHeader& h) { h.set_codec(v1::CODEC_INT8); }, {},
+       grpc::StatusCode::INVALID_ARGUMENT, "codec"},
+      {"zero weight", [](v1::SyncHeader& h) { h.set_weight(0); }, {},
+       grpc::StatusCode::INVALID_ARGUMENT, "weight"},
+      {"negative weight", [](v1::SyncHeader& h) { h.set_weight(-2); }, {},
+       grpc::StatusCode::INVALID_ARGUMENT, "weight"},
+      {"chunk out of range", nullptr, {{999, good_chunk}}, grpc::StatusCode::INVALID_ARGUMENT,
+       "out of range"},
+      {"duplicate chunk", nullptr, {{0, good_chunk}, {0, good_chunk}},
+       grpc::StatusCode::INVALID_ARGUMENT, "twice"},
+      {"wrong chunk size", nullptr, {{0, good_chunk.substr(4)}},
+       grpc::StatusCode::INVALID_ARGUMENT, "bytes"},
+      {"NaN in delta", nullptr, {{0, nan_chunk}}, grpc::StatusCode::INVALID_ARGUMENT, "NaN"},
+  };
+  {
+    // Not a member at all: refused before any round.
+    v1::SyncHeader header = HeaderFor(run_id_, 2, 1);
+    header.set_member_id("ghost/0");
+    RawMember ghost(this, stub.get(), Ctx());
+    ASSERT_TRUE(ghost.Header(header));
+    grpc::Status status = ghost.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(status.error_message(), HasSubstr("member_id"));
+  }
+  std::vector<std::vector<float>> globals(2, global0);
+  int64_t round = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::SyncHeader header = HeaderFor(run_id_, 2, round);
+    if (c.header) c.header(header);
+    RawMember bad(this, stub.get(), Ctx());
+    ASSERT_TRUE(bad.Header(header));
+    for (const auto& [index, data] : c.chunks) bad.Chunk(index, data);
+    grpc::Status status = bad.Finish();
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+    // The two good members commit the round without waiting for the bad one.
+    std::vector<std::vector<float>> params = globals;
+    for (auto& p : params) p[0] += 1.0f;
+    auto results = SyncAll({0, 1}, round, params, globals, {1, 1});
+    for (auto& result : results) {
+      ASSERT_THAT(result, IsOk());
+      EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+    }
+    EXPECT_EQ(std::memcmp(globals[0].data(), globals[1].data(), kValues * sizeof(float)), 0);
+    EXPECT_FLOAT_EQ(globals[0][0], global0[0] + static_cast<float>(round));
+    ++round;
+  }
+  auto fetched = Client().FetchModel(run_id_, kTimeout);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->round, static_cast<int64_t>(cases.size()));
+  EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), kValues * sizeof(float)), 0);
+}
+
+TEST_F(AveragingTest, LateJoinerFetchesTheCommittedGlobalModel) {
+  Start(2);
+  std::vector<float> global0 = InitModel();
+  std::vector<std::vector<float>> globals(2, global0);
+  for (int64_t round = 1; round <= 2; ++round) {
+    std::vector<std::vector<float>> params = globals;
+    params[0][5] += 1.0f;
+    auto results = SyncAll({0, 1}, round, params, globals, {1, 1});
+    for (auto& result : results) ASSERT_THAT(result, IsOk());
+  }
+  JoinNode(7);
+  auto fetched = Client().FetchModel("", kTimeout);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->run_id, run_id_);
+  EXPECT_EQ(fetched->round, 2);
+  EXPECT_EQ(fetched->global_step, 16);
+  ASSERT_EQ(fetched->values.size(), static_cast<size_t>(kValues));
+  EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), kValues * sizeof(float)), 0);
+  // The late joiner takes part in the next round.
+  std::vector<int> nodes = {0, 1, 7};
+  std::vector<std::vector<float>> params = {globals[0], globals[1], fetched->values};
+  std::vector<std::vector<float>> next = params;
+  auto results = SyncAll(nodes, 3, params, next, {1, 1, 1});
+  for (auto& result : results) ASSERT_THAT(result, IsOk());
+}
+
+TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
+  Start(2, "enabled: true");
+  EXPECT_THAT(Client().FetchModel("", kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "no model"));
+  std::vector<float> global(kValues), params(kValues);
+  EXPECT_THAT(Client().Sync(Member(0), 1, 8, params, absl::MakeSpan(global), kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not initialised"));
+  ChunkLayout wrong{kValues, layout_.chunk_values / 2};
+  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global, wrong, kTimeout),
+              StatusIs(absl::StatusCode::kInvalidArgument, "bytes"));
+  std::vector<float> nan(kValues, std::nanf(""));
+  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", nan, layout_, kTimeout),
+              StatusIs(absl::StatusCode::kInvalidArgument, "NaN"));
+  EXPECT_THAT(Client().InitModel(run_id_, "ghost/0", global, layout_, kTimeout),
+              StatusIs(absl::StatusCode::kNotFound, "member_id"));
+  InitModel();
+  EXPECT_THAT(Client().InitModel(run_id_, "node-1/0", global, layout_, kTimeout),
+              StatusIs(absl::StatusCode::kAlreadyExists, "fetch"));
+  AveragingClient anonymous(Channel(), "");
+  EXPECT_THAT(anonymous.FetchModel("", kTimeout),
+              StatusIs(absl::StatusCode::kUnauthenticated, "token"));
+  // A stopped run still serves its model; syncing it is refused.
+  StopRun();
+  EXPECT_THAT(Client().FetchModel(run_id_, kTimeout), IsOk());
+  EXPECT_THAT(Client().Sync(Member(0), 1, 8, params, absl::MakeSpan(global), kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not running"));
+}
+
+TEST_F(AveragingTest, DisabledRunsDoNotAverage) {
+  Start(1, "enabled: false");
+  std::vector<float> global(kValues);
+  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global, layout_, kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "disabled"));
+}
+
+TEST_F(AveragingTest, RunCompletesWhenGlobalStepReachesTotalSteps) {
+  Start(2, "total_steps: 16");
+  std::vector<float> global0 = InitModel();
+  std::vector<std::vector<float>> globals(2, global0);
+  for (int64_t round = 1; round <= 2; ++round) {
+    auto results = SyncAll({0, 1}, round, globals, globals, {1, 1});
+    for (auto& result : results) ASSERT_THAT(result, IsOk());
+  }
+  EXPECT_EQ(Status().run().state(), v1::RUN_STATE_COMPLETED);
+  EXPECT_THAT(Client().FetchModel(run_id_, kTimeout), IsOk());
+}
+
+}  // namespace
+}  // namespace localsgd

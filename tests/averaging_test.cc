@@ -295,6 +295,13 @@ class RawMember {
     v1::SyncResponse response;
     return stream_->Read(&response) && response.has_header();
   }
+  // Reads until the server ends the stream, without closing this side first.
+  grpc::Status Await() {
+    v1::SyncResponse response;
+    while (stream_->Read(&response)) {
+    }
+    return stream_->Finish();
+  }
   grpc::Status Finish() {
     stream_->WritesDone();
     v1::SyncResponse response;
@@ -328,6 +335,7 @@ TEST_F(AveragingTest, MemberKilledMidRoundIsDroppedAndTheRoundCompletes) {
   auto stub = v1::Averaging::NewStub(Channel());
   RawMember victim(this, stub.get(), Ctx());
   ASSERT_TRUE(victim.Header(HeaderFor(run_id_, 2, 1)));
+  ASSERT_TRUE(victim.ReadRoundHeader());  // the victim is in the round
   std::string chunk0;
   Encode(v1::CODEC_FP32, std::vector<float>(static_cast<size_t>(layout_.size(0)), 100.0f), &chunk0);
   ASSERT_TRUE(victim.Chunk(0, chunk0));
@@ -372,7 +380,7 @@ TEST_F(AveragingTest, QuorumLostAbortsAndMembersKeepTheirWeights) {
     ASSERT_TRUE(survivor.ReadRoundHeader());
     ASSERT_TRUE(quitter.ReadRoundHeader());  // both are in the round now
     quitter.context()->TryCancel();
-    grpc::Status status = survivor.Finish();
+    grpc::Status status = survivor.Await();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
     EXPECT_THAT(status.error_message(), HasSubstr("quorum"));
     quitter.Finish();

@@ -49,6 +49,10 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
         EnumSuffix(v1::Codec_Name(spec.codec()), "CODEC_"), ", min_workers ",
         spec.min_workers(), spec.enabled() ? "" : ", averaging disabled", "\n");
   }
+  if (status.recent_rounds_size() > 0) {
+    absl::StrAppend(&out, "last round: ", FormatRound(status.recent_rounds(
+                                               status.recent_rounds_size() - 1)), "\n");
+  }
   if (status.members_size() == 0) {
     absl::StrAppend(&out, "no members\n");
     return out;
@@ -61,6 +65,20 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
                                           m.samples_per_second(), m.heartbeat_age_seconds()));
   }
   return out;
+}
+
+std::string FormatRound(const v1::RoundRecord& round) {
+  std::string line = absl::StrFormat(
+      "round %d %s, %d members, %.3f s (slowest wait %.3f s), %.2f MB in, %.2f MB out, %s x%.2f",
+      round.round(), EnumSuffix(v1::RoundOutcome_Name(round.outcome()), "ROUND_OUTCOME_"),
+      round.members_size(), round.duration_seconds(), round.slowest_wait_seconds(),
+      round.bytes_received() / 1e6, round.bytes_sent() / 1e6,
+      EnumSuffix(v1::Codec_Name(round.codec()), "CODEC_"), round.compression_ratio());
+  for (const v1::DroppedMember& dropped : round.dropped()) {
+    absl::StrAppend(&line, "; dropped ", dropped.member_id(), " (", dropped.reason(), ")");
+  }
+  if (!round.reason().empty()) absl::StrAppend(&line, "; ", round.reason());
+  return line;
 }
 
 std::string FormatWatchLine(const v1::CoordinatorStatus& status) {
@@ -78,6 +96,11 @@ std::string FormatWatchLine(const v1::CoordinatorStatus& status) {
     absl::StrAppend(&line, absl::StrFormat(" loss %.4f samples/s %.1f",
                                            loss_sum / status.members_size(),
                                            samples_per_second));
+  }
+  if (status.recent_rounds_size() > 0) {
+    const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
+    absl::StrAppend(&line, absl::StrFormat(" | last round %.3f s %.2f MB", last.duration_seconds(),
+                                           (last.bytes_received() + last.bytes_sent()) / 1e6));
   }
   return line;
 }

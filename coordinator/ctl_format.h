@@ -15,6 +15,9 @@ std::string FormatRunLine(const v1::RunInfo& run);
 // The `status` command: the run, its main spec numbers, and a table of members.
 std::string FormatStatusTable(const v1::CoordinatorStatus& status);
 
+// One sync round: outcome, members, duration, bytes, codec and who was dropped.
+std::string FormatRound(const v1::RoundRecord& round);
+
 // The `watch` command: one line per snapshot with time, state, round, step, members, mean
 // loss and total samples/s.
 std::string FormatWatchLine(const v1::CoordinatorStatus& status);

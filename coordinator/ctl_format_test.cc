@@ -31,6 +31,18 @@ v1::CoordinatorStatus Sample() {
     m->set_heartbeat_age_seconds(0.4);
   }
   status.set_uptime_seconds(12);
+  v1::RoundRecord* round = status.add_recent_rounds();
+  round->set_round(3);
+  round->set_outcome(v1::ROUND_OUTCOME_COMMITTED);
+  round->add_members("node-a/0");
+  round->set_duration_seconds(0.5);
+  round->set_bytes_received(2'000'000);
+  round->set_bytes_sent(2'000'000);
+  round->set_codec(v1::CODEC_INT8);
+  round->set_compression_ratio(3.94);
+  v1::DroppedMember* dropped = round->add_dropped();
+  dropped->set_member_id("node-b/0");
+  dropped->set_reason("missed the round deadline");
   return status;
 }
 
@@ -48,6 +60,9 @@ TEST(CtlFormatTest, StatusTable) {
   EXPECT_THAT(table, HasSubstr("WORKER"));
   EXPECT_THAT(table, HasSubstr("node-a/1"));
   EXPECT_THAT(table, HasSubstr("0.2500"));
+  EXPECT_THAT(table, HasSubstr("last round: round 3 COMMITTED, 1 members, 0.500 s"));
+  EXPECT_THAT(table, HasSubstr("2.00 MB in, 2.00 MB out, INT8 x3.94"));
+  EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
 }
 
@@ -56,6 +71,7 @@ TEST(CtlFormatTest, WatchLineAggregates) {
   EXPECT_THAT(line, HasSubstr("RUNNING round 3 step 24/1000 members 2"));
   EXPECT_THAT(line, HasSubstr("loss 0.3750"));
   EXPECT_THAT(line, HasSubstr("samples/s 2000.0"));
+  EXPECT_THAT(line, HasSubstr("| last round 0.500 s 4.00 MB"));
 }
 
 }  // namespace

@@ -78,6 +78,35 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
           static_cast<double>(status.bytes_received_total()));
   counter("localsgd_bytes_sent_total", "Parameter bytes sent to members.",
           static_cast<double>(status.bytes_sent_total()));
+  counter("localsgd_rounds_committed_total", "Sync rounds committed.",
+          static_cast<double>(status.rounds_committed_total()));
+  counter("localsgd_rounds_aborted_total", "Sync rounds aborted (quorum lost, run ended).",
+          static_cast<double>(status.rounds_aborted_total()));
+  if (status.recent_rounds_size() > 0) {
+    const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
+    gauge("localsgd_last_round_duration_seconds", "Duration of the latest sync round.")
+        .Add({})
+        .Set(last.duration_seconds());
+    gauge("localsgd_last_round_slowest_wait_seconds",
+          "Latest round: time between the first and the last member delivering its delta.")
+        .Add({})
+        .Set(last.slowest_wait_seconds());
+    gauge("localsgd_last_round_members", "Members whose deltas are in the latest round.")
+        .Add({})
+        .Set(last.members_size());
+    gauge("localsgd_last_round_dropped", "Members dropped from the latest round.")
+        .Add({})
+        .Set(last.dropped_size());
+    gauge("localsgd_last_round_bytes_received", "Delta bytes received in the latest round.")
+        .Add({})
+        .Set(static_cast<double>(last.bytes_received()));
+    gauge("localsgd_last_round_bytes_sent", "Update bytes sent in the latest round.")
+        .Add({})
+        .Set(static_cast<double>(last.bytes_sent()));
+    gauge("localsgd_last_round_compression_ratio", "fp32 bytes over encoded bytes.")
+        .Add({})
+        .Set(last.compression_ratio());
+  }
   return prometheus::TextSerializer().Serialize(registry.Collect());
 }
 
@@ -96,8 +125,13 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
  &middot; round <span id="round">-</span> &middot; global step <span id="step">-</span>
  &middot; <span id="nmembers">0</span> members &middot; up <span id="uptime">-</span> s</div>
 <div id="reason"></div><div id="error"></div>
+<h2>Members</h2>
 <table><thead><tr><th>worker</th><th>host</th><th>step</th><th>loss</th><th>samples/s</th>
 <th>heartbeat age (s)</th></tr></thead><tbody id="members"></tbody></table>
+<h2>Recent rounds</h2>
+<table><thead><tr><th>round</th><th>outcome</th><th>members</th><th>dropped</th>
+<th>duration (s)</th><th>slowest wait (s)</th><th>MB in</th><th>MB out</th><th>ratio</th>
+</tr></thead><tbody id="rounds"></tbody></table>
 <p><a href="/status">/status</a> (JSON) &middot; <a href="/metrics">/metrics</a> (Prometheus)
  &middot; <a href="/healthz">/healthz</a></p>
 <script>
@@ -121,6 +155,21 @@ async function refresh() {
         const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
       }
       body.appendChild(tr);
+    }
+    const rounds = document.getElementById('rounds'); rounds.replaceChildren();
+    for (const r of (s.recent_rounds || []).slice(-20).reverse()) {
+      const tr = document.createElement('tr');
+      for (const v of [r.round, (r.outcome || '').replace('ROUND_OUTCOME_', ''),
+                       (r.members || []).length,
+                       (r.dropped || []).map(d => d.member_id + ': ' + d.reason).join('; '),
+                       Number(r.duration_seconds).toFixed(3),
+                       Number(r.slowest_wait_seconds).toFixed(3),
+                       (Number(r.bytes_received) / 1e6).toFixed(2),
+                       (Number(r.bytes_sent) / 1e6).toFixed(2),
+                       Number(r.compression_ratio).toFixed(2)]) {
+        const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
+      }
+      rounds.appendChild(tr);
     }
   } catch (e) { text('error', 'coordinator unreachable: ' + e); }
 }

@@ -26,6 +26,14 @@ v1::CoordinatorStatus Sample() {
   member->set_heartbeat_age_seconds(0.75);
   status.set_heartbeats_total(17);
   status.set_bytes_received_total(1 << 20);
+  status.set_rounds_committed_total(8);
+  v1::RoundRecord* round = status.add_recent_rounds();
+  round->set_round(8);
+  round->set_outcome(v1::ROUND_OUTCOME_COMMITTED);
+  round->add_members("node-a/0");
+  round->set_duration_seconds(0.25);
+  round->set_bytes_received(4000);
+  round->set_compression_ratio(3.9);
   return status;
 }
 
@@ -51,6 +59,10 @@ TEST(StatusRenderTest, PrometheusTextFormat) {
   EXPECT_THAT(text, HasSubstr("# TYPE localsgd_heartbeats_total counter"));
   EXPECT_THAT(text, HasSubstr("localsgd_heartbeats_total 17"));
   EXPECT_THAT(text, HasSubstr("localsgd_bytes_received_total 1048576"));
+  EXPECT_THAT(text, HasSubstr("localsgd_rounds_committed_total 8"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_duration_seconds 0.25"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_bytes_received 4000"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_compression_ratio 3.9"));
   // Label values are escaped.
   EXPECT_THAT(text, HasSubstr("name=\"fmnist \\\"quoted\\\"\""));
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,24 +58,42 @@ absl::Status AggregatorEngine::DecodeChunk(int chunk, absl::string_view encoded,
   return absl::OkStatus();
 }
 
-absl::Status AggregatorEngine::Accumulate(int slot, int chunk, absl::Span<const float> decoded) {
+absl::Status AggregatorEngine::Admit(int slot, int chunk, size_t values) {
   if (slot < 0 || slot >= num_members_ || dropped_[slot]) {
     return absl::InvalidArgumentError("member: not in the round");
   }
   if (weights_[slot] <= 0) return absl::InvalidArgumentError("member: no weight set");
   if (chunk < 0 || chunk >= layout().num_chunks() ||
-      static_cast<int64_t>(decoded.size()) != layout().size(chunk)) {
+      static_cast<int64_t>(values) != layout().size(chunk)) {
     return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk, " does not fit"));
   }
   if (got_[chunk][slot]) {
     return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk, " sent twice"));
   }
   got_[chunk][slot] = true;
+  chunk_weight_[chunk] += weights_[slot];
+  return absl::OkStatus();
+}
+
+absl::Status AggregatorEngine::Accumulate(int slot, int chunk, absl::Span<const float> decoded) {
+  if (absl::Status s = Admit(slot, chunk, decoded.size()); !s.ok()) return s;
   const float w = static_cast<float>(weights_[slot]);
   float* sum = sum_.data() + layout().begin(chunk);
   const size_t n = decoded.size();
   for (size_t i = 0; i < n; ++i) sum[i] += w * decoded[i];
-  chunk_weight_[chunk] += weights_[slot];
+  return absl::OkStatus();
+}
+
+absl::Status AggregatorEngine::AccumulateFp32(int slot, int chunk, absl::string_view bytes) {
+  if (absl::Status s = Admit(slot, chunk, bytes.size() / sizeof(float)); !s.ok()) return s;
+  const float w = static_cast<float>(weights_[slot]);
+  float* sum = sum_.data() + layout().begin(chunk);
+  const size_t n = bytes.size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, bytes.data() + 4 * i, 4);
+    sum[i] += w * v;
+  }
   return absl::OkStatus();
 }
 
@@ -128,6 +147,7 @@ absl::Status AggregatorEngine::Finalize(int chunk) {
   // Encode once; every member and this engine apply exactly the decoded bytes, so all copies
   // of global[r] stay bit-identical whatever the codec.
   std::string& encoded = encoded_update_[chunk];
+  encoded.clear();
   Encode(options_.codec, absl::MakeConstSpan(update, n), &encoded);
   if (options_.codec != v1::CODEC_FP32) {
     // Fails only when the update does not fit the codec (fp16 beyond 65504).

@@ -58,6 +58,10 @@ class AggregatorEngine {
   // without weight. Complete chunks become available through TakeCompleted.
   absl::Status Accumulate(int slot, int chunk, absl::Span<const float> decoded);
 
+  // Adds slot's chunk straight from fp32 bytes (of an fp32 engine) that CheckFp32 passed:
+  // no decoded copy.
+  absl::Status AccumulateFp32(int slot, int chunk, absl::string_view bytes);
+
   // Stops waiting for `slot`.
   void Drop(int slot);
 
@@ -67,6 +71,8 @@ class AggregatorEngine {
 
   // The encoded update of a finalised chunk.
   const std::string& EncodedUpdate(int chunk) const { return encoded_update_[chunk]; }
+  // Moves it out (to send it without a copy); EncodedUpdate(chunk) is empty afterwards.
+  std::string TakeEncodedUpdate(int chunk) { return std::move(encoded_update_[chunk]); }
 
   bool AllComplete() const { return completed_ == layout().num_chunks(); }
   // Slots not dropped.
@@ -84,6 +90,8 @@ class AggregatorEngine {
 
  private:
   absl::Status Finalize(int chunk);
+  // Checks that `slot` may add `values` values to `chunk` and marks it as added.
+  absl::Status Admit(int slot, int chunk, size_t values);
   bool Complete(int chunk) const;
 
   Options options_;

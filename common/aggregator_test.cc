@@ -1,6 +1,7 @@
 #include "common/aggregator.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -145,6 +146,36 @@ TEST(AggregatorTest, BadInputIsRefusedAndChangesNothing) {
   engine.Drop(1);
   ASSERT_TRUE(Feed(engine, 0, 1, d).ok());  // the refused NaN chunk did not count
   EXPECT_EQ(engine.TakeCompleted()->size(), 2u);
+}
+
+TEST(AggregatorTest, Fp32BytesAccumulateLikeDecodedValues) {
+  std::vector<float> d0 = Random(600, 1), d1 = Random(600, 2);
+  AggregatorEngine decoded(Opts(600, 256), std::vector<float>(600));
+  AggregatorEngine in_place(Opts(600, 256), std::vector<float>(600));
+  for (AggregatorEngine* engine : {&decoded, &in_place}) {
+    engine->BeginRound(2);
+    ASSERT_TRUE(engine->SetWeight(0, 1).ok());
+    ASSERT_TRUE(engine->SetWeight(1, 3).ok());
+  }
+  for (int c = 0; c < 3; ++c) {
+    for (int m = 0; m < 2; ++m) {
+      const std::vector<float>& d = m == 0 ? d0 : d1;
+      ASSERT_TRUE(Feed(decoded, m, c, d).ok());
+      std::string bytes;
+      Encode(v1::CODEC_FP32,
+             absl::MakeConstSpan(d.data() + in_place.layout().begin(c), in_place.layout().size(c)),
+             &bytes);
+      ASSERT_TRUE(CheckFp32(bytes, static_cast<size_t>(in_place.layout().size(c))).ok());
+      ASSERT_TRUE(in_place.AccumulateFp32(m, c, bytes).ok());
+    }
+  }
+  EXPECT_EQ(in_place.AccumulateFp32(0, 0, std::string(256 * 4, '\0')).code(),
+            absl::StatusCode::kInvalidArgument);  // duplicate
+  ASSERT_EQ(decoded.TakeCompleted()->size(), 3u);
+  ASSERT_EQ(in_place.TakeCompleted()->size(), 3u);
+  decoded.Commit();
+  in_place.Commit();
+  EXPECT_EQ(std::memcmp(decoded.global().data(), in_place.global().data(), 600 * sizeof(float)), 0);
 }
 
 TEST(AggregatorTest, OuterNesterovMomentumMatchesReference) {

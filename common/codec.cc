@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
@@ -61,27 +62,62 @@ inline float Fp16ToFloat(uint16_t h) {
 
 int64_t Int8Blocks(int64_t n) { return (n + kInt8BlockValues - 1) / kInt8BlockValues; }
 
-void EncodeInt8(absl::Span<const float> values, char* out) {
-  const int64_t n = static_cast<int64_t>(values.size());
-  const int64_t blocks = Int8Blocks(n);
-  int8_t* q = reinterpret_cast<int8_t*>(out + blocks * sizeof(float));
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kInt8BlockValues;
-    const int64_t end = std::min(n, begin + kInt8BlockValues);
-    float absmax = 0;
-    for (int64_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(values[i]));
-    // A NaN would vanish in the max above: poison the scale so Decode refuses the block.
-    const float scale = AllFinite(values.subspan(begin, end - begin))
-                            ? absmax / 127.0f
-                            : std::numeric_limits<float>::quiet_NaN();
-    std::memcpy(out + b * sizeof(float), &scale, sizeof(float));
-    const float inverse = absmax > 0 ? 127.0f / absmax : 0.0f;
-    for (int64_t i = begin; i < end; ++i) {
-      float v = std::nearbyint(values[i] * inverse);
-      v = std::min(127.0f, std::max(-127.0f, v));
-      q[i] = static_cast<int8_t>(v);
+// Encodes the n values that value(i) yields; value may be called more than once per i.
+template <typename Value>
+void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
+  out->resize(EncodedBytes(codec, static_cast<int64_t>(n)));
+  char* data = out->data();
+  switch (codec) {
+    case v1::CODEC_BF16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToBf16(value(i));
+        std::memcpy(data + 2 * i, &h, 2);
+      }
+      return;
+    case v1::CODEC_FP16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToFp16(value(i));
+        std::memcpy(data + 2 * i, &h, 2);
+      }
+      return;
+    case v1::CODEC_INT8: {
+      const size_t blocks = static_cast<size_t>(Int8Blocks(static_cast<int64_t>(n)));
+      int8_t* q = reinterpret_cast<int8_t*>(data + blocks * sizeof(float));
+      for (size_t b = 0; b < blocks; ++b) {
+        const size_t begin = b * kInt8BlockValues;
+        const size_t end = std::min(n, begin + static_cast<size_t>(kInt8BlockValues));
+        float absmax = 0;
+        uint32_t bad = 0;
+        for (size_t i = begin; i < end; ++i) {
+          const float v = value(i);
+          absmax = std::max(absmax, std::fabs(v));
+          bad |= static_cast<uint32_t>((Bits(v) & 0x7f800000u) == 0x7f800000u);
+        }
+        // A NaN would vanish in the max above: poison the scale so Decode refuses the block.
+        const float scale = bad == 0 ? absmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(data + b * sizeof(float), &scale, sizeof(float));
+        const float inverse = absmax > 0 ? 127.0f / absmax : 0.0f;
+        for (size_t i = begin; i < end; ++i) {
+          const float v = std::nearbyint(value(i) * inverse);
+          q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
+        }
+      }
+      return;
     }
+    default:
+      for (size_t i = 0; i < n; ++i) {
+        const float v = value(i);
+        std::memcpy(data + 4 * i, &v, 4);
+      }
+      return;
   }
+}
+
+// A per-thread buffer of at least n floats, reused across calls.
+std::vector<float>& Fp32Scratch(size_t n) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch;
 }
 
 }  // namespace
@@ -99,29 +135,27 @@ size_t EncodedBytes(v1::Codec codec, int64_t n) {
 }
 
 void Encode(v1::Codec codec, absl::Span<const float> values, std::string* out) {
-  const size_t n = values.size();
-  out->resize(EncodedBytes(codec, static_cast<int64_t>(n)));
-  char* data = out->data();
-  switch (codec) {
-    case v1::CODEC_BF16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToBf16(values[i]);
-        std::memcpy(data + 2 * i, &h, 2);
-      }
-      return;
-    case v1::CODEC_FP16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToFp16(values[i]);
-        std::memcpy(data + 2 * i, &h, 2);
-      }
-      return;
-    case v1::CODEC_INT8:
-      EncodeInt8(values, data);
-      return;
-    default:
-      if (n > 0) std::memcpy(data, values.data(), n * sizeof(float));
-      return;
+  if (codec == v1::CODEC_FP32 || codec == v1::CODEC_UNSPECIFIED) {
+    out->assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    return;
   }
+  EncodeValues(codec, values.size(), [values](size_t i) { return values[i]; }, out);
+}
+
+void EncodeDifference(v1::Codec codec, absl::Span<const float> a, absl::Span<const float> b,
+                      std::string* out) {
+  if (codec == v1::CODEC_FP32 || codec == v1::CODEC_UNSPECIFIED) {
+    // The common case, written so that it vectorises: distinct, non-aliasing pointers.
+    const size_t n = a.size();
+    std::vector<float>& delta = Fp32Scratch(n);
+    const float* __restrict pa = a.data();
+    const float* __restrict pb = b.data();
+    float* __restrict pd = delta.data();
+    for (size_t i = 0; i < n; ++i) pd[i] = pa[i] - pb[i];
+    out->assign(reinterpret_cast<const char*>(pd), n * sizeof(float));
+    return;
+  }
+  EncodeValues(codec, a.size(), [a, b](size_t i) { return a[i] - b[i]; }, out);
 }
 
 absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> out) {
@@ -170,6 +204,22 @@ absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> 
   if (!AllFinite(out)) {
     return absl::InvalidArgumentError("chunk data: decodes to NaN or infinity");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFp32(absl::string_view bytes, size_t n) {
+  if (bytes.size() != n * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk data: ", bytes.size(),
+                                                   " bytes, expected ", n * sizeof(float),
+                                                   " for ", n, " values in fp32"));
+  }
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, bytes.data() + 4 * i, 4);
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  if (bad != 0) return absl::InvalidArgumentError("chunk data: decodes to NaN or infinity");
   return absl::OkStatus();
 }
 

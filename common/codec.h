@@ -27,10 +27,19 @@ size_t EncodedBytes(v1::Codec codec, int64_t num_values);
 // Replaces `out` with the encoding of `values`.
 void Encode(v1::Codec codec, absl::Span<const float> values, std::string* out);
 
+// Replaces `out` with the encoding of a - b (same length): the delta of a chunk, without a
+// separate pass to compute it.
+void EncodeDifference(v1::Codec codec, absl::Span<const float> a, absl::Span<const float> b,
+                      std::string* out);
+
 // Decodes `bytes` into exactly `out.size()` values. INVALID_ARGUMENT when the size is wrong,
 // the codec is unknown, or a decoded value is NaN or infinite (nothing is trusted from the
 // wire); `out` is then unspecified.
 absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> out);
+
+// For fp32 bytes that are used in place: checks the size for `n` values and that none is NaN
+// or infinite, like Decode, without copying.
+absl::Status CheckFp32(absl::string_view bytes, size_t n);
 
 // Whether every value is finite.
 bool AllFinite(absl::Span<const float> values);

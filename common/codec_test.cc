@@ -109,6 +109,28 @@ TEST(CodecTest, WrongSizeAndNonFiniteAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CodecTest, EncodeDifferenceEqualsEncodeOfTheDifference) {
+  std::vector<float> a = RandomValues(3 * kInt8BlockValues + 5, 1.0f, 8);
+  std::vector<float> b = RandomValues(a.size(), 1.0f, 9);
+  std::vector<float> diff(a.size());
+  for (size_t i = 0; i < a.size(); ++i) diff[i] = a[i] - b[i];
+  for (v1::Codec codec : {v1::CODEC_FP32, v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {
+    std::string fused, separate;
+    EncodeDifference(codec, a, b, &fused);
+    Encode(codec, diff, &separate);
+    EXPECT_EQ(fused, separate) << CodecName(codec);
+  }
+}
+
+TEST(CodecTest, CheckFp32RefusesWrongSizesAndNonFinite) {
+  std::string bytes;
+  Encode(v1::CODEC_FP32, std::vector<float>{1, 2, 3}, &bytes);
+  EXPECT_TRUE(CheckFp32(bytes, 3).ok());
+  EXPECT_EQ(CheckFp32(bytes, 4).code(), absl::StatusCode::kInvalidArgument);
+  Encode(v1::CODEC_FP32, std::vector<float>{1, std::numeric_limits<float>::infinity(), 3}, &bytes);
+  EXPECT_EQ(CheckFp32(bytes, 3).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChunkLayoutTest, ChunksCoverTheVectorInWholeBlocks) {
   ChunkLayout layout = ChunkLayout::ForBytes(1'000'000, 1 << 20);
   EXPECT_EQ(layout.chunk_values, 262144);

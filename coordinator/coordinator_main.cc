@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/malloc_tuning.h"
 #include "common/log.h"
 #include "coordinator/coordinator_server.h"
 
@@ -44,6 +45,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  localsgd::TuneMallocForLargeBuffers();
   absl::SetProgramUsageMessage(
       "The localsgd coordinator: tracks workers, runs and sync rounds.\n"
       "Usage: coordinator [--grpc_address=HOST:PORT] [--http_address=HOST:PORT] "

@@ -257,9 +257,24 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     }
     engine = model_.engine;
   }
-  // Decoding (the costly part) runs outside the lock: members decode in parallel.
-  std::vector<float> decoded;
-  absl::Status status = engine->DecodeChunk(chunk.index(), chunk.data(), &decoded);
+  // Checking and decoding run outside the lock, so members' chunks are decoded in parallel.
+  // fp32 bytes are used in place; other codecs decode into a buffer reused across chunks.
+  const bool fp32 = engine->codec() == v1::CODEC_FP32;
+  thread_local std::vector<float> decoded;
+  absl::Status status;
+  if (!fp32) {
+    status = engine->DecodeChunk(chunk.index(), chunk.data(), &decoded);
+  } else if (chunk.index() < 0 || chunk.index() >= engine->layout().num_chunks()) {
+    status = absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(),
+                                                     " is out of range [0, ",
+                                                     engine->layout().num_chunks(), ")"));
+  } else {
+    status = CheckFp32(chunk.data(), static_cast<size_t>(engine->layout().size(chunk.index())));
+    if (!status.ok()) {
+      status = absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ",
+                                                       status.message()));
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -267,7 +282,10 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
     Session& session = it->second;
-    if (status.ok()) status = engine->Accumulate(session.slot, chunk.index(), decoded);
+    if (status.ok()) {
+      status = fp32 ? engine->AccumulateFp32(session.slot, chunk.index(), chunk.data())
+                    : engine->Accumulate(session.slot, chunk.index(), decoded);
+    }
     if (!status.ok()) {
       DropSlot(session.slot, std::string(status.message()), status);
     } else {
@@ -383,7 +401,7 @@ void RoundManager::Advance() {
   for (int chunk : *completed) {
     auto response = std::make_shared<v1::SyncResponse>();
     response->mutable_update()->set_index(chunk);
-    response->mutable_update()->set_data(model_.engine->EncodedUpdate(chunk));
+    *response->mutable_update()->mutable_data() = model_.engine->TakeEncodedUpdate(chunk);
     const int64_t bytes = static_cast<int64_t>(response->update().data().size());
     for (int64_t session : round.session_of_slot) {
       auto it = sessions_.find(session);

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Star-mode averaging round time against torch.distributed Gloo all_reduce, on loopback.
+
+For each N (node leaders) and S (MB of fp32 parameters) it starts a real coordinator and N
+member processes (//bench:averaging_member) that sync S MB per round through the Averaging
+service, once per codec; then, in the same run, N torch.distributed processes with the Gloo
+backend doing all_reduce + divide on the same S MB (what Accelerate's LocalSGD does on CPUs).
+Round time is the slowest member's, median over the measured rounds (the first is a warm-up).
+GB/s is S / round time. The ratio is star round time / Gloo round time (lower is better).
+
+Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 100] [--rounds 5]
+(builds with `bazel build -c opt` first; run from the repository root.)
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
+
+
+def bazel_bin():
+    subprocess.run(["bazel", "build", "-c", "opt", "//coordinator", "//coordinator:localsgdctl",
+                    "//bench:averaging_member"], check=True, stderr=subprocess.DEVNULL)
+    return subprocess.run(["bazel", "info", "-c", "opt", "bazel-bin"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def star_round_seconds(bin_dir, work, nodes, size_mb, codec, rounds):
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write("bench-token")
+    coordinator = subprocess.Popen(
+        [f"{bin_dir}/coordinator/coordinator", "--grpc_address=127.0.0.1:0", "--http_address=",
+         f"--token_file={token_file}", "--lease_timeout=600s", "--heartbeat_interval=1s"],
+        stdout=subprocess.PIPE, stderr=open(os.path.join(work, "coordinator.log"), "w"),
+        text=True)
+    try:
+        address = None
+        for line in coordinator.stdout:
+            m = re.match(r"grpc listening on (\S+)", line)
+            if m:
+                address = m.group(1)
+                break
+        values = int(size_mb * 1e6 / 4)
+        members = [subprocess.Popen(
+            [f"{bin_dir}/bench/averaging_member", f"--coordinator={address}",
+             "--token=bench-token", f"--node=node-{i}", f"--values={values}",
+             f"--rounds={rounds}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nodes)]
+        spec = os.path.join(work, "spec.textproto")
+        with open(spec, "w") as f:
+            f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} codec: {codec} '
+                    f'round_deadline_seconds: 600 total_steps: 1000000000\n')
+        subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
+                        f"--token_file={token_file}", "start", f"--spec={spec}"],
+                       check=True, stdout=subprocess.DEVNULL)
+        per_round = {}
+        for member in members:
+            out, err = member.communicate(timeout=1800)
+            if member.returncode != 0:
+                raise RuntimeError(f"member failed: {err}")
+            for r, t in re.findall(r"round (\d+) seconds ([\d.]+)", out):
+                per_round.setdefault(int(r), []).append(float(t))
+        slowest = [max(per_round[r]) for r in sorted(per_round) if r > 1]
+        return statistics.median(slowest)
+    finally:
+        coordinator.terminate()
+        coordinator.wait()
+
+
+def gloo_worker(rank, nodes, numel, rounds, port, out_path):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=nodes)
+    tensor = torch.randn(numel)
+    times = []
+    for _ in range(rounds):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        tensor /= nodes
+        times.append(time.perf_counter() - start)
+    gathered = [None] * nodes
+    dist.all_gather_object(gathered, times)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            for r in range(1, rounds):
+                f.write(f"{max(g[r] for g in gathered)}\n")
+    dist.destroy_process_group()
+
+
+def gloo_round_seconds(work, nodes, size_mb, rounds):
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out_path = os.path.join(work, "gloo.txt")
+    mp.spawn(gloo_worker, args=(nodes, int(size_mb * 1e6 / 4), rounds, port, out_path),
+             nprocs=nodes, join=True)
+    with open(out_path) as f:
+        return statistics.median(float(line) for line in f)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--sizes_mb", type=float, nargs="+", default=[10, 100])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--codecs", nargs="+", default=CODECS)
+    args = parser.parse_args()
+    bin_dir = bazel_bin()
+    print(f"{'N':>2} {'MB':>6} {'codec':<6} {'star s':>9} {'star GB/s':>9} "
+          f"{'gloo s':>9} {'gloo GB/s':>9} {'star/gloo':>9}")
+    with tempfile.TemporaryDirectory() as work:
+        for nodes in args.nodes:
+            for size_mb in args.sizes_mb:
+                gloo = gloo_round_seconds(work, nodes, size_mb, args.rounds)
+                for codec in args.codecs:
+                    star = star_round_seconds(bin_dir, work, nodes, size_mb, codec, args.rounds)
+                    print(f"{nodes:>2} {size_mb:>6g} {codec[6:].lower():<6} {star:>9.4f} "
+                          f"{size_mb / 1e3 / star:>9.3f} {gloo:>9.4f} "
+                          f"{size_mb / 1e3 / gloo:>9.3f} {star / gloo:>9.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+// One node leader for bench/averaging_bench.py: joins the coordinator, waits for the run,
+// uploads (node 0) or fetches the initial model, then syncs --rounds rounds of a random delta
+// and prints one line per round: "round R seconds T".
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/auth.h"
+#include "common/malloc_tuning.h"
+#include "common/averaging_client.h"
+#include "common/grpc_channel.h"
+#include "common/status_util.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator gRPC HOST:PORT.");
+ABSL_FLAG(std::string, token, "", "Bearer token.");
+ABSL_FLAG(std::string, node, "node-0", "Node name; node-0 uploads the initial model.");
+ABSL_FLAG(int64_t, values, 1 << 20, "Floats in the parameter vector.");
+ABSL_FLAG(int, rounds, 4, "Sync rounds to run.");
+
+namespace {
+
+using localsgd::v1::Coordinator;
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "averaging_member: %s: %s\n", what.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  localsgd::TuneMallocForLargeBuffers();
+  absl::ParseCommandLine(argc, argv);
+  const std::string token = absl::GetFlag(FLAGS_token);
+  auto channel = localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator));
+  auto coordinator = Coordinator::NewStub(channel);
+  auto context = [&] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    localsgd::AddBearerToken(c.get(), token);
+    return c;
+  };
+
+  localsgd::v1::JoinRequest join;
+  join.mutable_identity()->set_node_name(absl::GetFlag(FLAGS_node));
+  join.mutable_identity()->set_local_rank(0);
+  join.mutable_identity()->set_local_world_size(1);
+  join.set_pid(getpid());
+  localsgd::v1::JoinResponse joined;
+  grpc::Status status = coordinator->Join(context().get(), join, &joined);
+  if (!status.ok()) return Fail("join", localsgd::FromGrpcStatus(status));
+
+  // Heartbeats keep the lease; the first RUNNING run they report is ours.
+  std::atomic<bool> stop{false};
+  localsgd::v1::RunInfo run;
+  while (true) {
+    localsgd::v1::HeartbeatRequest beat;
+    beat.set_worker_id(joined.worker_id());
+    localsgd::v1::HeartbeatResponse response;
+    status = coordinator->Heartbeat(context().get(), beat, &response);
+    if (!status.ok()) return Fail("heartbeat", localsgd::FromGrpcStatus(status));
+    if (response.run().state() == localsgd::v1::RUN_STATE_RUNNING) {
+      run = response.run();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::thread heartbeat([&] {
+    while (!stop.load()) {
+      localsgd::v1::HeartbeatRequest beat;
+      beat.set_worker_id(joined.worker_id());
+      localsgd::v1::HeartbeatResponse response;
+      coordinator->Heartbeat(context().get(), beat, &response);
+      for (int i = 0; i < 20 && !stop.load(); ++i) absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+
+  localsgd::AveragingClient client(channel, token);
+  const int64_t n = absl::GetFlag(FLAGS_values);
+  std::vector<float> global;
+  if (absl::GetFlag(FLAGS_node) == "node-0") {
+    global.assign(static_cast<size_t>(n), 0.0f);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& x : global) x = dist(rng);
+    localsgd::ChunkLayout layout = localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
+    absl::Status s = client.InitModel(run.run_id(), joined.worker_id(), global, layout,
+                                      absl::Seconds(120));
+    if (!s.ok()) return Fail("init model", s);
+  } else {
+    while (true) {
+      absl::StatusOr<localsgd::AveragingClient::Model> model =
+          client.FetchModel(run.run_id(), absl::Seconds(120));
+      if (model.ok()) {
+        global = std::move(model->values);
+        break;
+      }
+      if (!absl::IsFailedPrecondition(model.status())) return Fail("fetch model", model.status());
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  localsgd::AveragingClient::Member member{run.run_id(), joined.worker_id(), run.spec().codec(),
+                                           1.0, 1};
+  // The "training" between rounds is a fixed random step, drawn once: drawing it anew each
+  // round would keep this member's CPU busy while the others are already in the round.
+  std::vector<float> params(global.size()), step(global.size());
+  std::mt19937 rng(std::hash<std::string>()(joined.worker_id()));
+  std::normal_distribution<float> dist(0.0f, 0.01f);
+  for (float& x : step) x = dist(rng);
+  for (int round = 1; round <= absl::GetFlag(FLAGS_rounds); ++round) {
+    for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
+    absl::Time start = absl::Now();
+    absl::StatusOr<localsgd::AveragingClient::SyncResult> result = client.Sync(
+        member, round, round * 8, params, absl::MakeSpan(global), absl::Seconds(300));
+    if (!result.ok()) return Fail(absl::StrCat("round ", round), result.status());
+    std::printf("round %d seconds %.6f\n", round, absl::ToDoubleSeconds(absl::Now() - start));
+    std::fflush(stdout);
+  }
+  stop.store(true);
+  heartbeat.join();
+  localsgd::v1::LeaveRequest leave;
+  leave.set_worker_id(joined.worker_id());
+  localsgd::v1::LeaveResponse left;
+  coordinator->Leave(context().get(), leave, &left);
+  return 0;
+}

@@ -1,0 +1,24 @@
+#include "common/grpc_channel.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+namespace localsgd {
+
+grpc::ChannelArguments StreamingChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 4 << 20);
+  args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 16 << 20);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> CreateStreamingChannel(const std::string& address) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   StreamingChannelArguments());
+}
+
+}  // namespace localsgd

@@ -1,0 +1,26 @@
+#ifndef LOCALSGD_COMMON_GRPC_CHANNEL_H_
+#define LOCALSGD_COMMON_GRPC_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/support/channel_arguments.h>
+
+namespace localsgd {
+
+// Largest gRPC message either side accepts: chunks are at most 16 MiB (RunSpec.chunk_bytes)
+// plus their envelope.
+inline constexpr int kMaxMessageBytes = 32 << 20;
+
+// Channel arguments for parameter streaming, shared by clients and the server: large messages,
+// a deep HTTP/2 receive window (so a stream of MiB chunks is not throttled to the 64 KiB
+// default while BDP probing ramps up) and large TCP reads.
+grpc::ChannelArguments StreamingChannelArguments();
+
+// An insecure channel to `address` with StreamingChannelArguments.
+std::shared_ptr<grpc::Channel> CreateStreamingChannel(const std::string& address);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_GRPC_CHANNEL_H_

@@ -1,5 +1,7 @@
 #include "common/codec.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -60,7 +62,51 @@ inline float Fp16ToFloat(uint16_t h) {
   return FromBits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
+// Rounds |x| < 2^22 to the nearest integer, ties to even, in the FPU's default mode: adding
+// and subtracting 1.5 * 2^23 leaves no fraction bits. Unlike std::nearbyint this vectorises
+// on baseline x86-64 (no SSE4.1 round instruction, so nearbyint is a libm call per value).
+// (IEEE semantics, which this project never relaxes with -ffast-math, forbid folding it.)
+inline float RoundToNearestEven(float x) {
+  constexpr float kMagic = 12582912.0f;
+  return (x + kMagic) - kMagic;
+}
+
 int64_t Int8Blocks(int64_t n) { return (n + kInt8BlockValues - 1) / kInt8BlockValues; }
+
+// The processor's half-precision conversions (F16C: every x86-64 CPU since 2012), which
+// round to nearest even exactly like FloatToFp16, 8 values per instruction.
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return has;
+}
+
+template <typename Value>
+__attribute__((target("avx,f16c"))) void EncodeFp16F16c(size_t n, Value value, char* data) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    alignas(32) float v[8];
+    for (int k = 0; k < 8; ++k) v[k] = value(i + k);
+    const __m128i h = _mm256_cvtps_ph(_mm256_load_ps(v), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(data + 2 * i), h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = FloatToFp16(value(i));
+    std::memcpy(data + 2 * i, &h, 2);
+  }
+}
+
+__attribute__((target("avx,f16c"))) void DecodeFp16F16c(const char* data, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 2 * i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, data + 2 * i, 2);
+    out[i] = Fp16ToFloat(h);
+  }
+}
 
 // Encodes the n values that value(i) yields; value may be called more than once per i.
 template <typename Value>
@@ -75,6 +121,10 @@ void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
       }
       return;
     case v1::CODEC_FP16:
+      if (HasF16c()) {
+        EncodeFp16F16c(n, value, data);
+        return;
+      }
       for (size_t i = 0; i < n; ++i) {
         const uint16_t h = FloatToFp16(value(i));
         std::memcpy(data + 2 * i, &h, 2);
@@ -98,8 +148,8 @@ void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
         std::memcpy(data + b * sizeof(float), &scale, sizeof(float));
         const float inverse = absmax > 0 ? 127.0f / absmax : 0.0f;
         for (size_t i = begin; i < end; ++i) {
-          const float v = std::nearbyint(value(i) * inverse);
-          q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
+          const float v = std::min(127.0f, std::max(-127.0f, value(i) * inverse));
+          q[i] = static_cast<int8_t>(RoundToNearestEven(v));
         }
       }
       return;
@@ -179,6 +229,10 @@ absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> 
       }
       break;
     case v1::CODEC_FP16:
+      if (HasF16c()) {
+        DecodeFp16F16c(data, n, out.data());
+        break;
+      }
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, data + 2 * i, 2);

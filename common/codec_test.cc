@@ -1,6 +1,7 @@
 #include "common/codec.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -59,6 +60,31 @@ TEST(CodecTest, Fp16RoundTripsNormalsAndSubnormals) {
   EXPECT_EQ(RoundTrip(v1::CODEC_FP16, exact), exact);
   std::vector<float> tiny = RoundTrip(v1::CODEC_FP16, {1e-6f});
   EXPECT_NEAR(tiny[0], 1e-6f, 3e-8f);
+}
+
+TEST(CodecTest, Fp16MatchesTheReferenceConversionBitForBit) {
+  // Every finite half value decodes and re-encodes to itself, whichever conversion path (F16C
+  // or the portable one) this machine takes; values between halves round to nearest even.
+  std::vector<float> halves;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if (((h >> 10) & 0x1f) == 0x1f) continue;  // Inf and NaN
+    std::string bytes(2, '\0');
+    bytes[0] = static_cast<char>(h & 0xff);
+    bytes[1] = static_cast<char>(h >> 8);
+    std::vector<float> one(1);
+    ASSERT_TRUE(Decode(v1::CODEC_FP16, bytes, absl::MakeSpan(one)).ok()) << h;
+    halves.push_back(one[0]);
+  }
+  std::string encoded;
+  Encode(v1::CODEC_FP16, halves, &encoded);
+  std::vector<float> decoded(halves.size());
+  ASSERT_TRUE(Decode(v1::CODEC_FP16, encoded, absl::MakeSpan(decoded)).ok());
+  EXPECT_EQ(std::memcmp(decoded.data(), halves.data(), halves.size() * sizeof(float)), 0);
+  // 1 + 2^-11 lies halfway between 1 and the next half: ties go to the even mantissa (1).
+  std::vector<float> ties = {1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11)};
+  std::vector<float> rounded = RoundTrip(v1::CODEC_FP16, ties);
+  EXPECT_EQ(rounded[0], 1.0f);
+  EXPECT_EQ(rounded[1], 1.0f + 2 * std::ldexp(1.0f, -10));
 }
 
 TEST(CodecTest, Fp16OverflowIsRefusedOnDecode) {

@@ -18,6 +18,7 @@
 #include "common/auth.h"
 #include "common/malloc_tuning.h"
 #include "common/averaging_client.h"
+#include "common/codec.h"
 #include "common/grpc_channel.h"
 #include "common/status_util.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
@@ -27,6 +28,9 @@ ABSL_FLAG(std::string, token, "", "Bearer token.");
 ABSL_FLAG(std::string, node, "node-0", "Node name; node-0 uploads the initial model.");
 ABSL_FLAG(int64_t, values, 1 << 20, "Floats in the parameter vector.");
 ABSL_FLAG(int, rounds, 4, "Sync rounds to run.");
+ABSL_FLAG(int, stall_in_round, 0,
+          "Fault injection for tests: in this round send the header and one chunk, print "
+          "\"stalled\" and hang (to be killed mid-round). 0: never.");
 
 namespace {
 
@@ -120,6 +124,33 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> dist(0.0f, 0.01f);
   for (float& x : step) x = dist(rng);
   for (int round = 1; round <= absl::GetFlag(FLAGS_rounds); ++round) {
+    if (round == absl::GetFlag(FLAGS_stall_in_round)) {
+      auto stub = localsgd::v1::Averaging::NewStub(channel);
+      grpc::ClientContext stall_context;
+      localsgd::AddBearerToken(&stall_context, token);
+      auto stream = stub->Sync(&stall_context);
+      localsgd::v1::SyncRequest request;
+      localsgd::v1::SyncHeader* header = request.mutable_header();
+      header->set_run_id(run.run_id());
+      header->set_round(round);
+      header->set_member_id(joined.worker_id());
+      header->set_vector_length(n);
+      header->set_codec(run.spec().codec());
+      header->set_weight(1);
+      header->set_num_workers(1);
+      stream->Write(request);
+      localsgd::v1::SyncResponse response;
+      stream->Read(&response);  // in the round now
+      const localsgd::ChunkLayout layout{n, response.header().chunk_values()};
+      request.mutable_chunk()->set_index(0);
+      localsgd::Encode(run.spec().codec(),
+                       absl::MakeConstSpan(step.data(), static_cast<size_t>(layout.size(0))),
+                       request.mutable_chunk()->mutable_data());
+      stream->Write(request);
+      std::printf("stalled\n");
+      std::fflush(stdout);
+      while (true) pause();
+    }
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
     absl::StatusOr<localsgd::AveragingClient::SyncResult> result = client.Sync(

@@ -2,24 +2,18 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/codec.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/random_vector.h"
 
 namespace localsgd {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using ::localsgd::testing::RandomVector;
 
 AggregatorEngine::Options Opts(int64_t n, int64_t chunk_values, v1::Codec codec = v1::CODEC_FP32,
                                OuterOptimizer outer = {}) {
@@ -45,13 +39,13 @@ absl::Status Feed(AggregatorEngine& engine, int slot, int chunk, const std::vect
 TEST(AggregatorTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
   const int kMembers = 4;
   const int64_t n = 10'000;
-  std::vector<float> global = Random(n, 99);
+  std::vector<float> global = RandomVector(n, 99);
   AggregatorEngine engine(Opts(n, 1024), global);
   engine.BeginRound(kMembers);
   std::vector<std::vector<float>> deltas;
   std::vector<double> weights = {1, 2, 3, 4};
   for (int m = 0; m < kMembers; ++m) {
-    deltas.push_back(Random(n, m));
+    deltas.push_back(RandomVector(n, m));
     ASSERT_TRUE(engine.SetWeight(m, weights[m]).ok());
   }
   absl::Mutex mu;
@@ -149,7 +143,7 @@ TEST(AggregatorTest, BadInputIsRefusedAndChangesNothing) {
 }
 
 TEST(AggregatorTest, Fp32BytesAccumulateLikeDecodedValues) {
-  std::vector<float> d0 = Random(600, 1), d1 = Random(600, 2);
+  std::vector<float> d0 = RandomVector(600, 1), d1 = RandomVector(600, 2);
   AggregatorEngine decoded(Opts(600, 256), std::vector<float>(600));
   AggregatorEngine in_place(Opts(600, 256), std::vector<float>(600));
   for (AggregatorEngine* engine : {&decoded, &in_place}) {
@@ -197,12 +191,12 @@ TEST(AggregatorTest, OuterNesterovMomentumMatchesReference) {
 
 TEST(AggregatorTest, LossyCodecsApplyExactlyTheEncodedUpdate) {
   for (v1::Codec codec : {v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {
-    std::vector<float> global = Random(1000, 5);
+    std::vector<float> global = RandomVector(1000, 5);
     AggregatorEngine engine(Opts(1000, 512, codec), global);
     engine.BeginRound(2);
     ASSERT_TRUE(engine.SetWeight(0, 1).ok());
     ASSERT_TRUE(engine.SetWeight(1, 1).ok());
-    std::vector<float> d0 = Random(1000, 6, 0.01f), d1 = Random(1000, 7, 0.01f);
+    std::vector<float> d0 = RandomVector(1000, 6, 0.01f), d1 = RandomVector(1000, 7, 0.01f);
     for (int c = 0; c < 2; ++c) {
       ASSERT_TRUE(Feed(engine, 0, c, d0, codec).ok());
       ASSERT_TRUE(Feed(engine, 1, c, d1, codec).ok());

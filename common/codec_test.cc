@@ -3,21 +3,18 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "common/chunking.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/random_vector.h"
 
 namespace localsgd {
 namespace {
 
+// n values from N(0, scale^2).
 std::vector<float> RandomValues(size_t n, float scale, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return testing::RandomVector(n, seed, scale);
 }
 
 std::vector<float> RoundTrip(v1::Codec codec, const std::vector<float>& in) {

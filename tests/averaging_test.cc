@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <thread>
 #include <vector>
 
@@ -20,12 +19,14 @@
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
 
 namespace localsgd {
 namespace {
 
 using ::localsgd::testing::IsOk;
+using ::localsgd::testing::RandomVector;
 using ::localsgd::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -33,14 +34,6 @@ using ::testing::HasSubstr;
 constexpr char kToken[] = "avg-token";
 constexpr int64_t kValues = 70'000;  // 5 chunks of 16384 values with chunk_bytes 64 KiB
 constexpr absl::Duration kTimeout = absl::Seconds(30);
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 class AveragingTest : public ::testing::Test {
  protected:
@@ -106,7 +99,7 @@ class AveragingTest : public ::testing::Test {
 
   // Uploads global[0] from node-0 and gives every member a copy.
   std::vector<float> InitModel(uint32_t seed = 7) {
-    std::vector<float> global0 = Random(kValues, seed);
+    std::vector<float> global0 = RandomVector(kValues, seed);
     EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global0, layout_, kTimeout), IsOk());
     return global0;
   }
@@ -151,7 +144,7 @@ TEST_F(AveragingTest, WeightedMeanMatchesReferenceAndEveryCopyIsBitIdentical) {
   std::vector<std::vector<float>> params, globals(4, global0);
   for (int m = 0; m < 4; ++m) {
     params.push_back(global0);
-    std::vector<float> step = Random(kValues, 100 + m, 0.1f);
+    std::vector<float> step = RandomVector(kValues, 100 + m, 0.1f);
     for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
   }
   auto results = SyncAll(nodes, 1, params, globals, weights);
@@ -199,7 +192,7 @@ TEST_F(AveragingTest, LossyCodecsKeepEveryCopyBitIdenticalOverRounds) {
       std::vector<std::vector<float>> params;
       for (int m = 0; m < 3; ++m) {
         params.push_back(globals[m]);
-        std::vector<float> step = Random(kValues, 1000 * round + m, 0.01f);
+        std::vector<float> step = RandomVector(kValues, 1000 * round + m, 0.01f);
         for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
       }
       auto results = SyncAll({0, 1, 2}, round, params, globals, {1, 1, 1});

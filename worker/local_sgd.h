@@ -1,0 +1,60 @@
+#ifndef LOCALSGD_WORKER_LOCAL_SGD_H_
+#define LOCALSGD_WORKER_LOCAL_SGD_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "worker/parameter_averager.h"
+
+namespace localsgd {
+
+// The two-line API (DESIGN.md §4), the C++ counterpart of Accelerate's LocalSGD:
+//
+//   localsgd::LocalSGD local_sgd(&averager, model->parameters(), /*local_sgd_steps=*/8);
+//   for (...) { ...; optimizer.step(); optimizer.zero_grad(); local_sgd.Step(); }
+//
+// Step() counts optimizer steps (with gradient accumulation, call it after optimizer.step(),
+// not after every micro-batch) and averages the model at steps K, 2K, 3K, ... With
+// enabled = false it never communicates. Finish() (or the destructor) runs one last sync when
+// steps were taken since the last one, so every copy ends equal.
+// Thread-compatible.
+class LocalSGD {
+ public:
+  // `tensors` are the model's parameters followed by the buffers to average (see
+  // ModelTensors); they are updated in place. The averager must outlive this object.
+  LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, int local_sgd_steps,
+           bool enabled = true);
+  ~LocalSGD();
+  LocalSGD(const LocalSGD&) = delete;
+  LocalSGD& operator=(const LocalSGD&) = delete;
+
+  // Counts one optimizer step; at every local_sgd_steps-th it averages. An error from the
+  // averager is returned (training may go on: the model then keeps its local values).
+  absl::Status Step();
+
+  // The last sync, if any step was taken since the previous one. Idempotent.
+  absl::Status Finish();
+
+  int64_t steps() const { return steps_; }
+  int64_t syncs() const { return syncs_; }
+  int local_sgd_steps() const { return local_sgd_steps_; }
+
+ private:
+  absl::Status Sync();
+
+  ParameterAverager* const averager_;
+  const std::vector<at::Tensor> tensors_;
+  const int local_sgd_steps_;
+  const bool enabled_;
+  int64_t steps_ = 0;
+  int64_t synced_at_ = 0;
+  int64_t syncs_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_LOCAL_SGD_H_

@@ -1,0 +1,100 @@
+#include "worker/local_sgd.h"
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+// Records the steps it was called at and sets every tensor to a marker value.
+class FakeAverager : public ParameterAverager {
+ public:
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override {
+    steps.push_back(step);
+    torch::NoGradGuard no_grad;
+    for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(step));
+    return status;
+  }
+  std::vector<int64_t> steps;
+  absl::Status status;
+};
+
+TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 4);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(w[0].item<float>(), 8.0f);  // tensors are averaged in place
+  ASSERT_TRUE(local_sgd.Finish().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8, 10}));  // the final sync
+  ASSERT_TRUE(local_sgd.Finish().ok());
+  EXPECT_EQ(averager.steps.size(), 3u);  // idempotent
+  EXPECT_EQ(local_sgd.syncs(), 3);
+}
+
+TEST(LocalSgdTest, NoFinalSyncRightAfterABoundary) {
+  FakeAverager averager;
+  {
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 2);
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  }  // the destructor finishes: nothing new since step 4
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4}));
+}
+
+TEST(LocalSgdTest, DestructorRunsTheLastSync) {
+  FakeAverager averager;
+  {
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 8);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  }
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{5}));
+}
+
+TEST(LocalSgdTest, DisabledNeverCommunicates) {
+  FakeAverager averager;
+  {
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 1, /*enabled=*/false);
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+    ASSERT_TRUE(local_sgd.Finish().ok());
+  }
+  EXPECT_TRUE(averager.steps.empty());
+}
+
+TEST(LocalSgdTest, CountsOptimizerStepsNotMicroBatches) {
+  // A real training loop with 3 micro-batches of gradient accumulation per optimizer step.
+  torch::manual_seed(0);
+  torch::nn::Linear model(4, 2);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  FakeAverager averager;
+  LocalSGD local_sgd(&averager, model->parameters(), 2);
+  int micro_batches = 0;
+  for (int step = 0; step < 6; ++step) {
+    for (int m = 0; m < 3; ++m) {
+      torch::Tensor loss = model->forward(torch::randn({5, 4})).pow(2).mean() / 3;
+      loss.backward();
+      ++micro_batches;
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+    ASSERT_TRUE(local_sgd.Step().ok());
+  }
+  EXPECT_EQ(micro_batches, 18);
+  EXPECT_EQ(local_sgd.steps(), 6);
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 6}));
+}
+
+TEST(LocalSgdTest, AveragerErrorsReachTheCaller) {
+  FakeAverager averager;
+  averager.status = absl::AbortedError("round aborted");
+  LocalSGD local_sgd(&averager, {torch::zeros({1})}, 1);
+  EXPECT_EQ(local_sgd.Step().code(), absl::StatusCode::kAborted);
+  averager.status = absl::OkStatus();
+  EXPECT_TRUE(local_sgd.Step().ok());  // and training goes on
+}
+
+}  // namespace
+}  // namespace localsgd

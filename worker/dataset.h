@@ -1,0 +1,44 @@
+#ifndef LOCALSGD_WORKER_DATASET_H_
+#define LOCALSGD_WORKER_DATASET_H_
+
+#include <cstdint>
+
+#include <torch/types.h>
+
+#include "absl/status/statusor.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
+
+namespace localsgd {
+
+// Examples: inputs (float, [N, ...]) and class targets (int64, [N]).
+struct Dataset {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
+};
+
+struct DataSplits {
+  Dataset train;
+  Dataset test;
+};
+
+// Loads the spec's data:
+//  - synthetic: a deterministic 10-class task on 28x28 inputs from `seed` (labels from a
+//    fixed random linear teacher), synthetic_samples training and 2048 test examples;
+//  - Fashion-MNIST / MNIST: the four IDX files (gzip or raw) in `path`, normalised;
+//  - tensor file: written by torch.save (Python) or torch::save (C++): a dict with "inputs"
+//    and "targets" (and optionally "test_inputs", "test_targets"), or a tuple (inputs,
+//    targets); without a test split the training data is also the test data.
+// Errors name the file: NOT_FOUND when missing, INVALID_ARGUMENT when of the wrong format.
+absl::StatusOr<DataSplits> LoadData(const v1::DatasetSpec& spec, uint64_t seed);
+
+// The part of `data` that global rank `rank` of `world` trains on: examples rank,
+// rank + world, ... (deterministic), or the same after a shuffle with `seed`.
+Dataset Shard(const Dataset& data, int rank, int world, bool shuffle, uint64_t seed);
+
+// Reads one IDX file (gzip or raw) as a uint8 tensor of its dimensions.
+absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_DATASET_H_

@@ -1,0 +1,146 @@
+#include "worker/model.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+namespace {
+
+// 784-256-128-10 with ReLU, for 28x28 single-channel images.
+struct MlpImpl : torch::nn::Module {
+  MlpImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(784, 256))),
+        fc2(register_module("fc2", torch::nn::Linear(256, 128))),
+        fc3(register_module("fc3", torch::nn::Linear(128, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x.reshape({x.size(0), 784});
+    x = torch::relu(fc1(x));
+    x = torch::relu(fc2(x));
+    return fc3(x);
+  }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Mlp);
+
+// Two 5x5 convolutions with 2x2 max pooling (32 and 64 channels), then 1024 and 10 units.
+struct CnnImpl : torch::nn::Module {
+  CnnImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 5).padding(2)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 5).padding(2)))),
+        fc1(register_module("fc1", torch::nn::Linear(64 * 7 * 7, 1024))),
+        fc2(register_module("fc2", torch::nn::Linear(1024, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x.reshape({x.size(0), 1, 28, 28});
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
+    x = torch::relu(fc1(x.flatten(1)));
+    return fc2(x);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Cnn);
+
+template <typename Net>
+class BuiltinModel : public Model {
+ public:
+  BuiltinModel() = default;
+  torch::Tensor Forward(const torch::Tensor& input) override { return net_->forward(input); }
+  std::vector<torch::Tensor> Parameters() override { return net_->parameters(); }
+  std::vector<torch::Tensor> Buffers() override { return net_->buffers(); }
+  void Train(bool on) override { net_->train(on); }
+  void To(const torch::Device& device) override { net_->to(device); }
+  absl::Status Save(const std::string& path) override {
+    try {
+      torch::serialize::OutputArchive archive;
+      net_->save(archive);
+      archive.save_to(path);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
+                                              e.what_without_backtrace()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Net net_;
+};
+
+class ScriptModel : public Model {
+ public:
+  explicit ScriptModel(torch::jit::Module module) : module_(std::move(module)) {}
+  torch::Tensor Forward(const torch::Tensor& input) override {
+    return module_.forward({input}).toTensor();
+  }
+  std::vector<torch::Tensor> Parameters() override {
+    std::vector<torch::Tensor> out;
+    for (const torch::Tensor& p : module_.parameters()) out.push_back(p);
+    return out;
+  }
+  std::vector<torch::Tensor> Buffers() override {
+    std::vector<torch::Tensor> out;
+    for (const torch::Tensor& b : module_.buffers()) out.push_back(b);
+    return out;
+  }
+  void Train(bool on) override { module_.train(on); }
+  void To(const torch::Device& device) override { module_.to(device); }
+  absl::Status Save(const std::string& path) override {
+    try {
+      module_.save(path);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
+                                              e.what_without_backtrace()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  torch::jit::Module module_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint64_t seed) {
+  torch::manual_seed(seed);
+  if (spec.has_builtin()) {
+    if (spec.builtin() == "mlp") return std::unique_ptr<Model>(new BuiltinModel<Mlp>());
+    if (spec.builtin() == "cnn") return std::unique_ptr<Model>(new BuiltinModel<Cnn>());
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.builtin: unknown model \"", spec.builtin(), "\" (known: mlp, cnn)"));
+  }
+  const std::string& path = spec.torchscript_path();
+  if (path.empty()) return absl::InvalidArgumentError("model: required");
+  if (!std::ifstream(path).good()) {
+    return absl::NotFoundError(absl::StrCat("model.torchscript_path: cannot open ", path));
+  }
+  try {
+    return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(path)));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("model.torchscript_path: ", path,
+                                                   " is not a TorchScript module: ",
+                                                   e.what_without_backtrace()));
+  }
+}
+
+std::vector<torch::Tensor> ModelTensors(Model& model, bool with_buffers) {
+  std::vector<torch::Tensor> tensors = model.Parameters();
+  if (with_buffers) {
+    for (const torch::Tensor& b : model.Buffers()) {
+      if (b.is_floating_point()) tensors.push_back(b);
+    }
+  }
+  return tensors;
+}
+
+int64_t NumValues(const std::vector<torch::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const torch::Tensor& t : tensors) n += t.numel();
+  return n;
+}
+
+}  // namespace localsgd

@@ -1,0 +1,45 @@
+#ifndef LOCALSGD_WORKER_MODEL_H_
+#define LOCALSGD_WORKER_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "absl/status/statusor.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
+
+namespace localsgd {
+
+// A trainable model: a built-in module ("mlp", "cnn") or a TorchScript module saved from
+// Python, seen through the same small interface. Thread-compatible.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual torch::Tensor Forward(const torch::Tensor& input) = 0;
+  virtual std::vector<torch::Tensor> Parameters() = 0;
+  // Floating-point buffers (e.g. batch-norm running statistics), averaged with the parameters
+  // unless the spec says otherwise.
+  virtual std::vector<torch::Tensor> Buffers() = 0;
+  virtual void Train(bool on) = 0;
+  virtual void To(const torch::Device& device) = 0;
+  // Saves the model to `path`: a TorchScript file for TorchScript models, else a tensor file
+  // of the named parameters and buffers.
+  virtual absl::Status Save(const std::string& path) = 0;
+};
+
+// Builds the spec's model, initialised from `seed`. INVALID_ARGUMENT for an unknown built-in
+// name; NOT_FOUND / INVALID_ARGUMENT naming the file for a TorchScript file that is missing or
+// does not load.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint64_t seed);
+
+// Parameters then (when `with_buffers`) floating-point buffers: what LocalSGD averages.
+std::vector<torch::Tensor> ModelTensors(Model& model, bool with_buffers);
+
+// Number of float values in `tensors`.
+int64_t NumValues(const std::vector<torch::Tensor>& tensors);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_MODEL_H_

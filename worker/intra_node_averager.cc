@@ -1,0 +1,83 @@
+#include "worker/intra_node_averager.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+namespace {
+
+class SingleRank : public IntraNodeAverager {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  absl::Status AllReduceMean(at::Tensor&) override { return absl::OkStatus(); }
+  absl::Status Broadcast(at::Tensor&) override { return absl::OkStatus(); }
+};
+
+class Gloo : public IntraNodeAverager {
+ public:
+  Gloo(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int rank, int size)
+      : group_(std::move(group)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status AllReduceMean(at::Tensor& flat) override {
+    try {
+      std::vector<at::Tensor> tensors = {flat};
+      group_->allreduce(tensors)->wait();
+      flat.div_(size_);
+    } catch (const c10::Error& e) {
+      return absl::UnavailableError(
+          absl::StrCat("intra-node all-reduce failed: ", e.what_without_backtrace()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(at::Tensor& flat) override {
+    try {
+      std::vector<at::Tensor> tensors = {flat};
+      c10d::BroadcastOptions options;
+      options.rootRank = 0;
+      group_->broadcast(tensors, options)->wait();
+    } catch (const c10::Error& e) {
+      return absl::UnavailableError(
+          absl::StrCat("intra-node broadcast failed: ", e.what_without_backtrace()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  const int rank_;
+  const int size_;
+};
+
+}  // namespace
+
+std::unique_ptr<IntraNodeAverager> MakeSingleRankAverager() {
+  return std::make_unique<SingleRank>();
+}
+
+absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeGlooAverager(const std::string& store_path,
+                                                                    int rank, int size,
+                                                                    absl::Duration timeout) {
+  try {
+    auto store = c10::make_intrusive<c10d::FileStore>(store_path, size);
+    auto options = c10d::ProcessGroupGloo::Options::create();
+    options->timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+    return std::unique_ptr<IntraNodeAverager>(new Gloo(std::move(group), rank, size));
+  } catch (const c10::Error& e) {
+    return absl::UnavailableError(absl::StrCat("cannot form the node's Gloo group through ",
+                                               store_path, ": ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace localsgd

@@ -1,5 +1,6 @@
 #include "coordinator/control_plane.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -69,7 +70,19 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
   absl::MutexLock lock(&mu_);
   if (absl::Status status = membership_.Heartbeat(request); !status.ok()) return status;
   ++heartbeats_total_;
-  Changed(/*run_changed=*/false);
+  bool run_changed = false;
+  if (request.finished() && runs_.info().state() == v1::RUN_STATE_RUNNING) {
+    std::vector<Member> members = membership_.Members();
+    const bool all_finished = std::all_of(members.begin(), members.end(),
+                                          [](const Member& m) { return m.finished; });
+    if (all_finished && static_cast<int>(members.size()) >= runs_.info().spec().min_workers()) {
+      runs_.Complete("every worker finished training").IgnoreError();
+      LogInfo(absl::StrCat("run ", runs_.info().run_id(), ": RUNNING -> COMPLETED (",
+                           runs_.info().reason(), ")"));
+      run_changed = true;
+    }
+  }
+  Changed(run_changed);
   v1::HeartbeatResponse response;
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   *response.mutable_run() = runs_.info();
@@ -133,6 +146,8 @@ v1::CoordinatorStatus ControlPlane::Status() const {
     out->set_loss(member.loss);
     out->set_samples_per_second(member.samples_per_second);
     out->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - member.last_seen));
+    out->set_finished(member.finished);
+    out->set_test_accuracy(member.test_accuracy);
     *out->mutable_join_time() = ToProtoTime(member.join_time);
   }
   status.set_version(version_);

@@ -111,6 +111,25 @@ TEST_F(ControlPlaneTest, TickExpiresLeasesAndFailsTheRunAfterQuorumTimeout) {
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_FAILED);
 }
 
+TEST_F(ControlPlaneTest, RunCompletesWhenEveryWorkerFinished) {
+  auto plane = Make();
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
+  v1::HeartbeatRequest done;
+  done.set_worker_id("a/0");
+  done.set_finished(true);
+  done.set_test_accuracy(0.9);
+  ASSERT_THAT(plane->Heartbeat(done), IsOk());
+  EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_RUNNING);
+  done.set_worker_id("b/0");
+  ASSERT_THAT(plane->Heartbeat(done), IsOk());
+  EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(plane->Status().members(0).test_accuracy(), 0.9);
+  done.set_test_accuracy(1.5);
+  EXPECT_THAT(plane->Heartbeat(done), StatusIs(absl::StatusCode::kInvalidArgument, "test_accuracy"));
+}
+
 TEST_F(ControlPlaneTest, AwaitChangeWakesOnChange) {
   auto plane = Make();
   int64_t seen = plane->version();

@@ -94,6 +94,9 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   if (!std::isfinite(request.samples_per_second()) || request.samples_per_second() < 0) {
     return absl::InvalidArgumentError("samples_per_second: must be finite and >= 0");
   }
+  if (!(request.test_accuracy() >= 0 && request.test_accuracy() <= 1)) {
+    return absl::InvalidArgumentError("test_accuracy: must be in [0, 1]");
+  }
   auto it = members_.find(request.worker_id());
   if (it == members_.end()) {
     return absl::NotFoundError(absl::StrCat("worker_id: \"", absl::CHexEscape(request.worker_id()),
@@ -103,6 +106,8 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   member.step = request.step();
   member.loss = request.loss();
   member.samples_per_second = request.samples_per_second();
+  member.finished = request.finished();
+  member.test_accuracy = request.test_accuracy();
   member.last_seen = clock_();
   return absl::OkStatus();
 }

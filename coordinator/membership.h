@@ -25,6 +25,8 @@ struct Member {
   int64_t step = 0;
   double loss = 0;
   double samples_per_second = 0;
+  bool finished = false;
+  double test_accuracy = 0;
   absl::Time join_time;
   absl::Time last_seen;
 };

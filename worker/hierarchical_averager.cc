@@ -1,0 +1,45 @@
+#include "worker/hierarchical_averager.h"
+
+#include <torch/torch.h>
+
+namespace localsgd {
+
+HierarchicalAverager::HierarchicalAverager(IntraNodeAverager* intra, NodeLeader* leader)
+    : intra_(intra), leader_(leader) {}
+
+template <typename LeaderStep>
+absl::Status HierarchicalAverager::WithFlat(const std::vector<at::Tensor>& tensors,
+                                            bool average_first, LeaderStep leader_step) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> pieces;
+  pieces.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) pieces.push_back(t.detach().to(torch::kCPU, torch::kFloat32).reshape({-1}));
+  at::Tensor flat = torch::cat(pieces).contiguous();
+  if (average_first) {
+    if (absl::Status s = intra_->AllReduceMean(flat); !s.ok()) return s;
+  }
+  absl::Status status;
+  if (leader_ != nullptr) {
+    status = leader_step(absl::MakeSpan(flat.data_ptr<float>(), static_cast<size_t>(flat.numel())));
+  }
+  if (absl::Status s = intra_->Broadcast(flat); !s.ok()) return s;
+  int64_t offset = 0;
+  for (const at::Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    t.copy_(flat.slice(0, offset, offset + n).view(t.sizes()));
+    offset += n;
+  }
+  return status;
+}
+
+absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors, int64_t step) {
+  return WithFlat(tensors, /*average_first=*/true,
+                  [&](absl::Span<float> flat) { return leader_->Sync(flat, step); });
+}
+
+absl::Status HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
+  return WithFlat(tensors, /*average_first=*/false,
+                  [&](absl::Span<float> flat) { return leader_->Start(flat); });
+}
+
+}  // namespace localsgd

@@ -1,0 +1,52 @@
+#include "worker/node_leader.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+
+NodeLeader::NodeLeader(AveragingClient* client, AveragingClient::Member member,
+                       ChunkLayout layout, absl::Duration round_timeout)
+    : client_(client), member_(std::move(member)), layout_(layout), round_timeout_(round_timeout) {}
+
+absl::Status NodeLeader::Start(absl::Span<float> params) {
+  absl::Status init =
+      client_->InitModel(member_.run_id, member_.member_id, params, layout_, round_timeout_);
+  if (!init.ok() && !absl::IsAlreadyExists(init)) return init;
+  return Adopt(params);
+}
+
+absl::Status NodeLeader::Adopt(absl::Span<float> params) {
+  absl::StatusOr<AveragingClient::Model> model = client_->FetchModel(member_.run_id, round_timeout_);
+  if (!model.ok()) return model.status();
+  if (model->values.size() != params.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker's model has ", params.size(), " values, the run's global model has ",
+        model->values.size(), ": every worker must train the same model"));
+  }
+  global_ = std::move(model->values);
+  round_ = model->round;
+  std::copy(global_.begin(), global_.end(), params.begin());
+  return absl::OkStatus();
+}
+
+absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
+  absl::StatusOr<AveragingClient::SyncResult> result = client_->Sync(
+      member_, round_ + 1, step, params, absl::MakeSpan(global_), round_timeout_);
+  if (result.ok()) {
+    round_ = result->round;
+    std::copy(global_.begin(), global_.end(), params.begin());
+    return absl::OkStatus();
+  }
+  if (absl::IsFailedPrecondition(result.status()) &&
+      absl::StrContains(result.status().message(), "stale")) {
+    // A round committed without this node: take the agreed model and go on from there.
+    if (absl::Status adopted = Adopt(params); !adopted.ok()) return adopted;
+  }
+  return result.status();
+}
+
+}  // namespace localsgd

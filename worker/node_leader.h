@@ -1,0 +1,48 @@
+#ifndef LOCALSGD_WORKER_NODE_LEADER_H_
+#define LOCALSGD_WORKER_NODE_LEADER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/averaging_client.h"
+#include "common/chunking.h"
+
+namespace localsgd {
+
+// The node leader's side of the rounds, on flat float vectors (no LibTorch): it keeps
+// global[r-1], the last agreed model, and turns the node's parameters into global[r] through
+// one Averaging.Sync per round. Thread-compatible.
+class NodeLeader {
+ public:
+  NodeLeader(AveragingClient* client, AveragingClient::Member member, ChunkLayout layout,
+             absl::Duration round_timeout);
+
+  // Start of training: offers `params` as global[0] (the first leader's upload wins), then
+  // fetches the run's current global model into `params` and keeps it. FAILED_PRECONDITION
+  // when the run's model has another number of values (a different model).
+  absl::Status Start(absl::Span<float> params);
+
+  // One round: on success `params` becomes global[r]. When this leader missed a round (stale)
+  // it adopts the current global model and returns the error; on other errors (round
+  // aborted, coordinator unreachable) `params` keeps the node's own values.
+  absl::Status Sync(absl::Span<float> params, int64_t step);
+
+  int64_t round() const { return round_; }
+
+ private:
+  absl::Status Adopt(absl::Span<float> params);
+
+  AveragingClient* const client_;
+  const AveragingClient::Member member_;
+  const ChunkLayout layout_;
+  const absl::Duration round_timeout_;
+  std::vector<float> global_;
+  int64_t round_ = 0;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_NODE_LEADER_H_

@@ -23,8 +23,8 @@ struct DataSplits {
 };
 
 // Loads the spec's data:
-//  - synthetic: a deterministic 10-class task on 28x28 inputs from `seed` (labels from a
-//    fixed random linear teacher), synthetic_samples training and 2048 test examples;
+//  - synthetic: a deterministic 10-class task on 28x28 inputs from `seed` (noisy copies of
+//    ten random prototypes), synthetic_samples training and 2048 test examples;
 //  - Fashion-MNIST / MNIST: the four IDX files (gzip or raw) in `path`, normalised;
 //  - tensor file: written by torch.save (Python) or torch::save (C++): a dict with "inputs"
 //    and "targets" (and optionally "test_inputs", "test_targets"), or a tuple (inputs,

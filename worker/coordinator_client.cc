@@ -1,0 +1,142 @@
+#include "worker/coordinator_client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/grpc_channel.h"
+#include "common/log.h"
+#include "common/status_util.h"
+
+namespace localsgd {
+namespace {
+
+bool Retryable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(Options options)
+    : options_(std::move(options)),
+      channel_(CreateStreamingChannel(options_.address)),
+      stub_(v1::Coordinator::NewStub(channel_)) {}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  AddBearerToken(context.get(), options_.token);
+  return context;
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(Options options) {
+  std::unique_ptr<CoordinatorClient> client(new CoordinatorClient(std::move(options)));
+  const absl::Time give_up = absl::Now() + client->options_.connect_timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    absl::Status status = client->Join();
+    if (status.ok()) break;
+    if (!Retryable(status) || absl::Now() + backoff > give_up) {
+      return absl::Status(status.code(), absl::StrCat("join ", client->options_.address, ": ",
+                                                      status.message()));
+    }
+    LogWarning(absl::StrCat("coordinator ", client->options_.address, " unreachable (",
+                            status.message(), "); retrying in ", absl::FormatDuration(backoff)));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(10));
+  }
+  CoordinatorClient* raw = client.get();
+  client->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  return client;
+}
+
+CoordinatorClient::~CoordinatorClient() { Leave("worker exiting").IgnoreError(); }
+
+absl::Status CoordinatorClient::Join() {
+  v1::JoinRequest request;
+  *request.mutable_identity() = options_.identity;
+  request.set_hostname(options_.hostname);
+  request.set_pid(getpid());
+  v1::JoinResponse response;
+  grpc::Status status = stub_->Join(Context().get(), request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  worker_id_ = response.worker_id();
+  interval_ = absl::Seconds(std::max(0.1, response.heartbeat_interval_seconds()));
+  absl::MutexLock lock(&mu_);
+  run_ = response.run();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorClient::Beat() {
+  v1::HeartbeatRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request = progress_;
+  }
+  request.set_worker_id(worker_id_);
+  v1::HeartbeatResponse response;
+  grpc::Status status = stub_->Heartbeat(Context().get(), request, &response);
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    // The lease expired (a partition, say): join again and carry on.
+    LogWarning("lease lost; joining again");
+    return Join();
+  }
+  if (!status.ok()) return FromGrpcStatus(status);
+  absl::MutexLock lock(&mu_);
+  run_ = response.run();
+  return absl::OkStatus();
+}
+
+void CoordinatorClient::HeartbeatLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+    absl::Status status = Beat();
+    if (!status.ok()) LogWarning(absl::StrCat("heartbeat failed: ", status.ToString()));
+  }
+}
+
+absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bool()>& stop) {
+  while (!stop()) {
+    v1::RunInfo current = run();
+    if (current.state() == v1::RUN_STATE_RUNNING) return current;
+    absl::Status status = Beat();
+    if (!status.ok() && !Retryable(status)) return status;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::CancelledError("stopped while waiting for a run");
+}
+
+void CoordinatorClient::Report(int64_t step, double loss, double samples_per_second,
+                               bool finished, double test_accuracy) {
+  absl::MutexLock lock(&mu_);
+  progress_.set_step(step);
+  progress_.set_loss(std::isfinite(loss) ? loss : 0.0);
+  progress_.set_samples_per_second(samples_per_second);
+  progress_.set_finished(finished);
+  progress_.set_test_accuracy(test_accuracy);
+}
+
+v1::RunInfo CoordinatorClient::run() const {
+  absl::MutexLock lock(&mu_);
+  return run_;
+}
+
+absl::Status CoordinatorClient::Leave(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (left_) return absl::OkStatus();
+    left_ = true;
+  }
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  v1::LeaveRequest request;
+  request.set_worker_id(worker_id_);
+  request.set_reason(reason);
+  v1::LeaveResponse response;
+  return FromGrpcStatus(stub_->Leave(Context().get(), request, &response));
+}
+
+}  // namespace localsgd

@@ -1,0 +1,79 @@
+#ifndef LOCALSGD_WORKER_COORDINATOR_CLIENT_H_
+#define LOCALSGD_WORKER_COORDINATOR_CLIENT_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
+
+namespace localsgd {
+
+// A worker's membership (no LibTorch): joins with exponential backoff while the coordinator is
+// unreachable, heartbeats in the background with the latest progress, rejoins when its lease
+// was lost, and leaves. Thread-safe.
+class CoordinatorClient {
+ public:
+  struct Options {
+    std::string address;
+    std::string token;
+    v1::WorkerIdentity identity;
+    std::string hostname;
+    // How long to keep retrying an unreachable coordinator before giving up.
+    absl::Duration connect_timeout = absl::Minutes(5);
+  };
+
+  // Joins (retrying with backoff on UNAVAILABLE) and starts heartbeating.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(Options options);
+  ~CoordinatorClient();
+
+  // Waits until the coordinator reports a RUNNING run (or `stop` returns true: CANCELLED).
+  absl::StatusOr<v1::RunInfo> WaitForRun(const std::function<bool()>& stop);
+
+  // Progress for the next heartbeats.
+  void Report(int64_t step, double loss, double samples_per_second, bool finished,
+              double test_accuracy);
+
+  // The run as of the latest heartbeat.
+  v1::RunInfo run() const;
+
+  // Stops heartbeating and leaves. Idempotent.
+  absl::Status Leave(const std::string& reason);
+
+  const std::string& worker_id() const { return worker_id_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  const std::string& token() const { return options_.token; }
+
+ private:
+  explicit CoordinatorClient(Options options);
+  absl::Status Join();
+  absl::Status Beat();
+  void HeartbeatLoop();
+  std::unique_ptr<grpc::ClientContext> Context() const;
+
+  const Options options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::string worker_id_;
+  absl::Duration interval_ = absl::Seconds(3);
+
+  mutable absl::Mutex mu_;
+  v1::HeartbeatRequest progress_ ABSL_GUARDED_BY(mu_);
+  v1::RunInfo run_ ABSL_GUARDED_BY(mu_);
+  bool left_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Notification stop_;
+  std::thread heartbeat_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_COORDINATOR_CLIENT_H_

@@ -1,0 +1,244 @@
+// The localsgd worker: one process per rank. Joins the coordinator, waits for a run, trains
+// its shard with LocalSGD (the node's ranks average with Gloo, the node leader syncs with the
+// coordinator), evaluates, reports and leaves. See README.md.
+#include <signal.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/auth.h"
+#include "common/averaging_client.h"
+#include "common/log.h"
+#include "common/malloc_tuning.h"
+#include "common/run_spec.h"
+#include "worker/coordinator_client.h"
+#include "worker/hierarchical_averager.h"
+#include "worker/intra_node_averager.h"
+#include "worker/model.h"
+#include "worker/node_leader.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
+ABSL_FLAG(std::string, token, "", "Bearer token (prefer --token_file).");
+ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
+ABSL_FLAG(std::string, node_name, "", "This node's name (default: the host name).");
+ABSL_FLAG(int, node_rank, 0, "This node's index among the run's nodes (data sharding).");
+ABSL_FLAG(int, num_nodes, 1, "Number of nodes in the run (data sharding).");
+ABSL_FLAG(int, local_rank, 0, "This process's rank on its node; rank 0 is the node leader.");
+ABSL_FLAG(int, local_world_size, 1, "Processes (ranks) on this node.");
+ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu or cuda:N.");
+ABSL_FLAG(std::string, rendezvous_dir, "/tmp",
+          "Node-local folder where the node's ranks meet (a Gloo file store per run).");
+ABSL_FLAG(int, log_every, 10, "Print a progress line every this many optimizer steps.");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Minutes(5),
+          "How long to keep retrying an unreachable coordinator.");
+ABSL_FLAG(std::string, dump_dir, "",
+          "Testing aid: write each sync's flat parameters before and after averaging here.");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+int Fail(const std::string& message) {
+  localsgd::LogError(message);
+  std::fprintf(stderr, "worker: %s\n", message.c_str());
+  return 1;
+}
+
+// Testing aid (--dump_dir): writes the flat tensors before and after each sync.
+class DumpingAverager : public localsgd::ParameterAverager {
+ public:
+  DumpingAverager(localsgd::ParameterAverager* inner, std::string prefix)
+      : inner_(inner), prefix_(std::move(prefix)) {}
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override {
+    Dump(tensors, absl::StrCat(prefix_, "-", step, "-pre.bin"));
+    absl::Status status = inner_->Average(tensors, step);
+    Dump(tensors, absl::StrCat(prefix_, "-", step, "-post.bin"));
+    return status;
+  }
+
+ private:
+  static void Dump(const std::vector<at::Tensor>& tensors, const std::string& path) {
+    std::ofstream out(path, std::ios::binary);
+    for (const at::Tensor& t : tensors) {
+      at::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+      out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
+    }
+  }
+  localsgd::ParameterAverager* inner_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  localsgd::TuneMallocForLargeBuffers();
+  absl::SetProgramUsageMessage(
+      "The localsgd worker: trains one rank of a run.\n"
+      "Usage: worker --coordinator=HOST:PORT --token_file=FILE --node_name=NAME "
+      "[--local_rank=R --local_world_size=N] [--node_rank=I --num_nodes=M] [--device=cpu]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) {
+    std::fprintf(stderr, "worker: unexpected argument \"%s\" (see --help)\n", args[1]);
+    return 2;
+  }
+  const int local_rank = absl::GetFlag(FLAGS_local_rank);
+  const int local_world = absl::GetFlag(FLAGS_local_world_size);
+  const int node_rank = absl::GetFlag(FLAGS_node_rank);
+  const int num_nodes = absl::GetFlag(FLAGS_num_nodes);
+  if (local_world < 1 || local_rank < 0 || local_rank >= local_world) {
+    return Fail("--local_rank must be in [0, --local_world_size)");
+  }
+  if (num_nodes < 1 || node_rank < 0 || node_rank >= num_nodes) {
+    return Fail("--node_rank must be in [0, --num_nodes)");
+  }
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(absl::GetFlag(FLAGS_device));
+  } catch (const c10::Error&) {
+    return Fail(absl::StrCat("--device: \"", absl::GetFlag(FLAGS_device),
+                             "\" is not a device (cpu, cuda:N)"));
+  }
+  if (device.is_cuda() && (!torch::cuda::is_available() ||
+                           device.index() >= static_cast<int>(torch::cuda::device_count()))) {
+    return Fail(absl::StrCat("--device: ", absl::GetFlag(FLAGS_device),
+                             " does not exist on this machine (this LibTorch sees ",
+                             torch::cuda::device_count(), " CUDA devices)"));
+  }
+  absl::StatusOr<std::string> token =
+      localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+  std::string node = absl::GetFlag(FLAGS_node_name);
+  if (node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    node = host;
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  localsgd::CoordinatorClient::Options client_options;
+  client_options.address = absl::GetFlag(FLAGS_coordinator);
+  client_options.token = *token;
+  client_options.identity.set_node_name(node);
+  client_options.identity.set_local_rank(local_rank);
+  client_options.identity.set_local_world_size(local_world);
+  client_options.hostname = node;
+  client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  absl::StatusOr<std::unique_ptr<localsgd::CoordinatorClient>> client =
+      localsgd::CoordinatorClient::Connect(client_options);
+  if (!client.ok()) return Fail(client.status().ToString());
+  localsgd::CoordinatorClient& coordinator = **client;
+  auto leave_and_fail = [&](const std::string& message) {
+    coordinator.Leave(absl::StrCat("failed: ", message)).IgnoreError();
+    return Fail(message);
+  };
+  localsgd::LogInfo(absl::StrCat("joined as ", coordinator.worker_id(), "; waiting for a run"));
+
+  absl::StatusOr<localsgd::v1::RunInfo> run = coordinator.WaitForRun([] { return g_stop.load(); });
+  if (!run.ok()) return leave_and_fail(run.status().ToString());
+  absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::NormalizeRunSpec(run->spec());
+  if (!spec.ok()) return leave_and_fail(spec.status().ToString());
+  localsgd::LogInfo(absl::StrCat("run ", run->run_id(), " (", spec->name(), ")"));
+
+  absl::StatusOr<std::unique_ptr<localsgd::Model>> model =
+      localsgd::MakeModel(spec->model(), spec->seed());
+  if (!model.ok()) return leave_and_fail(model.status().ToString());
+  absl::StatusOr<localsgd::DataSplits> data = localsgd::LoadData(spec->dataset(), spec->seed());
+  if (!data.ok()) return leave_and_fail(data.status().ToString());
+
+  std::unique_ptr<localsgd::IntraNodeAverager> intra;
+  if (local_world == 1) {
+    intra = localsgd::MakeSingleRankAverager();
+  } else {
+    absl::StatusOr<std::unique_ptr<localsgd::IntraNodeAverager>> gloo = localsgd::MakeGlooAverager(
+        absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-", run->run_id(), "-", node,
+                     ".store"),
+        local_rank, local_world, absl::Seconds(spec->round_deadline_seconds() * 2 + 60));
+    if (!gloo.ok()) return leave_and_fail(gloo.status().ToString());
+    intra = *std::move(gloo);
+  }
+  std::vector<at::Tensor> tensors = localsgd::ModelTensors(**model, spec->average_buffers());
+  localsgd::AveragingClient averaging(coordinator.channel(), *token);
+  std::unique_ptr<localsgd::NodeLeader> leader;
+  if (local_rank == 0 && spec->enabled()) {
+    localsgd::AveragingClient::Member member{run->run_id(), coordinator.worker_id(),
+                                             spec->codec(), static_cast<double>(local_world),
+                                             local_world};
+    leader = std::make_unique<localsgd::NodeLeader>(
+        &averaging, member,
+        localsgd::ChunkLayout::ForBytes(localsgd::NumValues(tensors), spec->chunk_bytes()),
+        absl::Seconds(spec->round_deadline_seconds() + 30));
+  }
+  localsgd::HierarchicalAverager hierarchical(intra.get(), leader.get());
+  if (spec->enabled()) {
+    if (absl::Status s = hierarchical.Start(tensors); !s.ok()) {
+      return leave_and_fail(absl::StrCat("initial model: ", s.ToString()));
+    }
+  }
+  std::unique_ptr<DumpingAverager> dumping;
+  localsgd::ParameterAverager* averager = &hierarchical;
+  if (!absl::GetFlag(FLAGS_dump_dir).empty()) {
+    dumping = std::make_unique<DumpingAverager>(
+        &hierarchical, absl::StrCat(absl::GetFlag(FLAGS_dump_dir), "/", node, "-", local_rank));
+    averager = dumping.get();
+  }
+
+  localsgd::TrainOptions options;
+  options.spec = *spec;
+  options.device = device;
+  options.global_rank = node_rank * local_world + local_rank;
+  options.world_size = num_nodes * local_world;
+  options.stop = [] { return g_stop.load(); };
+  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
+  double last_round = 0;
+  options.on_progress = [&](const localsgd::TrainProgress& p) {
+    coordinator.Report(p.step, p.loss, p.samples_per_second, false, 0);
+    if (p.synced) {
+      last_round = p.sync_seconds;
+      if (!p.sync_status.ok()) {
+        localsgd::LogWarning(absl::StrCat("sync at step ", p.step, ": ", p.sync_status.ToString(),
+                                          " (training goes on with local weights)"));
+      }
+    }
+    if (p.step % log_every == 0 || p.step == p.total_steps) {
+      std::printf("%s step %lld/%lld loss %.4f samples/s %.1f last round %.3f s\n",
+                  coordinator.worker_id().c_str(), static_cast<long long>(p.step),
+                  static_cast<long long>(p.total_steps), p.loss, p.samples_per_second, last_round);
+      std::fflush(stdout);
+    }
+  };
+  absl::StatusOr<localsgd::TrainResult> result =
+      localsgd::Train(**model, *data, averager, options);
+  if (!result.ok()) return leave_and_fail(result.status().ToString());
+  std::printf("%s done: %lld steps, loss %.4f, test accuracy %.4f, test loss %.4f%s\n",
+              coordinator.worker_id().c_str(), static_cast<long long>(result->steps),
+              result->loss, result->test_accuracy, result->test_loss,
+              result->stopped ? " (stopped early)" : "");
+  std::fflush(stdout);
+  coordinator.Report(result->steps, result->loss, result->samples_per_second, true,
+                     result->test_accuracy);
+  // Stay a member until the run ends, so that the run can see every worker finished.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (!result->stopped && !g_stop.load() &&
+         coordinator.run().state() == localsgd::v1::RUN_STATE_RUNNING && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  coordinator.Leave(result->stopped ? "stopped by signal" : "finished").IgnoreError();
+  return 0;
+}

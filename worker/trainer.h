@@ -29,7 +29,7 @@ struct TrainResult {
   double loss = 0;
   double test_accuracy = 0;
   double test_loss = 0;
-  double samples_per_second = 0;
+  double samples_per_second = 0;  // over the whole training, syncs included
   bool stopped = false;  // ended early because stop() said so
 };
 

@@ -226,10 +226,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<localsgd::TrainResult> result =
       localsgd::Train(**model, *data, averager, options);
   if (!result.ok()) return leave_and_fail(result.status().ToString());
-  std::printf("%s done: %lld steps, loss %.4f, test accuracy %.4f, test loss %.4f%s\n",
-              coordinator.worker_id().c_str(), static_cast<long long>(result->steps),
-              result->loss, result->test_accuracy, result->test_loss,
-              result->stopped ? " (stopped early)" : "");
+  std::printf(
+      "%s done: %lld steps, loss %.4f, test accuracy %.4f, test loss %.4f, samples/s %.1f%s\n",
+      coordinator.worker_id().c_str(), static_cast<long long>(result->steps), result->loss,
+      result->test_accuracy, result->test_loss, result->samples_per_second,
+      result->stopped ? " (stopped early)" : "");
   std::fflush(stdout);
   coordinator.Report(result->steps, result->loss, result->samples_per_second, true,
                      result->test_accuracy);

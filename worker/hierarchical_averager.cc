@@ -11,16 +11,20 @@ template <typename LeaderStep>
 absl::Status HierarchicalAverager::WithFlat(const std::vector<at::Tensor>& tensors,
                                             bool average_first, LeaderStep leader_step) {
   torch::NoGradGuard no_grad;
+  // One flat fp32 vector on the model's device (NCCL averages it on the GPU); the node leader
+  // talks to the coordinator from a CPU copy.
   std::vector<at::Tensor> pieces;
   pieces.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) pieces.push_back(t.detach().to(torch::kCPU, torch::kFloat32).reshape({-1}));
+  for (const at::Tensor& t : tensors) pieces.push_back(t.detach().to(torch::kFloat32).reshape({-1}));
   at::Tensor flat = torch::cat(pieces).contiguous();
   if (average_first) {
     if (absl::Status s = intra_->AllReduceMean(flat); !s.ok()) return s;
   }
   absl::Status status;
   if (leader_ != nullptr) {
-    status = leader_step(absl::MakeSpan(flat.data_ptr<float>(), static_cast<size_t>(flat.numel())));
+    at::Tensor host = flat.is_cpu() ? flat : flat.to(torch::kCPU);
+    status = leader_step(absl::MakeSpan(host.data_ptr<float>(), static_cast<size_t>(host.numel())));
+    if (!flat.is_cpu()) flat.copy_(host);
   }
   if (absl::Status s = intra_->Broadcast(flat); !s.ok()) return s;
   int64_t offset = 0;

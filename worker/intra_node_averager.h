@@ -34,6 +34,15 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeGlooAverager(const std::s
                                                                     int rank, int size,
                                                                     absl::Duration timeout);
 
+// NCCL on GPU `device` (ncclAvg all-reduce, broadcast from rank 0) for tensors on that device;
+// the ranks exchange the NCCL unique id through a node-local file store at `store_path`.
+// Built only with --config=cuda; otherwise UNIMPLEMENTED. FAILED_PRECONDITION when the device
+// does not exist.
+absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::string& store_path,
+                                                                    int rank, int size,
+                                                                    int device,
+                                                                    absl::Duration timeout);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_WORKER_INTRA_NODE_AVERAGER_H_

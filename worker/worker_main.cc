@@ -159,19 +159,25 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<localsgd::Model>> model =
       localsgd::MakeModel(spec->model(), spec->seed());
   if (!model.ok()) return leave_and_fail(model.status().ToString());
+  (*model)->To(device);
   absl::StatusOr<localsgd::DataSplits> data = localsgd::LoadData(spec->dataset(), spec->seed());
   if (!data.ok()) return leave_and_fail(data.status().ToString());
 
+  // The node's ranks average with NCCL on GPUs and Gloo on CPUs, meeting in a node-local
+  // file store named after the run and the node.
   std::unique_ptr<localsgd::IntraNodeAverager> intra;
   if (local_world == 1) {
     intra = localsgd::MakeSingleRankAverager();
   } else {
-    absl::StatusOr<std::unique_ptr<localsgd::IntraNodeAverager>> gloo = localsgd::MakeGlooAverager(
-        absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-", run->run_id(), "-", node,
-                     ".store"),
-        local_rank, local_world, absl::Seconds(spec->round_deadline_seconds() * 2 + 60));
-    if (!gloo.ok()) return leave_and_fail(gloo.status().ToString());
-    intra = *std::move(gloo);
+    const std::string store = absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-",
+                                           run->run_id(), "-", node, ".store");
+    const absl::Duration timeout = absl::Seconds(spec->round_deadline_seconds() * 2 + 60);
+    absl::StatusOr<std::unique_ptr<localsgd::IntraNodeAverager>> made =
+        device.is_cuda()
+            ? localsgd::MakeNcclAverager(store, local_rank, local_world, device.index(), timeout)
+            : localsgd::MakeGlooAverager(store, local_rank, local_world, timeout);
+    if (!made.ok()) return leave_and_fail(made.status().ToString());
+    intra = *std::move(made);
   }
   std::vector<at::Tensor> tensors = localsgd::ModelTensors(**model, spec->average_buffers());
   localsgd::AveragingClient averaging(coordinator.channel(), *token);

@@ -1,0 +1,117 @@
+// NCCL intra-node averaging; compiled only with --config=cuda (see worker/BUILD.bazel).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/intra_node_averager.h"
+
+namespace localsgd {
+namespace {
+
+absl::Status CudaError(cudaError_t e, const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+absl::Status NcclError(ncclResult_t r, const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(r)));
+}
+
+class Nccl : public IntraNodeAverager {
+ public:
+  Nccl(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size)
+      : comm_(comm), stream_(stream), device_(device), rank_(rank), size_(size) {}
+  ~Nccl() override {
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status AllReduceMean(at::Tensor& flat) override {
+    return Run(flat, [&](float* data, size_t n) {
+      return ncclAllReduce(data, data, n, ncclFloat, ncclAvg, comm_, stream_);
+    });
+  }
+
+  absl::Status Broadcast(at::Tensor& flat) override {
+    return Run(flat, [&](float* data, size_t n) {
+      return ncclBroadcast(data, data, n, ncclFloat, /*root=*/0, comm_, stream_);
+    });
+  }
+
+ private:
+  template <typename Op>
+  absl::Status Run(at::Tensor& flat, Op op) {
+    if (!flat.is_cuda() || flat.get_device() != device_ || !flat.is_contiguous()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NCCL needs a contiguous tensor on cuda:", device_));
+    }
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+    // LibTorch's kernels that produced the tensor ran on its own stream: wait for them.
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return CudaError(e, "sync");
+    if (ncclResult_t r = op(flat.data_ptr<float>(), static_cast<size_t>(flat.numel()));
+        r != ncclSuccess) {
+      return NcclError(r, "NCCL collective");
+    }
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+      return CudaError(e, "stream sync");
+    }
+    return absl::OkStatus();
+  }
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  const int device_;
+  const int rank_;
+  const int size_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::string& store_path,
+                                                                    int rank, int size,
+                                                                    int device,
+                                                                    absl::Duration timeout) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || device < 0 || device >= devices) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device: cuda:", device, " does not exist (", devices, " CUDA devices)"));
+  }
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+  ncclUniqueId id;
+  try {
+    c10d::FileStore store(store_path + ".nccl", size);
+    store.setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+    if (rank == 0) {
+      if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+        return NcclError(r, "ncclGetUniqueId");
+      }
+      store.set("nccl_unique_id", std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id),
+                                                       reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+    } else {
+      std::vector<uint8_t> bytes = store.get("nccl_unique_id");
+      if (bytes.size() != sizeof(id)) return absl::InternalError("bad NCCL unique id");
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+  } catch (const c10::Error& e) {
+    return absl::UnavailableError(absl::StrCat("NCCL rendezvous through ", store_path, ": ",
+                                               e.what_without_backtrace()));
+  }
+  ncclComm_t comm;
+  if (ncclResult_t r = ncclCommInitRank(&comm, size, id, rank); r != ncclSuccess) {
+    return NcclError(r, "ncclCommInitRank");
+  }
+  cudaStream_t stream;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    ncclCommDestroy(comm);
+    return CudaError(e, "cudaStreamCreate");
+  }
+  return std::unique_ptr<IntraNodeAverager>(new Nccl(comm, stream, device, rank, size));
+}
+
+}  // namespace localsgd

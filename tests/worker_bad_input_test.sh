@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Workers given bad input fail with one clear line naming the file or flag, exit non-zero,
+# and leave no half-joined member in the coordinator.
+set -euo pipefail
+
+BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
+WORK="$TEST_TMPDIR"
+echo -n "bad-token" > "$WORK/token"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN/coordinator/coordinator" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
+  --token_file="$WORK/token" >"$WORK/coord.out" 2>"$WORK/coord.err" &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q '^http listening on ' "$WORK/coord.out" && break; sleep 0.1; done
+GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
+HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
+ctl() { "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" "$@"; }
+worker() { "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" \
+  --node_name=node-0 --connect_timeout=5s "$@"; }
+
+expect_failure() {  # message, then the spec (or "" for flag checks), then worker flags
+  local message=$1 spec=$2; shift 2
+  if [[ -n "$spec" ]]; then
+    echo "$spec" > "$WORK/spec.textproto"
+    ctl start --spec="$WORK/spec.textproto" >/dev/null
+  fi
+  local out rc=0
+  out=$(worker "$@" 2>&1) || rc=$?
+  [[ $rc -ne 0 ]] || fail "worker succeeded; expected: $message"
+  grep -qF -- "$message" <<<"$out" || fail "expected \"$message\" in: $out"
+  members=$(curl -fsS "http://$HTTP/metrics" | sed -n 's/^localsgd_members //p')
+  [[ "$members" == "0" ]] || fail "a half-joined member is left after: $message"
+  [[ -z "$spec" ]] || ctl stop >/dev/null
+}
+
+expect_failure "--device: cuda:7 does not exist" "" --device=cuda:7
+expect_failure "--device: \"tpu\" is not a device" "" --device=tpu
+expect_failure "--local_rank must be in" "" --local_rank=2 --local_world_size=2
+expect_failure "model.torchscript_path: cannot open /nonexistent/net.pt" \
+  'model { torchscript_path: "/nonexistent/net.pt" }'
+echo "not a module" > "$WORK/garbage.pt"
+expect_failure "is not a TorchScript module" "model { torchscript_path: \"$WORK/garbage.pt\" }"
+expect_failure "dataset.path: cannot open /nonexistent/fmnist/train-images-idx3-ubyte" \
+  'model { builtin: "mlp" } dataset { kind: DATASET_KIND_FASHION_MNIST path: "/nonexistent/fmnist" }'
+expect_failure "dataset.path: $WORK/garbage.pt: not a tensor file" \
+  "model { builtin: \"mlp\" } dataset { kind: DATASET_KIND_TENSOR_FILE path: \"$WORK/garbage.pt\" }"
+echo PASS

@@ -70,9 +70,10 @@ PY
 
 for out in "$WORK"/w*.out; do
   line=$(grep ' done: ' "$out") || fail "no result in $out"
-  loss=$(sed -n 's/.* loss \([0-9.]*\), test accuracy.*/\1/p' <<<"$line")
+  # From ln(10) = 2.30 and chance (0.1) at the start; the full demo run gets far further.
+  test_loss=$(sed -n 's/.*test loss \([0-9.]*\),.*/\1/p' <<<"$line")
   accuracy=$(sed -n 's/.*test accuracy \([0-9.]*\),.*/\1/p' <<<"$line")
-  /usr/bin/python3 -c "import sys; sys.exit(0 if $loss < 0.5 and $accuracy > 0.9 else 1)" \
-    || fail "training did not reach loss < 0.5 and accuracy > 0.9: $line"
+  /usr/bin/python3 -c "import sys; sys.exit(0 if $test_loss < 1.8 and $accuracy > 0.4 else 1)" \
+    || fail "training did not reach test loss < 1.8 and accuracy > 0.4: $line"
 done
 echo PASS

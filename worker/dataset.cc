@@ -19,15 +19,16 @@ uint32_t BigEndian(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
-// Ten random 28x28 class prototypes; an example is its class's prototype plus noise 2.5
-// times as strong, so the task is learnable but not trivial (and does overfit).
+// Ten random 28x28 class prototypes; an example is its class's prototype plus noise ten times
+// as strong per pixel, so the task takes a few hundred steps to learn and is not solved
+// perfectly.
 DataSplits Synthetic(int64_t samples, uint64_t seed) {
   torch::manual_seed(seed);
-  torch::Tensor prototypes = torch::randn({10, 1, 28, 28});
+  torch::Tensor prototypes = 0.1 * torch::randn({10, 1, 28, 28});
   auto make = [&](int64_t n) {
     Dataset d;
     d.targets = torch::randint(0, 10, {n}, torch::kInt64);
-    d.inputs = prototypes.index_select(0, d.targets) + 2.5 * torch::randn({n, 1, 28, 28});
+    d.inputs = prototypes.index_select(0, d.targets) + torch::randn({n, 1, 28, 28});
     return d;
   };
   DataSplits splits;

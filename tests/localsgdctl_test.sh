@@ -6,8 +6,16 @@ set -euo pipefail
 
 COORDINATOR="$TEST_SRCDIR/$TEST_WORKSPACE/coordinator/coordinator"
 CTL="$TEST_SRCDIR/$TEST_WORKSPACE/coordinator/localsgdctl"
-SPEC="$TEST_SRCDIR/$TEST_WORKSPACE/deploy/specs/demo.textproto"
 WORK="$TEST_TMPDIR"
+SPEC="$WORK/demo.textproto"
+cat > "$SPEC" <<'EOF_SPEC'
+name: "demo"
+model { builtin: "mlp" }
+local_sgd_steps: 8
+gradient_accumulation_steps: 2
+total_steps: 400
+min_workers: 4
+EOF_SPEC
 echo -n "s3cret" > "$WORK/token"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command (1): the main job, a real local Local SGD training run. Installs what is
 # missing, builds, starts a coordinator and NODES x WORKERS worker processes on loopback,
-# starts the run through the gRPC API, shows live progress, prints the final test accuracy and
-# stops cleanly (also on Ctrl-C), leaving no process behind.
+# starts the run through the gRPC API, shows live progress, prints the final test accuracy,
+# saves the trained model under runs/ and stops cleanly (also on Ctrl-C), leaving no process
+# behind.
 #
 # Flags: --nodes=N (2) --workers_per_node=N (2) --spec=FILE (deploy/specs/demo.textproto)
 #        --grpc_port=N (0: a free one) --http_port=N (0: a free one) --keep (leave the
@@ -24,7 +25,7 @@ for arg in "$@"; do
     --grpc_port=*) grpc_port="${arg#*=}" ;;
     --http_port=*) http_port="${arg#*=}" ;;
     --keep) keep=1 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "main.sh: unknown argument \"$arg\" (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +46,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo; echo "== interrupted: stopping"; exit 130' INT TERM
 
+out_dir="$PWD/runs/$(date -u +%Y%m%d-%H%M%S)"
+mkdir -p "$out_dir"
 head -c 24 /dev/urandom | base64 > "$work/token"
 "$bin/coordinator/coordinator" --grpc_address="127.0.0.1:$grpc_port" \
   --http_address="127.0.0.1:$http_port" --token_file="$work/token" --state_dir="$work/state" \
@@ -66,6 +69,7 @@ for ((n = 0; n < nodes; n++)); do
     "$bin/worker/worker" --coordinator="$grpc_address" --token_file="$work/token" \
       --node_name="node-$n" --node_rank=$n --num_nodes="$nodes" --local_rank=$r \
       --local_world_size="$per_node" --rendezvous_dir="$work" --log_every=1000000 \
+      --save_model="$out_dir/model.pt" \
       > "$work/worker-$n-$r.out" 2> "$work/worker-$n-$r.log" &
     pids+=($!)
     workers+=($!)
@@ -80,8 +84,9 @@ echo "== final status"
 ctl status
 echo "== results"
 cat "$work"/worker-*.out | grep ' done: ' || true
-accuracy=$(cat "$work"/worker-*.out | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' | head -n 1)
+accuracy=$(cat "$work"/worker-*.out | grep ' done: ' | sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' | head -n 1)
 echo "== final test accuracy: ${accuracy:-unknown}"
+[[ -f "$out_dir/model.pt" ]] && echo "== trained model: $out_dir/model.pt"
 if [[ $failed -ne 0 ]]; then
   echo "== a worker failed; its log:" >&2
   tail -n 20 "$work"/worker-*.log >&2

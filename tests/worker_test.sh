@@ -26,6 +26,7 @@ for node in 0 1; do
     "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
       --node_rank=$node --num_nodes=2 --local_rank=$rank --local_world_size=2 \
       --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" --log_every=8 \
+      --save_model="$WORK/model.pt" \
       >"$WORK/w$node$rank.out" 2>"$WORK/w$node$rank.err" &
     pids+=($!)
     workers+=($!)
@@ -41,6 +42,7 @@ total_steps: 48
 batch_size: 32
 min_workers: 4
 optimizer { lr: 0.05 momentum: 0.9 }
+eval_every_rounds: 6
 SPEC
 "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
   --spec="$WORK/spec.textproto" >/dev/null
@@ -76,4 +78,8 @@ for out in "$WORK"/w*.out; do
   /usr/bin/python3 -c "import sys; sys.exit(0 if $test_loss < 1.8 and $accuracy > 0.4 else 1)" \
     || fail "training did not reach test loss < 1.8 and accuracy > 0.4: $line"
 done
+grep -q "node-0/0 step 24: test accuracy" "$WORK/w00.out" || fail "no evaluation after round 6"
+grep -q "saved the trained model to $WORK/model.pt" "$WORK/w00.out" || fail "model not saved"
+[[ -s "$WORK/model.pt" ]] || fail "empty model file"
+! grep -q "saved the trained model" "$WORK/w01.out" || fail "only global rank 0 saves"
 echo PASS

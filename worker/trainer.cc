@@ -151,6 +151,13 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
       if (boundary) {
         progress.synced = true;
         progress.sync_seconds = absl::ToDoubleSeconds(absl::Now() - sync_start);
+        const int64_t round = (step + 1) / spec.local_sgd_steps();
+        if (spec.eval_every_rounds() > 0 && round % spec.eval_every_rounds() == 0) {
+          Evaluation eval = Evaluate(model, data.test, options.device, spec.loss());
+          progress.evaluated = true;
+          progress.test_accuracy = eval.accuracy;
+          progress.test_loss = eval.loss;
+        }
       }
       const double elapsed = absl::ToDoubleSeconds(absl::Now() - window_start);
       if (elapsed >= 1.0) {

@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, rendezvous_dir, "/tmp",
 ABSL_FLAG(int, log_every, 10, "Print a progress line every this many optimizer steps.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Minutes(5),
           "How long to keep retrying an unreachable coordinator.");
+ABSL_FLAG(std::string, save_model, "",
+          "Where global rank 0 writes the trained model at the end: a TorchScript file for "
+          "TorchScript models, else a tensor archive of the named parameters. Empty: nowhere.");
 ABSL_FLAG(std::string, dump_dir, "",
           "Testing aid: write each sync's flat parameters before and after averaging here.");
 
@@ -213,8 +216,15 @@ int main(int argc, char** argv) {
   options.stop = [] { return g_stop.load(); };
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   double last_round = 0;
+  double test_accuracy = 0;
   options.on_progress = [&](const localsgd::TrainProgress& p) {
-    coordinator.Report(p.step, p.loss, p.samples_per_second, false, 0);
+    if (p.evaluated) {
+      test_accuracy = p.test_accuracy;
+      std::printf("%s step %lld: test accuracy %.4f, test loss %.4f\n",
+                  coordinator.worker_id().c_str(), static_cast<long long>(p.step),
+                  p.test_accuracy, p.test_loss);
+    }
+    coordinator.Report(p.step, p.loss, p.samples_per_second, false, test_accuracy);
     if (p.synced) {
       last_round = p.sync_seconds;
       if (!p.sync_status.ok()) {
@@ -238,6 +248,14 @@ int main(int argc, char** argv) {
       result->test_accuracy, result->test_loss, result->samples_per_second,
       result->stopped ? " (stopped early)" : "");
   std::fflush(stdout);
+  const std::string save_path = absl::GetFlag(FLAGS_save_model);
+  if (!save_path.empty() && options.global_rank == 0) {
+    // After the last sync every replica holds the final global model (averaging runs).
+    if (absl::Status s = (*model)->Save(save_path); !s.ok()) return leave_and_fail(s.ToString());
+    std::printf("%s saved the trained model to %s\n", coordinator.worker_id().c_str(),
+                save_path.c_str());
+    std::fflush(stdout);
+  }
   coordinator.Report(result->steps, result->loss, result->samples_per_second, true,
                      result->test_accuracy);
   // Stay a member until the run ends, so that the run can see every worker finished.

@@ -12,6 +12,8 @@ PACKAGES=(
   libtorch-dev libgloo-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch curl ca-certificates openssl
+  # Deployment tests: a real single-node Slurm cluster.
+  slurm-wlm munge
   # Real data.
   dataset-fashion-mnist
 )

@@ -11,7 +11,8 @@ PACKAGES=(
   libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev
   libtorch-dev libgloo-dev
   # Tests and benchmarks.
-  libgtest-dev libgmock-dev libbenchmark-dev python3-torch curl ca-certificates openssl
+  libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-yaml curl ca-certificates
+  openssl
   # Deployment tests: a real single-node Slurm cluster.
   slurm-wlm munge
   # Real data.

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Validates deploy/k8s/*.yaml: they parse, have the fields Kubernetes requires, and agree
+with each other and with the binaries: one image, ports matching the coordinator's flags,
+probes on /healthz, Services selecting the pods, the workers' --coordinator naming the
+Service and its port, node counts and GPU counts consistent, every referenced Secret,
+ConfigMap, PVC and volume defined, every flag known to the binary it is passed to, and the
+run spec accepted by a real coordinator."""
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ROOT = os.path.join(os.environ["TEST_SRCDIR"], os.environ["TEST_WORKSPACE"])
+BINARIES = {
+    "/opt/localsgd/bin/coordinator": f"{ROOT}/coordinator/coordinator",
+    "/opt/localsgd/bin/localsgdctl": f"{ROOT}/coordinator/localsgdctl",
+    "/opt/localsgd/bin/worker": f"{ROOT}/worker/worker",
+}
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+
+
+def flags(args):
+    out = {}
+    for arg in args:
+        for m in re.finditer(r"--([a-z_]+)(?:=(\S*))?", arg):
+            out[m.group(1)] = (m.group(2) or "").strip('"')
+    return out
+
+
+def known_flags(binary):
+    help_text = subprocess.run([binary, "--helpfull"], capture_output=True, text=True).stdout
+    return set(re.findall(r"--([a-z_]+) \(", help_text))
+
+
+docs = []
+for path in sorted(glob.glob(f"{ROOT}/deploy/k8s/*.yaml")):
+    with open(path) as f:
+        for doc in yaml.safe_load_all(f):
+            if doc:
+                docs.append((os.path.basename(path), doc))
+check(len(docs) >= 7, f"expected at least 7 objects, found {len(docs)}")
+objects = {}
+for name, doc in docs:
+    for field in ("apiVersion", "kind", "metadata"):
+        check(field in doc, f"{name}: missing {field}")
+    check("name" in doc.get("metadata", {}), f"{name}: {doc.get('kind')} without metadata.name")
+    objects[(doc["kind"], doc["metadata"]["name"])] = doc
+
+
+def get(kind, name):
+    doc = objects.get((kind, name))
+    check(doc is not None, f"missing {kind} {name}")
+    return doc or {}
+
+
+known = {path: known_flags(binary) for path, binary in BINARIES.items()}
+images = set()
+for (kind, name), doc in objects.items():
+    if kind not in ("Deployment", "Job"):
+        continue
+    pod = doc["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for container in pod["containers"]:
+        images.add(container["image"])
+        for mount in container.get("volumeMounts", []):
+            check(mount["name"] in volumes, f"{name}: mount of undefined volume {mount['name']}")
+        text = " ".join(container.get("command", []) + container.get("args", []))
+        for path, flag_set in known.items():
+            for invocation in re.findall(re.escape(path) + r"((?:\s+\\?\s*--\S+)*)", text):
+                for flag in flags([invocation]):
+                    check(flag in flag_set, f"{name}: {os.path.basename(path)} has no --{flag}")
+    for volume in volumes.values():
+        if "secret" in volume:
+            get("Secret", volume["secret"]["secretName"])
+        if "configMap" in volume:
+            get("ConfigMap", volume["configMap"]["name"])
+        if "persistentVolumeClaim" in volume:
+            get("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+check(len(images) == 1, f"containers use more than one image: {images}")
+
+# Coordinator: ports and probes agree with its flags; the Service selects it.
+deployment = get("Deployment", "localsgd-coordinator")
+pod = deployment["spec"]["template"]["spec"]
+container = pod["containers"][0]
+cflags = flags(container["args"])
+ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+check(cflags["grpc_address"].endswith(f":{ports['grpc']}"), "grpc port differs from --grpc_address")
+check(cflags["http_address"].endswith(f":{ports['http']}"), "http port differs from --http_address")
+check(cflags["grpc_address"].startswith("0.0.0.0:"), "coordinator must listen on all interfaces in a pod")
+for probe in ("readinessProbe", "livenessProbe"):
+    check(container[probe]["httpGet"]["path"] == "/healthz", f"{probe} not on /healthz")
+    check(container[probe]["httpGet"]["port"] == "http", f"{probe} not on the http port")
+check(deployment["spec"]["replicas"] == 1, "one coordinator owns the run")
+labels = deployment["spec"]["template"]["metadata"]["labels"]
+check(deployment["spec"]["selector"]["matchLabels"].items() <= labels.items(), "selector misses pods")
+service = get("Service", "localsgd-coordinator")
+check(service["spec"]["selector"].items() <= labels.items(), "Service does not select the coordinator")
+service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+for port_name in ("grpc", "http"):
+    check(service_ports[port_name]["targetPort"] in (port_name, ports[port_name]),
+          f"Service {port_name} does not target the container port")
+mounts = {m["mountPath"] for m in container["volumeMounts"]}
+check(os.path.dirname(cflags["token_file"]) in mounts, "--token_file not on a mounted volume")
+check(cflags["state_dir"] in mounts, "--state_dir not on a mounted volume")
+
+# Workers: reach the Service, node counts and GPUs agree, node rank from the index.
+workers = get("Job", "localsgd-workers")
+wspec = workers["spec"]
+check(wspec.get("completionMode") == "Indexed", "workers: use an Indexed Job")
+wcontainer = wspec["template"]["spec"]["containers"][0]
+wflags = flags(wcontainer["args"])
+check(wflags["coordinator"] == f"localsgd-coordinator:{service_ports['grpc']['port']}",
+      "workers: --coordinator is not the Service's grpc port")
+check(int(wflags["num_nodes"]) == wspec["completions"] == wspec["parallelism"],
+      "workers: --num_nodes, completions and parallelism differ")
+check(wflags["node_rank"] == "$JOB_COMPLETION_INDEX", "workers: node rank not from the index")
+env = {e["name"]: e for e in wcontainer["env"]}
+gpus = wcontainer["resources"]["limits"]["nvidia.com/gpu"]
+check(int(env["LOCAL_WORLD_SIZE"]["value"]) == int(gpus), "workers: one worker per GPU")
+check(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name",
+      "workers: node name from the pod")
+
+# The run spec is accepted by a real coordinator (which validates every field).
+spec_text = get("ConfigMap", "localsgd-run-spec")["data"]["spec.textproto"]
+starter = get("Job", "localsgd-start-run")["spec"]["template"]["spec"]["containers"][0]
+check(flags(starter["args"])["spec"] == "/etc/localsgd/spec/spec.textproto", "start job: spec path")
+with tempfile.TemporaryDirectory() as work:
+    with open(f"{work}/spec.textproto", "w") as f:
+        f.write(spec_text)
+    coordinator = subprocess.Popen(
+        [BINARIES["/opt/localsgd/bin/coordinator"], "--grpc_address=127.0.0.1:0", "--http_address="],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        address = coordinator.stdout.readline().split()[-1]
+        result = subprocess.run([BINARIES["/opt/localsgd/bin/localsgdctl"], f"--coordinator={address}",
+                                 "start", f"--spec={work}/spec.textproto"],
+                                capture_output=True, text=True)
+        check(result.returncode == 0, f"the coordinator refused the run spec: {result.stderr}")
+    finally:
+        coordinator.terminate()
+        coordinator.wait()
+
+if failures:
+    print("\n".join("FAIL: " + f for f in failures))
+    sys.exit(1)
+print(f"{len(objects)} objects checked")

@@ -14,9 +14,12 @@ std::string EnumSuffix(const std::string& name, absl::string_view prefix) {
   return name.size() > prefix.size() ? name.substr(prefix.size()) : name;
 }
 
-std::string Duration(const v1::RunSpec& spec) {
-  if (spec.duration_case() == v1::RunSpec::kEpochs) return absl::StrCat(spec.epochs(), " epochs");
-  return absl::StrCat(spec.total_steps());
+// "24/1000" for a run of total steps, "24 (3 epochs)" for a run of epochs.
+std::string StepOfTotal(const v1::RunInfo& run) {
+  if (run.spec().duration_case() == v1::RunSpec::kEpochs) {
+    return absl::StrCat(run.global_step(), " (", run.spec().epochs(), " epochs)");
+  }
+  return absl::StrCat(run.global_step(), "/", run.spec().total_steps());
 }
 
 }  // namespace
@@ -28,7 +31,7 @@ std::string FormatRunLine(const v1::RunInfo& run) {
     absl::StrAppend(&line, " (", run.spec().name(), ")");
   }
   absl::StrAppend(&line, " ", RunStateName(run.state()), " round ", run.round(), " step ",
-                  run.global_step(), "/", Duration(run.spec()));
+                  StepOfTotal(run));
   if (!run.reason().empty()) absl::StrAppend(&line, " — ", run.reason());
   return line;
 }

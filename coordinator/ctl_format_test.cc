@@ -49,6 +49,9 @@ v1::CoordinatorStatus Sample() {
 TEST(CtlFormatTest, RunLine) {
   EXPECT_EQ(FormatRunLine(v1::RunInfo()), "no run (IDLE)");
   EXPECT_EQ(FormatRunLine(Sample().run()), "run-1 (fmnist) RUNNING round 3 step 24/1000");
+  v1::RunInfo epochs = Sample().run();
+  epochs.mutable_spec()->set_epochs(3);
+  EXPECT_EQ(FormatRunLine(epochs), "run-1 (fmnist) RUNNING round 3 step 24 (3 epochs)");
 }
 
 TEST(CtlFormatTest, StatusTable) {

@@ -14,7 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-yaml curl ca-certificates
   openssl
   # Deployment tests: a real single-node Slurm cluster.
-  slurm-wlm munge
+  slurm-wlm munge iproute2
   # Real data.
   dataset-fashion-mnist
 )

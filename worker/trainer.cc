@@ -166,6 +166,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
         window_samples = 0;
       }
       progress.samples_per_second = samples_per_second;
+      progress.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - train_start);
       result.steps = step + 1;
       result.loss = loss_sum;
       options.on_progress(progress);

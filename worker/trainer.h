@@ -22,6 +22,7 @@ struct TrainProgress {
   bool synced = false;          // this step ended with a sync round
   double sync_seconds = 0;      // how long that sync took
   absl::Status sync_status;     // and how it went
+  double elapsed_seconds = 0;   // since training started
   bool evaluated = false;       // eval_every_rounds asked for an evaluation after this step
   double test_accuracy = 0;
   double test_loss = 0;

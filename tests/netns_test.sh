@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Several machines on one machine: the coordinator and two worker nodes in their own network
+# namespaces, joined by veth pairs through a bridge and shaped to 100 Mbit/s with tc; a run
+# over those links completes.
+set -euo pipefail
+
+BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
+WORK="$TEST_TMPDIR"
+PREFIX="lt$$"
+PREFIX=${PREFIX:0:8}
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  "$BIN/deploy/netns/hosts.sh" down "$PREFIX" 3
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -n 20 "$WORK"/*.out "$WORK"/*.err >&2 || true; exit 1; }
+[[ $(id -u) -eq 0 ]] || fail "needs root for ip netns"
+"$BIN/deploy/netns/hosts.sh" up "$PREFIX" 3 100mbit || fail "cannot create namespaces"
+
+echo -n "netns-token" > "$WORK/token"
+ip netns exec "$PREFIX-h0" "$BIN/coordinator/coordinator" --grpc_address=10.77.0.1:50051 \
+  --http_address=10.77.0.1:8080 --token_file="$WORK/token" >"$WORK/coord.out" 2>"$WORK/coord.err" &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q '^http listening on ' "$WORK/coord.out" && break; sleep 0.1; done
+workers=()
+for node in 1 2; do
+  ip netns exec "$PREFIX-h$node" "$BIN/worker/worker" --coordinator=10.77.0.1:50051 \
+    --token_file="$WORK/token" --node_name="node-$node" --node_rank=$((node - 1)) --num_nodes=2 \
+    --rendezvous_dir="$WORK" >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
+  pids+=($!)
+  workers+=($!)
+done
+cat > "$WORK/spec.textproto" <<SPEC
+model { builtin: "mlp" } dataset { synthetic_samples: 2048 } local_sgd_steps: 4
+total_steps: 16 batch_size: 32 min_workers: 2
+SPEC
+ip netns exec "$PREFIX-h0" "$BIN/coordinator/localsgdctl" --coordinator=10.77.0.1:50051 \
+  --token_file="$WORK/token" start --spec="$WORK/spec.textproto" >/dev/null || fail "start"
+for p in "${workers[@]}"; do wait "$p" || fail "worker failed"; done
+status=$(ip netns exec "$PREFIX-h0" "$BIN/coordinator/localsgdctl" --coordinator=10.77.0.1:50051 status)
+grep -q "COMPLETED round 4 step 16/16" <<<"$status" || fail "run not completed: $status"
+# The workers really are on other hosts: they joined from their own addresses' namespaces.
+grep -q "node-1/0 joined" "$WORK/coord.err" && grep -q "node-2/0 joined" "$WORK/coord.err" \
+  || fail "workers did not join"
+echo PASS

@@ -118,6 +118,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
 
     TrainResult result;
     const absl::Time train_start = absl::Now();
+    absl::Duration eval_time;  // periodic evaluations: instrumentation, not training
     int64_t total_samples = 0;
     absl::Time window_start = absl::Now();
     int64_t window_samples = 0;
@@ -153,7 +154,9 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
         progress.sync_seconds = absl::ToDoubleSeconds(absl::Now() - sync_start);
         const int64_t round = (step + 1) / spec.local_sgd_steps();
         if (spec.eval_every_rounds() > 0 && round % spec.eval_every_rounds() == 0) {
+          const absl::Time eval_start = absl::Now();
           Evaluation eval = Evaluate(model, data.test, options.device, spec.loss());
+          eval_time += absl::Now() - eval_start;
           progress.evaluated = true;
           progress.test_accuracy = eval.accuracy;
           progress.test_loss = eval.loss;
@@ -166,7 +169,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
         window_samples = 0;
       }
       progress.samples_per_second = samples_per_second;
-      progress.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - train_start);
+      progress.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - train_start - eval_time);
       result.steps = step + 1;
       result.loss = loss_sum;
       options.on_progress(progress);
@@ -184,8 +187,9 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
     Evaluation eval = Evaluate(model, data.test, options.device, spec.loss());
     result.test_accuracy = eval.accuracy;
     result.test_loss = eval.loss;
-    // Over the whole training, syncs included: what LocalSGD costs shows here.
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - train_start);
+    // Over the whole training, syncs included (what LocalSGD costs shows here), periodic
+    // evaluations excluded.
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - train_start - eval_time);
     result.samples_per_second = seconds > 0 ? static_cast<double>(total_samples) / seconds : 0;
     return result;
   } catch (const c10::Error& e) {

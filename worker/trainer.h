@@ -22,7 +22,7 @@ struct TrainProgress {
   bool synced = false;          // this step ended with a sync round
   double sync_seconds = 0;      // how long that sync took
   absl::Status sync_status;     // and how it went
-  double elapsed_seconds = 0;   // since training started
+  double elapsed_seconds = 0;   // training time so far (periodic evaluations excluded)
   bool evaluated = false;       // eval_every_rounds asked for an evaluation after this step
   double test_accuracy = 0;
   double test_loss = 0;
@@ -33,7 +33,7 @@ struct TrainResult {
   double loss = 0;
   double test_accuracy = 0;
   double test_loss = 0;
-  double samples_per_second = 0;  // over the whole training, syncs included
+  double samples_per_second = 0;  // over the whole training, syncs included, evaluations not
   bool stopped = false;  // ended early because stop() said so
 };
 

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
   options.on_progress = [&](const localsgd::TrainProgress& p) {
     if (p.evaluated) {
       test_accuracy = p.test_accuracy;
-      std::printf("%s step %lld: test accuracy %.4f, test loss %.4f after %.1f s\n",
+      std::printf("%s step %lld: test accuracy %.4f, test loss %.4f after %.1f s of training\n",
                   coordinator.worker_id().c_str(), static_cast<long long>(p.step),
                   p.test_accuracy, p.test_loss, p.elapsed_seconds);
     }

@@ -9,55 +9,24 @@ Usage: /usr/bin/python3 bench/accuracy_bench.py [--models mlp cnn] [--epochs 12]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
-import os
-import re
-import subprocess
 import tempfile
 import time
 
-
-def build():
-    subprocess.run(["bazel", "build", "-c", "opt", "//coordinator", "//coordinator:localsgdctl",
-                    "//worker"], check=True, stderr=subprocess.DEVNULL)
-    return subprocess.run(["bazel", "info", "-c", "opt", "bazel-bin"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+from localsgd_cluster import Cluster, build, done_line
 
 
 def run(bin_dir, work, model, workers, k, enabled, epochs):
-    token = os.path.join(work, "token")
-    with open(token, "w") as f:
-        f.write("bench")
-    coordinator = subprocess.Popen(
-        [f"{bin_dir}/coordinator/coordinator", "--grpc_address=127.0.0.1:0", "--http_address=",
-         f"--token_file={token}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        address = re.match(r"grpc listening on (\S+)", coordinator.stdout.readline()).group(1)
-        procs = [subprocess.Popen(
-            [f"{bin_dir}/worker/worker", f"--coordinator={address}", f"--token_file={token}",
-             f"--node_name=node-{i}", f"--node_rank={i}", f"--num_nodes={workers}",
-             "--log_every=1000000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            for i in range(workers)]
-        spec = os.path.join(work, "spec.textproto")
-        with open(spec, "w") as f:
-            f.write(f'model {{ builtin: "{model}" }} '
-                    f'dataset {{ kind: DATASET_KIND_FASHION_MNIST '
-                    f'path: "/usr/share/datasets/fashion-mnist" shuffle: true }} '
-                    f'local_sgd_steps: {k} enabled: {"true" if enabled else "false"} '
-                    f'epochs: {epochs} batch_size: 64 min_workers: {workers} '
-                    f'optimizer {{ lr: 0.05 momentum: 0.9 }} '
-                    f'lr_schedule {{ kind: LR_SCHEDULE_KIND_COSINE }}\n')
+    with Cluster(bin_dir, work) as cluster:
+        cluster.workers(workers)
         start = time.time()
-        subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
-                        f"--token_file={token}", "start", f"--spec={spec}"], check=True,
-                       stdout=subprocess.DEVNULL)
-        accuracies = []
-        for p in procs:
-            out, _ = p.communicate(timeout=6 * 3600)
-            accuracies.append(float(re.search(r"test accuracy ([\d.]+)", out.split(" done: ")[-1]).group(1)))
-        return accuracies[0], time.time() - start
-    finally:
-        coordinator.terminate()
-        coordinator.wait()
+        cluster.start(f'model {{ builtin: "{model}" }} dataset {{ kind: DATASET_KIND_FASHION_MNIST '
+                      f'path: "/usr/share/datasets/fashion-mnist" shuffle: true }} '
+                      f'local_sgd_steps: {k} enabled: {"true" if enabled else "false"} '
+                      f'epochs: {epochs} batch_size: 64 min_workers: {workers} '
+                      f'optimizer {{ lr: 0.05 momentum: 0.9 }} '
+                      f'lr_schedule {{ kind: LR_SCHEDULE_KIND_COSINE }}')
+        outputs = cluster.wait()
+        return done_line(outputs[0])["accuracy"], time.time() - start
 
 
 def main():

@@ -9,50 +9,19 @@ Usage: /usr/bin/python3 bench/worker_throughput_bench.py [--steps 400] [--repeat
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
-import os
-import re
 import statistics
-import subprocess
 import tempfile
 
-
-def build():
-    subprocess.run(["bazel", "build", "-c", "opt", "//coordinator", "//coordinator:localsgdctl",
-                    "//worker"], check=True, stderr=subprocess.DEVNULL)
-    return subprocess.run(["bazel", "info", "-c", "opt", "bazel-bin"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+from localsgd_cluster import Cluster, build, done_line
 
 
 def run(bin_dir, work, enabled, steps, workers=4):
-    token = os.path.join(work, "token")
-    with open(token, "w") as f:
-        f.write("bench")
-    coordinator = subprocess.Popen(
-        [f"{bin_dir}/coordinator/coordinator", "--grpc_address=127.0.0.1:0", "--http_address=",
-         f"--token_file={token}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        address = re.match(r"grpc listening on (\S+)", coordinator.stdout.readline()).group(1)
-        procs = [subprocess.Popen(
-            [f"{bin_dir}/worker/worker", f"--coordinator={address}", f"--token_file={token}",
-             f"--node_name=node-{i}", f"--node_rank={i}", f"--num_nodes={workers}",
-             "--log_every=1000000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            for i in range(workers)]
-        spec = os.path.join(work, "spec.textproto")
-        with open(spec, "w") as f:
-            f.write(f'model {{ builtin: "mlp" }} dataset {{ synthetic_samples: 16384 }} '
-                    f'total_steps: {steps} batch_size: 64 min_workers: {workers} '
-                    f'local_sgd_steps: 8 enabled: {"true" if enabled else "false"}\n')
-        subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
-                        f"--token_file={token}", "start", f"--spec={spec}"], check=True,
-                       stdout=subprocess.DEVNULL)
-        rates = []
-        for p in procs:
-            out, _ = p.communicate(timeout=1800)
-            rates.append(float(re.search(r"done: .* samples/s ([\d.]+)", out).group(1)))
-        return statistics.mean(rates)
-    finally:
-        coordinator.terminate()
-        coordinator.wait()
+    with Cluster(bin_dir, work) as cluster:
+        cluster.workers(workers)
+        cluster.start(f'model {{ builtin: "mlp" }} dataset {{ synthetic_samples: 16384 }} '
+                      f'total_steps: {steps} batch_size: 64 min_workers: {workers} '
+                      f'local_sgd_steps: 8 enabled: {"true" if enabled else "false"}')
+        return statistics.mean(done_line(out)["samples_per_second"] for out in cluster.wait())
 
 
 def main():

@@ -42,8 +42,18 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
 }
 
 absl::Status HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
-  return WithFlat(tensors, /*average_first=*/false,
-                  [&](absl::Span<float> flat) { return leader_->Start(flat); });
+  absl::Status status = WithFlat(tensors, /*average_first=*/false,
+                                 [&](absl::Span<float> flat) { return leader_->Start(flat); });
+  // Every rank learns whether its leader got the initial model, so that none trains on.
+  torch::NoGradGuard no_grad;
+  at::Tensor ok = torch::full({1}, status.ok() ? 1.0f : 0.0f,
+                              torch::TensorOptions().device(tensors.front().device()));
+  if (absl::Status s = intra_->Broadcast(ok); !s.ok()) return s;
+  if (!status.ok()) return status;
+  if (ok.item<float>() != 1.0f) {
+    return absl::UnavailableError("the node leader could not get the initial model");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace localsgd

@@ -21,7 +21,8 @@ class HierarchicalAverager : public ParameterAverager {
 
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override;
 
-  // Start of training: the leader offers and fetches global[0], every rank receives it.
+  // Start of training: the leader offers and fetches global[0], every rank receives it; when
+  // the leader fails, every rank of the node returns an error.
   absl::Status Start(const std::vector<at::Tensor>& tensors);
 
  private:

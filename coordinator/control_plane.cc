@@ -67,10 +67,20 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
 
 absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
     const v1::HeartbeatRequest& request) {
+  if (request.model_path().size() > kMaxReasonLength * 4) {
+    return absl::InvalidArgumentError("model_path: longer than 4096 bytes");
+  }
   absl::MutexLock lock(&mu_);
   if (absl::Status status = membership_.Heartbeat(request); !status.ok()) return status;
   ++heartbeats_total_;
   bool run_changed = false;
+  if (!request.model_path().empty() && request.model_path() != runs_.info().model_path() &&
+      !runs_.info().run_id().empty()) {
+    runs_.SetModelPath(request.model_path());
+    LogInfo(absl::StrCat("run ", runs_.info().run_id(), ": trained model saved to ",
+                         request.model_path(), " by ", request.worker_id()));
+    run_changed = true;
+  }
   if (request.finished() && runs_.info().state() == v1::RUN_STATE_RUNNING) {
     std::vector<Member> members = membership_.Members();
     const bool all_finished = std::all_of(members.begin(), members.end(),

@@ -126,6 +126,10 @@ TEST_F(ControlPlaneTest, RunCompletesWhenEveryWorkerFinished) {
   ASSERT_THAT(plane->Heartbeat(done), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   EXPECT_DOUBLE_EQ(plane->Status().members(0).test_accuracy(), 0.9);
+  done.set_model_path("/shared/run/model.pt");
+  done.set_test_accuracy(0.9);
+  ASSERT_THAT(plane->Heartbeat(done), IsOk());
+  EXPECT_EQ(plane->Run().model_path(), "/shared/run/model.pt");
   done.set_test_accuracy(1.5);
   EXPECT_THAT(plane->Heartbeat(done), StatusIs(absl::StatusCode::kInvalidArgument, "test_accuracy"));
 }

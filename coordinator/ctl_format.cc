@@ -52,6 +52,9 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
         EnumSuffix(v1::Codec_Name(spec.codec()), "CODEC_"), ", min_workers ",
         spec.min_workers(), spec.enabled() ? "" : ", averaging disabled", "\n");
   }
+  if (!status.run().model_path().empty()) {
+    absl::StrAppend(&out, "trained model: ", status.run().model_path(), "\n");
+  }
   if (status.recent_rounds_size() > 0) {
     absl::StrAppend(&out, "last round: ", FormatRound(status.recent_rounds(
                                                status.recent_rounds_size() - 1)), "\n");

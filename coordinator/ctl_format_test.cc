@@ -67,6 +67,9 @@ TEST(CtlFormatTest, StatusTable) {
   EXPECT_THAT(table, HasSubstr("2.00 MB in, 2.00 MB out, INT8 x3.94"));
   EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
+  v1::CoordinatorStatus saved = Sample();
+  saved.mutable_run()->set_model_path("/runs/model.pt");
+  EXPECT_THAT(FormatStatusTable(saved), HasSubstr("trained model: /runs/model.pt"));
 }
 
 TEST(CtlFormatTest, WatchLineAggregates) {

@@ -44,6 +44,9 @@ class RunManager {
   // Marks the active run COMPLETED (e.g. when workers finish an epochs-based run).
   absl::Status Complete(const std::string& reason);
 
+  // Records where the trained model of the current run was saved.
+  void SetModelPath(const std::string& path) { info_.set_model_path(path); }
+
   // Replaces the state with one read back from the state directory.
   void Restore(const v1::RunInfo& info);
 

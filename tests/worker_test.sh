@@ -50,6 +50,7 @@ for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed"; done
 
 status=$("$BIN/coordinator/localsgdctl" --coordinator="$GRPC" status)
 grep -q "COMPLETED round 12 step 48/48" <<<"$status" || fail "run not completed: $status"
+grep -q "trained model: $WORK/model.pt" <<<"$status" || fail "model path not in status: $status"
 
 /usr/bin/python3 - "$WORK/dump" <<'PY' || fail "parameter check failed"
 import glob, os, sys

@@ -64,9 +64,9 @@ absl::Status CoordinatorClient::Join() {
   v1::JoinResponse response;
   grpc::Status status = stub_->Join(Context().get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
+  absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
   interval_ = absl::Seconds(std::max(0.1, response.heartbeat_interval_seconds()));
-  absl::MutexLock lock(&mu_);
   run_ = response.run();
   return absl::OkStatus();
 }
@@ -76,8 +76,8 @@ absl::Status CoordinatorClient::Beat() {
   {
     absl::MutexLock lock(&mu_);
     request = progress_;
+    request.set_worker_id(worker_id_);
   }
-  request.set_worker_id(worker_id_);
   v1::HeartbeatResponse response;
   grpc::Status status = stub_->Heartbeat(Context().get(), request, &response);
   if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -92,7 +92,11 @@ absl::Status CoordinatorClient::Beat() {
 }
 
 void CoordinatorClient::HeartbeatLoop() {
-  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+  auto interval = [this] {
+    absl::MutexLock lock(&mu_);
+    return interval_;
+  };
+  while (!stop_.WaitForNotificationWithTimeout(interval())) {
     absl::Status status = Beat();
     if (!status.ok()) LogWarning(absl::StrCat("heartbeat failed: ", status.ToString()));
   }
@@ -119,6 +123,11 @@ void CoordinatorClient::Report(int64_t step, double loss, double samples_per_sec
   progress_.set_test_accuracy(test_accuracy);
 }
 
+void CoordinatorClient::ReportModelPath(const std::string& path) {
+  absl::MutexLock lock(&mu_);
+  progress_.set_model_path(path);
+}
+
 v1::RunInfo CoordinatorClient::run() const {
   absl::MutexLock lock(&mu_);
   return run_;
@@ -133,7 +142,7 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (heartbeat_.joinable()) heartbeat_.join();
   v1::LeaveRequest request;
-  request.set_worker_id(worker_id_);
+  request.set_worker_id(worker_id());
   request.set_reason(reason);
   v1::LeaveResponse response;
   return FromGrpcStatus(stub_->Leave(Context().get(), request, &response));

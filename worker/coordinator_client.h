@@ -41,6 +41,11 @@ class CoordinatorClient {
   // Progress for the next heartbeats.
   void Report(int64_t step, double loss, double samples_per_second, bool finished,
               double test_accuracy);
+  // Where this worker saved the trained model, for the next heartbeats.
+  void ReportModelPath(const std::string& path);
+
+  // Sends a heartbeat now (e.g. the final report before leaving).
+  absl::Status Flush() { return Beat(); }
 
   // The run as of the latest heartbeat.
   v1::RunInfo run() const;
@@ -48,7 +53,10 @@ class CoordinatorClient {
   // Stops heartbeating and leaves. Idempotent.
   absl::Status Leave(const std::string& reason);
 
-  const std::string& worker_id() const { return worker_id_; }
+  std::string worker_id() const {
+    absl::MutexLock lock(&mu_);
+    return worker_id_;
+  }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   const std::string& token() const { return options_.token; }
 
@@ -62,10 +70,9 @@ class CoordinatorClient {
   const Options options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
-  std::string worker_id_;
-  absl::Duration interval_ = absl::Seconds(3);
-
   mutable absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(3);
   v1::HeartbeatRequest progress_ ABSL_GUARDED_BY(mu_);
   v1::RunInfo run_ ABSL_GUARDED_BY(mu_);
   bool left_ ABSL_GUARDED_BY(mu_) = false;

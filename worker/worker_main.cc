@@ -255,9 +255,11 @@ int main(int argc, char** argv) {
     std::printf("%s saved the trained model to %s\n", coordinator.worker_id().c_str(),
                 save_path.c_str());
     std::fflush(stdout);
+    coordinator.ReportModelPath(save_path);
   }
   coordinator.Report(result->steps, result->loss, result->samples_per_second, true,
                      result->test_accuracy);
+  coordinator.Flush().IgnoreError();  // the final report, at once
   // Stay a member until the run ends, so that the run can see every worker finished.
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
   while (!result->stopped && !g_stop.load() &&

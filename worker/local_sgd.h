@@ -38,6 +38,10 @@ class LocalSGD {
   // The last sync, if any step was taken since the previous one. Idempotent.
   absl::Status Finish();
 
+  // Ends without the last sync (e.g. on SIGTERM, when the other workers are not at the same
+  // step and a sync would only wait for them); Finish and the destructor then do nothing.
+  void Abandon() { finished_ = true; }
+
   int64_t steps() const { return steps_; }
   int64_t syncs() const { return syncs_; }
   int local_sgd_steps() const { return local_sgd_steps_; }

@@ -54,6 +54,17 @@ TEST(LocalSgdTest, DestructorRunsTheLastSync) {
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{5}));
 }
 
+TEST(LocalSgdTest, AbandonSkipsTheLastSync) {
+  FakeAverager averager;
+  {
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 4);
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+    local_sgd.Abandon();
+    ASSERT_TRUE(local_sgd.Finish().ok());
+  }
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4}));
+}
+
 TEST(LocalSgdTest, DisabledNeverCommunicates) {
   FakeAverager averager;
   {

@@ -174,8 +174,10 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
       result.loss = loss_sum;
       options.on_progress(progress);
     }
+    // Stopped early (SIGTERM): leave without a last sync the others are not ready for.
+    if (result.stopped) local_sgd.Abandon();
     absl::Status last = local_sgd.Finish();
-    if (!last.ok() && !result.stopped) {
+    if (!last.ok()) {
       TrainProgress progress;
       progress.step = result.steps;
       progress.total_steps = total;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SIGTERM stops a training worker after its current step: it exits 0 at once, without waiting
+# for a last sync the others are not ready for, and leaves the coordinator.
+set -euo pipefail
+
+BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
+WORK="$TEST_TMPDIR"
+echo -n "term-token" > "$WORK/token"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -n 20 "$WORK"/*.out "$WORK"/*.err >&2 || true; exit 1; }
+
+"$BIN/coordinator/coordinator" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
+  --token_file="$WORK/token" >"$WORK/coord.out" 2>"$WORK/coord.err" &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q '^http listening on ' "$WORK/coord.out" && break; sleep 0.1; done
+GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
+HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
+for node in 0 1; do
+  "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
+    --node_rank=$node --num_nodes=2 --log_every=5 >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
+  pids+=($!)
+done
+victim=${pids[1]}
+echo 'model { builtin: "mlp" } total_steps: 100000 local_sgd_steps: 4 min_workers: 2' \
+  > "$WORK/spec.textproto"
+"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
+  --spec="$WORK/spec.textproto" >/dev/null
+for _ in $(seq 1 600); do grep -q ' step 10/' "$WORK/w0.out" && break; sleep 0.1; done
+grep -q ' step 10/' "$WORK/w0.out" || fail "training did not start"
+
+kill -TERM "$victim"
+start=$(date +%s)
+rc=0
+wait "$victim" || rc=$?
+elapsed=$(( $(date +%s) - start ))
+[[ $rc -eq 0 ]] || fail "worker exited $rc on SIGTERM"
+(( elapsed < 20 )) || fail "worker took ${elapsed}s to stop"
+grep -q "(stopped early)" "$WORK/w0.out" || fail "no early-stop report"
+grep -q "worker node-0/0 left: stopped by signal" "$WORK/coord.err" || fail "worker did not leave"
+echo PASS

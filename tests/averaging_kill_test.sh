@@ -6,19 +6,10 @@ set -euo pipefail
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
 WORK="$TEST_TMPDIR"
 echo -n "kill-token" > "$WORK/token"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$WORK"/*.out "$WORK"/*.err; do echo "== $f"; cat "$f"; done >&2; exit 1; }
+source "$BIN/tests/testutil/test_helpers.sh"
 
-"$BIN/coordinator/coordinator" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
-  --token_file="$WORK/token" --lease_timeout=3s --heartbeat_interval=1s \
-  >"$WORK/coord.out" 2>"$WORK/coord.err" &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q '^http listening on ' "$WORK/coord.out" && break; sleep 0.1; done
-GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
-HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
-[[ -n "$GRPC" ]] || fail "coordinator did not start"
+start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token" \
+  --lease_timeout=3s --heartbeat_interval=1s
 
 member() {  # node, extra flags...
   local node=$1; shift

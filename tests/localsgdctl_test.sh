@@ -4,9 +4,10 @@
 # and a restart on the same state directory.
 set -euo pipefail
 
-COORDINATOR="$TEST_SRCDIR/$TEST_WORKSPACE/coordinator/coordinator"
-CTL="$TEST_SRCDIR/$TEST_WORKSPACE/coordinator/localsgdctl"
+BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
+CTL="$BIN/coordinator/localsgdctl"
 WORK="$TEST_TMPDIR"
+source "$BIN/tests/testutil/test_helpers.sh"
 SPEC="$WORK/demo.textproto"
 cat > "$SPEC" <<'EOF_SPEC'
 name: "demo"
@@ -17,31 +18,15 @@ total_steps: 400
 min_workers: 4
 EOF_SPEC
 echo -n "s3cret" > "$WORK/token"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_contains() { grep -qF -- "$2" <<<"$1" || fail "expected \"$2\" in: $1"; }
-
-start_coordinator() {
-  "$COORDINATOR" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
-    --token_file="$WORK/token" --state_dir="$WORK/state" >"$WORK/coord.out" 2>"$WORK/coord.err" &
-  coord_pid=$!
-  pids+=("$coord_pid")
-  for _ in $(seq 1 300); do
-    grep -q '^http listening on ' "$WORK/coord.out" && break
-    kill -0 "$coord_pid" || fail "coordinator exited: $(cat "$WORK/coord.err")"
-    sleep 0.1
-  done
-  GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
-  HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
-  [[ -n "$GRPC" && -n "$HTTP" ]] || fail "no listening lines: $(cat "$WORK/coord.out")"
+start_with_state_dir() {
+  start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
+    --token_file="$WORK/token" --state_dir="$WORK/state"
 }
 
 ctl() { "$CTL" --coordinator="$GRPC" "$@"; }
 
-start_coordinator
+start_with_state_dir
 
 out=$(ctl status)
 expect_contains "$out" "no run (IDLE)"
@@ -108,7 +93,7 @@ expect_contains "$out" "unknown command"
 kill -TERM "$coord_pid"
 wait "$coord_pid"
 expect_contains "$(cat "$WORK/coord.err")" "coordinator stopped"
-start_coordinator
+start_with_state_dir
 out=$(ctl status)
 expect_contains "$out" "$run_id (demo) STOPPED"
 kill -TERM "$coord_pid"

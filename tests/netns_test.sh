@@ -8,21 +8,14 @@ BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
 WORK="$TEST_TMPDIR"
 PREFIX="lt$$"
 PREFIX=${PREFIX:0:8}
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  "$BIN/deploy/netns/hosts.sh" down "$PREFIX" 3
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -n 20 "$WORK"/*.out "$WORK"/*.err >&2 || true; exit 1; }
+source "$BIN/tests/testutil/test_helpers.sh"
+trap 'kill_started; "$BIN/deploy/netns/hosts.sh" down "$PREFIX" 3' EXIT
 [[ $(id -u) -eq 0 ]] || fail "needs root for ip netns"
 "$BIN/deploy/netns/hosts.sh" up "$PREFIX" 3 100mbit || fail "cannot create namespaces"
 
 echo -n "netns-token" > "$WORK/token"
-ip netns exec "$PREFIX-h0" "$BIN/coordinator/coordinator" --grpc_address=10.77.0.1:50051 \
-  --http_address=10.77.0.1:8080 --token_file="$WORK/token" >"$WORK/coord.out" 2>"$WORK/coord.err" &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q '^http listening on ' "$WORK/coord.out" && break; sleep 0.1; done
+COORDINATOR_HOST="ip netns exec $PREFIX-h0" start_coordinator --grpc_address=10.77.0.1:50051 \
+  --http_address=10.77.0.1:8080 --token_file="$WORK/token"
 workers=()
 for node in 1 2; do
   ip netns exec "$PREFIX-h$node" "$BIN/worker/worker" --coordinator=10.77.0.1:50051 \

@@ -6,17 +6,9 @@ set -euo pipefail
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
 WORK="$TEST_TMPDIR"
 echo -n "term-token" > "$WORK/token"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -n 20 "$WORK"/*.out "$WORK"/*.err >&2 || true; exit 1; }
+source "$BIN/tests/testutil/test_helpers.sh"
 
-"$BIN/coordinator/coordinator" --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
-  --token_file="$WORK/token" >"$WORK/coord.out" 2>"$WORK/coord.err" &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q '^http listening on ' "$WORK/coord.out" && break; sleep 0.1; done
-GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
-HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
+start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
 for node in 0 1; do
   "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
     --node_rank=$node --num_nodes=2 --log_every=5 >"$WORK/w$node.out" 2>"$WORK/w$node.err" &

@@ -1,0 +1,32 @@
+# Sourced by the shell tests in tests/: process bookkeeping, failure reports and a coordinator
+# started on real ports. Needs BIN (the runfiles root) and WORK (the test's scratch folder).
+
+pids=()
+kill_started() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap kill_started EXIT
+
+# Prints the message and the tails of the logs in $WORK, and fails the test.
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$WORK"/*.out "$WORK"/*.err; do
+    [[ -f "$f" ]] && { echo "== $f"; tail -n 20 "$f"; } >&2
+  done
+  exit 1
+}
+
+# Starts the coordinator with the given flags (prefixed by the command in COORDINATOR_HOST,
+# e.g. "ip netns exec NS", when set), logging to $WORK/coord.out and coord.err, and waits for
+# its listening lines. Sets coord_pid, GRPC and HTTP (the real addresses).
+start_coordinator() {
+  ${COORDINATOR_HOST:-} "$BIN/coordinator/coordinator" "$@" >"$WORK/coord.out" 2>"$WORK/coord.err" &
+  coord_pid=$!
+  pids+=("$coord_pid")
+  for _ in $(seq 1 300); do
+    grep -q '^http listening on ' "$WORK/coord.out" && break
+    kill -0 "$coord_pid" 2>/dev/null || fail "coordinator exited"
+    sleep 0.1
+  done
+  GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
+  HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
+  [[ -n "$GRPC" && -n "$HTTP" ]] || fail "coordinator did not print its listening lines"
+}

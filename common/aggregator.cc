@@ -23,6 +23,19 @@ AggregatorEngine::AggregatorEngine(Options options, std::vector<float> global)
   encoded_update_.resize(static_cast<size_t>(options_.layout.num_chunks()));
 }
 
+absl::Status AggregatorEngine::RestoreMomentum(std::vector<float> momentum) {
+  if (momentum.size() != momentum_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("momentum: ", momentum.size(),
+                                                   " values, the outer optimizer keeps ",
+                                                   momentum_.size()));
+  }
+  if (!std::all_of(momentum.begin(), momentum.end(), [](float v) { return std::isfinite(v); })) {
+    return absl::InvalidArgumentError("momentum: NaN or infinity");
+  }
+  momentum_ = std::move(momentum);
+  return absl::OkStatus();
+}
+
 void AggregatorEngine::BeginRound(int num_members) {
   const int chunks = layout().num_chunks();
   num_members_ = num_members;

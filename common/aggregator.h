@@ -85,6 +85,11 @@ class AggregatorEngine {
   void Abort();
 
   absl::Span<const float> global() const { return global_; }
+  // The outer momentum buffer; empty when the outer optimizer has no momentum.
+  absl::Span<const float> momentum() const { return momentum_; }
+  // Puts back a saved momentum buffer (a restarted coordinator). INVALID_ARGUMENT when its
+  // size is not the range's (or not 0 without momentum) or it holds NaN/Inf.
+  absl::Status RestoreMomentum(std::vector<float> momentum);
   const ChunkLayout& layout() const { return options_.layout; }
   v1::Codec codec() const { return options_.codec; }
 

@@ -189,6 +189,36 @@ TEST(AggregatorTest, OuterNesterovMomentumMatchesReference) {
   }
 }
 
+// A coordinator restarted from a saved global and momentum goes on exactly as the original.
+TEST(AggregatorTest, RestoredGlobalAndMomentumContinueBitIdentically) {
+  OuterOptimizer diloco{0.7, 0.9, true};
+  auto round = [](AggregatorEngine& engine, float value) {
+    engine.BeginRound(1);
+    ASSERT_TRUE(engine.SetWeight(0, 1).ok());
+    ASSERT_TRUE(Feed(engine, 0, 0, RandomVector(64, static_cast<int>(value))).ok());
+    ASSERT_EQ(engine.TakeCompleted()->size(), 1u);
+    engine.Commit();
+  };
+  AggregatorEngine original(Opts(64, 64, v1::CODEC_FP32, diloco), RandomVector(64, 1));
+  round(original, 2);
+  round(original, 3);
+  AggregatorEngine restored(Opts(64, 64, v1::CODEC_FP32, diloco),
+                            {original.global().begin(), original.global().end()});
+  ASSERT_TRUE(restored
+                  .RestoreMomentum({original.momentum().begin(), original.momentum().end()})
+                  .ok());
+  round(original, 4);
+  round(restored, 4);
+  EXPECT_EQ(std::memcmp(original.global().data(), restored.global().data(), 64 * sizeof(float)),
+            0);
+
+  EXPECT_FALSE(restored.RestoreMomentum(std::vector<float>(63)).ok());
+  EXPECT_FALSE(restored.RestoreMomentum(std::vector<float>(64, NAN)).ok());
+  AggregatorEngine plain(Opts(64, 64), std::vector<float>(64));
+  EXPECT_TRUE(plain.RestoreMomentum({}).ok());
+  EXPECT_FALSE(plain.RestoreMomentum(std::vector<float>(64)).ok());
+}
+
 TEST(AggregatorTest, LossyCodecsApplyExactlyTheEncodedUpdate) {
   for (v1::Codec codec : {v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {
     std::vector<float> global = RandomVector(1000, 5);

@@ -4,12 +4,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include <cerrno>
+#include <cstdio>
+#include <initializer_list>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace localsgd {
 namespace {
@@ -29,6 +35,8 @@ std::string Parent(const std::string& path) {
   return path.substr(0, slash);
 }
 
+constexpr char kChecksumHeader[] = "# localsgd-checksummed v1";
+
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -40,23 +48,29 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents.str();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+namespace {
+
+// WriteFileAtomically for contents given in pieces (a header and a large payload, say).
+absl::Status WritePiecesAtomically(const std::string& path,
+                                   std::initializer_list<absl::string_view> pieces) {
   std::string temp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", temp);
-  const char* data = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    ssize_t n = write(fd, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status status = ErrnoError("cannot write", temp);
-      close(fd);
-      unlink(temp.c_str());
-      return status;
+  for (absl::string_view piece : pieces) {
+    const char* data = piece.data();
+    size_t left = piece.size();
+    while (left > 0) {
+      ssize_t n = write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        absl::Status status = ErrnoError("cannot write", temp);
+        close(fd);
+        unlink(temp.c_str());
+        return status;
+      }
+      data += n;
+      left -= static_cast<size_t>(n);
     }
-    data += n;
-    left -= static_cast<size_t>(n);
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
     absl::Status status = ErrnoError("cannot flush", temp);
@@ -74,6 +88,56 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     close(dir);
   }
   return absl::OkStatus();
+}
+
+uint32_t Crc32(absl::string_view data) {
+  return static_cast<uint32_t>(
+      crc32_z(0, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  return WritePiecesAtomically(path, {contents});
+}
+
+absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload) {
+  const std::string header = absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader,
+                                             Crc32(payload), payload.size());
+  return WritePiecesAtomically(path, {header, payload});
+}
+
+absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadFile(path);
+  if (!contents.ok()) return contents.status();
+  auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(path, " is corrupt (", why,
+                                            "); it was not used. Move it away to start afresh"));
+  };
+  const size_t newline = contents->find('\n');
+  if (newline == std::string::npos) return corrupt("no checksum header");
+  const absl::string_view header(contents->data(), newline);
+  uint32_t crc = 0;
+  size_t length = 0;
+  if (!absl::StartsWith(header, kChecksumHeader)) return corrupt("no checksum header");
+  {
+    unsigned int crc_read = 0;
+    unsigned long long length_read = 0;  // NOLINT(runtime/int): sscanf's type
+    const std::string header_text(header);
+    if (std::sscanf(header_text.c_str() + std::strlen(kChecksumHeader),
+                    " crc32=%8x length=%llu", &crc_read, &length_read) != 2) {
+      return corrupt("unreadable checksum header");
+    }
+    crc = crc_read;
+    length = static_cast<size_t>(length_read);
+  }
+  std::string payload = contents->substr(newline + 1);
+  if (payload.size() != length) {
+    return corrupt(absl::StrCat(payload.size() < length ? "truncated: " : "too long: ",
+                                payload.size(), " bytes where the header says ", length));
+  }
+  if (Crc32(payload) != crc) return corrupt("checksum mismatch");
+  return payload;
 }
 
 absl::Status MakeDirectories(const std::string& path) {

@@ -17,6 +17,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // fsyncs the folder.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
+// A file whose payload is checked when read: WriteChecksummedFile writes (atomically, as
+// above) one header line "# localsgd-checksummed v1 crc32=<8 hex digits> length=<bytes>" and
+// then the payload; ReadChecksummedFile returns the payload, or DATA_LOSS naming the path when
+// the header is missing, the file is truncated or the checksum does not match. (The header is
+// a comment line, so a text-format proto payload stays readable.)
+absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload);
+absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path);
+
 // Creates `path` and its parents as needed (like mkdir -p).
 absl::Status MakeDirectories(const std::string& path);
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace localsgd {
 namespace {
@@ -41,6 +42,48 @@ TEST(FileUtilTest, MakeDirectoriesIsIdempotent) {
   ASSERT_TRUE(MakeDirectories(dir).ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
   EXPECT_EQ(MakeDirectories(dir + "/f").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::StatusIs;
+
+TEST(ChecksummedFileTest, RoundTripsBinaryPayloads) {
+  const std::string path = TempDir() + "/checked.bin";
+  for (const std::string& payload : {std::string(), std::string("a\0b\nc", 5),
+                                     std::string(1 << 20, '\xff')}) {
+    ASSERT_THAT(WriteChecksummedFile(path, payload), IsOk());
+    auto read = ReadChecksummedFile(path);
+    ASSERT_THAT(read, IsOk());
+    EXPECT_EQ(*read, payload);
+  }
+}
+
+TEST(ChecksummedFileTest, TruncatedFlippedOrHeaderlessFilesAreDataLoss) {
+  const std::string path = TempDir() + "/damaged.bin";
+  ASSERT_THAT(WriteChecksummedFile(path, "run_id: \"run-1\" round: 7\n"), IsOk());
+  const std::string good = *ReadFile(path);
+
+  ASSERT_THAT(WriteFileAtomically(path, good.substr(0, good.size() - 3)), IsOk());
+  EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "truncated"));
+
+  std::string flipped = good;
+  flipped[flipped.size() - 4] ^= 0x01;  // "round: 7" -> "round: 6"
+  ASSERT_THAT(WriteFileAtomically(path, flipped), IsOk());
+  EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "checksum"));
+
+  ASSERT_THAT(WriteFileAtomically(path, good + "x"), IsOk());
+  EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "too long"));
+
+  ASSERT_THAT(WriteFileAtomically(path, "run_id: \"run-1\"\n"), IsOk());
+  EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "damaged.bin"));
+
+  ASSERT_THAT(WriteFileAtomically(path, "# localsgd-checksummed v1 crc32=zz length=1\nx"), IsOk());
+  EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "unreadable"));
+}
+
+TEST(ChecksummedFileTest, MissingFileIsNotFound) {
+  EXPECT_THAT(ReadChecksummedFile(TempDir() + "/never-written"),
+              StatusIs(absl::StatusCode::kNotFound, "never-written"));
 }
 
 }  // namespace

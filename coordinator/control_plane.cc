@@ -17,11 +17,11 @@ constexpr size_t kMaxRunIdLength = 256;
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options options) {
   std::optional<RunStore> store;
-  std::optional<v1::RunInfo> saved;
+  std::optional<v1::SavedState> saved;
   if (!options.state_dir.empty()) {
     absl::StatusOr<RunStore> opened = RunStore::Open(options.state_dir);
     if (!opened.ok()) return opened.status();
-    absl::StatusOr<std::optional<v1::RunInfo>> loaded = opened->Load();
+    absl::StatusOr<std::optional<v1::SavedState>> loaded = opened->Load();
     if (!loaded.ok()) return loaded.status();
     saved = *std::move(loaded);
     store.emplace(*std::move(opened));
@@ -29,11 +29,19 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
   std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options), std::move(store)));
   if (saved.has_value()) {
     absl::MutexLock lock(&plane->mu_);
-    plane->runs_.Restore(*saved);
-    plane->saved_run_ = saved->SerializeAsString();
-    LogInfo(absl::StrCat("restored run ", saved->run_id(), " (", RunStateName(saved->state()),
-                         ", round ", saved->round(), ", global step ", saved->global_step(),
-                         ") from ", plane->store_->path()));
+    const v1::RunInfo& run = saved->run();
+    plane->runs_.Restore(run);
+    for (const v1::MemberStatus& member : saved->members()) {
+      if (absl::Status s = plane->membership_.Restore(member); !s.ok()) {
+        return absl::DataLossError(absl::StrCat(plane->store_->path(), ": saved member ",
+                                                member.worker_id(), ": ", s.message()));
+      }
+    }
+    plane->saved_state_ = saved->SerializeAsString();
+    LogInfo(absl::StrCat("restored run ", run.run_id(), " (", RunStateName(run.state()),
+                         ", round ", run.round(), ", global step ", run.global_step(), ", ",
+                         saved->members_size(), " members on fresh leases) from ",
+                         plane->store_->path()));
   }
   return plane;
 }
@@ -274,13 +282,24 @@ void ControlPlane::UpdateRun() {
 void ControlPlane::Changed(bool run_changed) {
   ++version_;
   if (!run_changed || !store_.has_value()) return;
-  std::string serialized = runs_.info().SerializeAsString();
-  if (serialized == saved_run_) return;
-  if (absl::Status status = store_->Save(runs_.info()); !status.ok()) {
-    LogError(absl::StrCat("cannot save the run record: ", status.ToString()));
+  v1::SavedState state;
+  *state.mutable_run() = runs_.info();
+  for (const Member& member : membership_.Members()) {
+    v1::MemberStatus* saved = state.add_members();
+    saved->set_worker_id(member.worker_id);
+    *saved->mutable_identity() = member.identity;
+    saved->set_hostname(member.hostname);
+    saved->set_pid(member.pid);
+    saved->set_generation(member.generation);
+    *saved->mutable_join_time() = ToProtoTime(member.join_time);
+  }
+  std::string serialized = state.SerializeAsString();
+  if (serialized == saved_state_) return;
+  if (absl::Status status = store_->Save(state); !status.ok()) {
+    LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
     return;
   }
-  saved_run_ = std::move(serialized);
+  saved_state_ = std::move(serialized);
 }
 
 }  // namespace localsgd

@@ -78,8 +78,8 @@ class ControlPlane {
  private:
   ControlPlane(Options options, std::optional<RunStore> store);
 
-  // Bumps the version. When the run may have changed, saves its record if it differs from
-  // the last one saved (heartbeats, the hot path, skip that).
+  // Bumps the version. When the run or membership may have changed, saves them if they differ
+  // from what was saved last (heartbeats, the hot path, skip that).
   void Changed(bool run_changed = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -90,7 +90,7 @@ class ControlPlane {
   mutable absl::Mutex mu_;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   RunManager runs_ ABSL_GUARDED_BY(mu_);
-  std::string saved_run_ ABSL_GUARDED_BY(mu_);
+  std::string saved_state_ ABSL_GUARDED_BY(mu_);  // serialized, to skip unchanged saves
   int64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t heartbeats_total_ ABSL_GUARDED_BY(mu_) = 0;

@@ -63,8 +63,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->watchers_.get(),
                                                         options.token);
 
-  self->rounds_ = std::make_unique<RoundManager>(self->plane_.get(),
-                                                 RoundManager::Options{options.clock});
+  self->rounds_ = std::make_unique<RoundManager>(
+      self->plane_.get(), RoundManager::Options{options.clock, options.state_dir});
+  if (absl::Status s = self->rounds_->Restore(); !s.ok()) return s;
   self->averaging_ = std::make_unique<AveragingService>(self->rounds_.get(), options.token);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -1,11 +1,13 @@
 #include "coordinator/membership.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 
 namespace localsgd {
 namespace {
@@ -81,6 +83,20 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
   member.generation = ++generations_[id];
   member.last_seen = now;
   return member;
+}
+
+absl::Status Membership::Restore(const v1::MemberStatus& saved) {
+  v1::JoinRequest request;
+  *request.mutable_identity() = saved.identity();
+  request.set_hostname(saved.hostname());
+  request.set_pid(saved.pid());
+  absl::StatusOr<Member> member = Join(request);
+  if (!member.ok()) return member.status();
+  Member& restored = members_[member->worker_id];
+  generations_[restored.worker_id] = std::max(saved.generation(), restored.generation);
+  restored.generation = generations_[restored.worker_id];
+  if (saved.has_join_time()) restored.join_time = FromProtoTime(saved.join_time());
+  return absl::OkStatus();
 }
 
 absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {

@@ -50,6 +50,11 @@ class Membership {
   // live members.
   absl::StatusOr<Member> Join(const v1::JoinRequest& request);
 
+  // Puts back a member saved by an earlier coordinator (identity, host, pid, generation, join
+  // time) with a fresh lease, so that it counts while it reconnects. Invalid saved identities
+  // are INVALID_ARGUMENT, as in Join.
+  absl::Status Restore(const v1::MemberStatus& saved);
+
   // Renews the lease and records progress. NOT_FOUND for an unknown (or expired) worker id.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 

@@ -79,14 +79,23 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
                                       std::vector<float> values) {
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<ChunkLayout> layout = [&]() -> absl::StatusOr<ChunkLayout> {
-    absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
-    if (!run.ok()) return run.status();
-    if (model_.engine != nullptr) {
-      return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
-    }
-    return ChunkLayout::ForBytes(static_cast<int64_t>(values.size()), model_.spec.chunk_bytes());
-  }();
+  absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
+  if (!run.ok()) return run.status();
+  if (model_.engine != nullptr) {
+    return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
+  }
+  if (absl::Status s = InstallModel(std::move(values), std::nullopt); !s.ok()) return s;
+  const ChunkLayout& layout = model_.engine->layout();
+  LogInfo(absl::StrCat("run ", model_.run_id, ": initial model (", layout.num_values, " values, ",
+                       layout.num_chunks(), " chunks) from ", header.member_id()));
+  SaveModel();
+  return absl::OkStatus();
+}
+
+absl::Status RoundManager::InstallModel(std::vector<float> global,
+                                        std::optional<std::vector<float>> momentum) {
+  absl::StatusOr<ChunkLayout> layout =
+      ChunkLayout::ForBytes(static_cast<int64_t>(global.size()), model_.spec.chunk_bytes());
   if (!layout.ok()) return layout.status();
   AggregatorEngine::Options options;
   options.layout = *layout;
@@ -94,9 +103,74 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
   options.outer = OuterOptimizer{model_.spec.outer_optimizer().lr(),
                                  model_.spec.outer_optimizer().momentum(),
                                  model_.spec.outer_optimizer().nesterov()};
-  model_.engine = std::make_shared<AggregatorEngine>(options, std::move(values));
-  LogInfo(absl::StrCat("run ", model_.run_id, ": initial model (", layout->num_values,
-                       " values, ", layout->num_chunks(), " chunks) from ", header.member_id()));
+  auto engine = std::make_shared<AggregatorEngine>(options, std::move(global));
+  if (momentum.has_value()) {
+    if (absl::Status s = engine->RestoreMomentum(*std::move(momentum)); !s.ok()) return s;
+  }
+  model_.engine = std::move(engine);
+  model_.snapshot = nullptr;
+  return absl::OkStatus();
+}
+
+void RoundManager::SaveModel() {
+  if (!store_.has_value() || model_.engine == nullptr) return;
+  if (absl::Status s = store_->Save(model_.run_id, model_.round, model_.global_step,
+                                    model_.engine->global(), model_.engine->momentum());
+      !s.ok()) {
+    LogError(absl::StrCat("run ", model_.run_id, ": cannot save the global model of round ",
+                          model_.round, ": ", s.ToString()));
+  }
+}
+
+absl::Status RoundManager::Restore() {
+  if (options_.state_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<ModelStore> store = ModelStore::Open(options_.state_dir);
+  if (!store.ok()) return store.status();
+  absl::MutexLock lock(&mu_);
+  store_.emplace(*std::move(store));
+  absl::StatusOr<std::optional<ModelCheckpoint>> loaded = store_->Load();
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) return absl::OkStatus();
+  ModelCheckpoint& saved = **loaded;
+  const v1::RunInfo run = plane_->Run();
+  if (saved.run_id != run.run_id()) {
+    LogInfo(absl::StrCat("not restoring ", store_->path(), ": it holds run ", saved.run_id,
+                         ", the latest run is ", run.run_id()));
+    return absl::OkStatus();
+  }
+  auto disagree = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(
+        store_->path(), " holds round ", saved.round, " (global step ", saved.global_step,
+        ") of run ", saved.run_id, ", but the run record says round ", run.round(),
+        " (global step ", run.global_step(), "): ", why,
+        ". Move model.bin away to let the node leaders upload their model again"));
+  };
+  if (saved.round < run.round() || saved.round > run.round() + 1) {
+    return disagree("they are more than one commit apart");
+  }
+  if (saved.round == run.round() + 1) {
+    // The model was saved, then the coordinator stopped before the run record followed.
+    if (absl::Status s = plane_->CommitRound(run.run_id(), saved.round, saved.global_step);
+        !s.ok()) {
+      return disagree(s.message());
+    }
+    LogInfo(absl::StrCat("run ", run.run_id(), ": round ", saved.round,
+                         " was saved but not recorded; recorded it now"));
+  }
+  model_ = Model();
+  model_.run_id = run.run_id();
+  model_.spec = run.spec();
+  model_.round = saved.round;
+  model_.global_step = saved.global_step;
+  const size_t values = saved.global.size();
+  if (absl::Status s = InstallModel(std::move(saved.global), std::move(saved.momentum));
+      !s.ok()) {
+    model_ = Model();
+    return absl::DataLossError(absl::StrCat(store_->path(), ": ", s.message()));
+  }
+  LogInfo(absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
+                       model_.round, " (global step ", model_.global_step, ", ", values,
+                       " values) from ", store_->path()));
   return absl::OkStatus();
 }
 
@@ -428,6 +502,8 @@ void RoundManager::Commit() {
   }
   model_.round = round.number;
   model_.global_step = step;
+  // The model first: a crash between the two saves is finished by Restore.
+  SaveModel();
   if (absl::Status s = plane_->CommitRound(model_.run_id, round.number, step); !s.ok()) {
     LogError(absl::StrCat("round ", round.number, ": the run refused the commit: ", s.ToString()));
   }

@@ -16,6 +16,7 @@
 #include "common/aggregator.h"
 #include "common/chunking.h"
 #include "coordinator/control_plane.h"
+#include "coordinator/model_store.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
@@ -43,9 +44,19 @@ class RoundManager {
  public:
   struct Options {
     std::function<absl::Time()> clock = [] { return absl::Now(); };
+    // Where the global model and outer optimizer state are saved after the initial model and
+    // every committed round (model.bin); empty keeps nothing.
+    std::string state_dir;
   };
 
   RoundManager(ControlPlane* plane, Options options);
+
+  // Loads the saved model of the control plane's (restored) run, so that a restarted
+  // coordinator resumes from the last committed round. A model saved just before a crash
+  // that kept the run record from following is committed to the run now. DATA_LOSS (naming
+  // the file) for a corrupt file or one that disagrees with the run record by more than that.
+  // Call once, before serving.
+  absl::Status Restore();
 
   // --- Initial model (global[0]) ---
   // Checks an InitModel header: the active run is running, the member is a live node leader,
@@ -125,6 +136,12 @@ class RoundManager {
   // After any change: abort without quorum, else send completed chunks and commit when done.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Installs the engine for global[model_.round] of model_.spec, with a saved outer momentum
+  // buffer or (nullopt) a zero one.
+  absl::Status InstallModel(std::vector<float> global, std::optional<std::vector<float>> momentum)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves model_ to the state directory, if there is one (errors are logged).
+  void SaveModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -136,6 +153,7 @@ class RoundManager {
 
   absl::Mutex mu_;
   Model model_ ABSL_GUARDED_BY(mu_);
+  std::optional<ModelStore> store_ ABSL_GUARDED_BY(mu_);
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;

@@ -11,27 +11,27 @@ absl::StatusOr<RunStore> RunStore::Open(const std::string& state_dir) {
   if (absl::Status status = MakeDirectories(state_dir); !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("--state_dir: ", status.message()));
   }
-  return RunStore(absl::StrCat(state_dir, "/run.textproto"));
+  return RunStore(absl::StrCat(state_dir, "/state.textproto"));
 }
 
-absl::StatusOr<std::optional<v1::RunInfo>> RunStore::Load() const {
-  absl::StatusOr<std::string> text = ReadFile(path_);
-  if (absl::IsNotFound(text.status())) return std::optional<v1::RunInfo>();
+absl::StatusOr<std::optional<v1::SavedState>> RunStore::Load() const {
+  absl::StatusOr<std::string> text = ReadChecksummedFile(path_);
+  if (absl::IsNotFound(text.status())) return std::optional<v1::SavedState>();
   if (!text.ok()) return text.status();
-  v1::RunInfo run;
-  if (!google::protobuf::TextFormat::ParseFromString(*text, &run)) {
-    return absl::DataLossError(
-        absl::StrCat(path_, " is corrupt (not a RunInfo text proto); move it away to start fresh"));
+  v1::SavedState state;
+  if (!google::protobuf::TextFormat::ParseFromString(*text, &state)) {
+    return absl::DataLossError(absl::StrCat(
+        path_, " is corrupt (not a SavedState text proto); move it away to start afresh"));
   }
-  return std::optional<v1::RunInfo>(std::move(run));
+  return std::optional<v1::SavedState>(std::move(state));
 }
 
-absl::Status RunStore::Save(const v1::RunInfo& run) const {
+absl::Status RunStore::Save(const v1::SavedState& state) const {
   std::string text;
-  if (!google::protobuf::TextFormat::PrintToString(run, &text)) {
-    return absl::InternalError("cannot print the run record");
+  if (!google::protobuf::TextFormat::PrintToString(state, &text)) {
+    return absl::InternalError("cannot print the saved state");
   }
-  return WriteFileAtomically(path_, text);
+  return WriteChecksummedFile(path_, text);
 }
 
 }  // namespace localsgd

@@ -27,24 +27,46 @@ TEST(RunStoreTest, EmptyDirectoryHasNoRun) {
 TEST(RunStoreTest, SaveThenLoad) {
   auto store = RunStore::Open(Dir("saved"));
   ASSERT_THAT(store, IsOk());
-  v1::RunInfo run;
+  v1::SavedState state;
+  v1::RunInfo& run = *state.mutable_run();
   run.set_run_id("run-1");
   run.set_state(v1::RUN_STATE_RUNNING);
   run.set_round(7);
   run.mutable_spec()->mutable_model()->set_builtin("cnn");
-  ASSERT_THAT(store->Save(run), IsOk());
+  v1::MemberStatus& member = *state.add_members();
+  member.mutable_identity()->set_node_name("node-0");
+  member.mutable_identity()->set_local_world_size(2);
+  member.set_generation(3);
+  ASSERT_THAT(store->Save(state), IsOk());
   auto reopened = RunStore::Open(Dir("saved"));
   auto loaded = reopened->Load();
   ASSERT_THAT(loaded, IsOk());
   ASSERT_TRUE(loaded->has_value());
-  EXPECT_EQ((*loaded)->SerializeAsString(), run.SerializeAsString());
+  EXPECT_EQ((*loaded)->SerializeAsString(), state.SerializeAsString());
 }
 
 TEST(RunStoreTest, CorruptFileIsDataLoss) {
   auto store = RunStore::Open(Dir("corrupt"));
   ASSERT_THAT(store, IsOk());
-  ASSERT_THAT(WriteFileAtomically(store->path(), "run_id: \"x\" state: RUN_STATE_"), IsOk());
-  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "run.textproto"));
+  // Checksummed, but not a SavedState.
+  ASSERT_THAT(WriteChecksummedFile(store->path(), "run { run_id: \"x\" state: RUN_STATE_"),
+              IsOk());
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "state.textproto"));
+}
+
+TEST(RunStoreTest, TruncatedFileIsDataLossNotAnOlderState) {
+  auto store = RunStore::Open(Dir("truncated"));
+  ASSERT_THAT(store, IsOk());
+  v1::SavedState state;
+  state.mutable_run()->set_run_id("run-1");
+  state.mutable_run()->set_round(12);
+  state.mutable_run()->set_global_step(96);
+  ASSERT_THAT(store->Save(state), IsOk());
+  std::string text = *ReadFile(store->path());
+  // The length and checksum in the header catch the cut before any parsing.
+  text.resize(text.rfind("global_step"));
+  ASSERT_THAT(WriteFileAtomically(store->path(), text), IsOk());
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "truncated"));
 }
 
 TEST(RunStoreTest, StateDirThatIsAFileIsRefused) {

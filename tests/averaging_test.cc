@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/averaging_client.h"
 #include "common/codec.h"
+#include "common/file_util.h"
 #include "coordinator/coordinator_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,17 +40,24 @@ class AveragingTest : public ::testing::Test {
  protected:
   // Starts a coordinator, joins `nodes` node leaders (node-0 …) and starts a run.
   void Start(int nodes, const std::string& extra_spec = "") {
+    ASSERT_THAT(StartServer(), IsOk());
+    for (int i = 0; i < nodes; ++i) JoinNode(i);
+    StartRun(extra_spec);
+  }
+
+  // A coordinator on a free port, keeping its state in state_dir_ (when set).
+  absl::Status StartServer() {
     CoordinatorServer::Options options;
     options.grpc_address = "127.0.0.1:0";
     options.http_address = "";
     options.token = kToken;
     options.lease_timeout = absl::Seconds(60);
+    options.state_dir = state_dir_;
     auto server = CoordinatorServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return server.status();
     server_ = std::move(*server);
     coordinator_ = v1::Coordinator::NewStub(Channel());
-    for (int i = 0; i < nodes; ++i) JoinNode(i);
-    StartRun(extra_spec);
+    return absl::OkStatus();
   }
 
   std::shared_ptr<grpc::Channel> Channel() {
@@ -128,6 +136,7 @@ class AveragingTest : public ::testing::Test {
     return results;
   }
 
+  std::string state_dir_;
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::string run_id_;
@@ -500,6 +509,92 @@ TEST_F(AveragingTest, LateJoinerFetchesTheCommittedGlobalModel) {
   std::vector<std::vector<float>> next = params;
   auto results = SyncAll(nodes, 3, params, next, {1, 1, 1});
   for (auto& result : results) ASSERT_THAT(result, IsOk());
+}
+
+// Rounds 1-2, a coordinator restart on the same state directory, round 3: the same global
+// model, bit for bit, as a coordinator that never stopped (global, outer momentum, round and
+// global step restored; members keep their places; round 2 is not applied twice).
+TEST_F(AveragingTest, RestartedCoordinatorResumesFromTheSavedModel) {
+  const std::string diloco = "outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true }";
+  auto params_for = [](int64_t round, const std::vector<std::vector<float>>& globals) {
+    std::vector<std::vector<float>> params = globals;
+    for (int m = 0; m < 2; ++m) {
+      std::vector<float> step = RandomVector(kValues, 100 * round + m, 0.01f);
+      for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
+    }
+    return params;
+  };
+  auto rounds = [&](int64_t first, int64_t last, std::vector<std::vector<float>>& globals) {
+    for (int64_t round = first; round <= last; ++round) {
+      auto results = SyncAll({0, 1}, round, params_for(round, globals), globals, {1, 1});
+      for (auto& result : results) ASSERT_THAT(result, IsOk());
+    }
+  };
+  // The reference: three rounds without a restart.
+  Start(2, diloco);
+  std::vector<float> global0 = InitModel();
+  std::vector<std::vector<float>> reference(2, global0);
+  rounds(1, 3, reference);
+  server_->Shutdown();
+
+  state_dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/restart-state";
+  Start(2, diloco);
+  ASSERT_THAT(Client().InitModel(run_id_, "node-0/0", global0, layout_, kTimeout), IsOk());
+  std::vector<std::vector<float>> globals(2, global0);
+  rounds(1, 2, globals);
+  server_->Shutdown();
+  server_.reset();
+
+  ASSERT_THAT(StartServer(), IsOk());
+  v1::CoordinatorStatus status = Status();
+  EXPECT_EQ(status.run().run_id(), run_id_);
+  EXPECT_EQ(status.run().state(), v1::RUN_STATE_RUNNING);
+  EXPECT_EQ(status.run().round(), 2);
+  EXPECT_EQ(status.run().global_step(), 16);
+  ASSERT_EQ(status.members_size(), 2);  // restored, without joining again
+  auto fetched = Client().FetchModel("", kTimeout);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->round, 2);
+  EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), kValues * sizeof(float)), 0);
+  rounds(3, 3, globals);
+  EXPECT_EQ(std::memcmp(globals[0].data(), reference[0].data(), kValues * sizeof(float)), 0);
+  EXPECT_EQ(Status().run().round(), 3);
+  // A member that missed a commit and offers that round again is told it is stale: no round
+  // is applied twice.
+  std::vector<std::vector<float>> again = globals;
+  auto stale = SyncAll({0}, 3, params_for(3, globals), again, {1});
+  EXPECT_THAT(stale[0], StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+  EXPECT_EQ(Status().run().round(), 3);
+  server_->Shutdown();
+  server_.reset();
+
+  // A damaged model or state file stops the coordinator from starting, naming the file.
+  const std::string model = state_dir_ + "/model.bin";
+  std::string bytes = *ReadFile(model);
+  ASSERT_THAT(WriteFileAtomically(model, bytes.substr(0, bytes.size() - 1)), IsOk());
+  EXPECT_THAT(StartServer(), StatusIs(absl::StatusCode::kDataLoss, "model.bin"));
+  ASSERT_THAT(WriteFileAtomically(model, bytes), IsOk());
+  const std::string state = state_dir_ + "/state.textproto";
+  const std::string saved_state = *ReadChecksummedFile(state);
+  std::string text = *ReadFile(state);
+  text[text.find("round: 3") + 7] = '9';
+  ASSERT_THAT(WriteFileAtomically(state, text), IsOk());
+  EXPECT_THAT(StartServer(), StatusIs(absl::StatusCode::kDataLoss, "state.textproto"));
+
+  // The model saved, then a crash before the run record followed: the restart records that
+  // commit. Two commits apart is refused.
+  auto record_at = [&](int64_t round) {
+    std::string payload = saved_state;
+    payload.replace(payload.find("round: 3"), 8, absl::StrCat("round: ", round));
+    payload.replace(payload.find("global_step: 24"), 15, absl::StrCat("global_step: ", 8 * round));
+    return WriteChecksummedFile(state, payload);
+  };
+  ASSERT_THAT(record_at(1), IsOk());
+  EXPECT_THAT(StartServer(), StatusIs(absl::StatusCode::kDataLoss, "more than one commit apart"));
+  ASSERT_THAT(record_at(2), IsOk());
+  ASSERT_THAT(StartServer(), IsOk());
+  EXPECT_EQ(Status().run().round(), 3);
+  EXPECT_EQ(Status().run().global_step(), 24);
 }
 
 TEST_F(AveragingTest, InitModelOnceAndItsErrors) {

@@ -1,0 +1,65 @@
+#include "coordinator/model_store.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "proto/localsgd/v1/state.pb.h"
+
+namespace localsgd {
+namespace {
+
+// fp32 values as the little-endian bytes of the hosts we run on (x86-64, aarch64).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "model.bin is little-endian");
+
+std::string Bytes(absl::Span<const float> values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+bool Floats(const std::string& bytes, std::vector<float>* out) {
+  if (bytes.size() % sizeof(float) != 0) return false;
+  out->resize(bytes.size() / sizeof(float));
+  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelStore> ModelStore::Open(const std::string& state_dir) {
+  if (absl::Status status = MakeDirectories(state_dir); !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("--state_dir: ", status.message()));
+  }
+  return ModelStore(absl::StrCat(state_dir, "/model.bin"));
+}
+
+absl::StatusOr<std::optional<ModelCheckpoint>> ModelStore::Load() const {
+  absl::StatusOr<std::string> bytes = ReadChecksummedFile(path_);
+  if (absl::IsNotFound(bytes.status())) return std::optional<ModelCheckpoint>();
+  if (!bytes.ok()) return bytes.status();
+  v1::SavedModel saved;
+  ModelCheckpoint checkpoint;
+  if (!saved.ParseFromString(*bytes) || !Floats(saved.global(), &checkpoint.global) ||
+      !Floats(saved.momentum(), &checkpoint.momentum) || saved.round() < 0 ||
+      saved.global_step() < 0) {
+    return absl::DataLossError(absl::StrCat(
+        path_, " is corrupt (not a SavedModel); move it away to start afresh"));
+  }
+  checkpoint.run_id = saved.run_id();
+  checkpoint.round = saved.round();
+  checkpoint.global_step = saved.global_step();
+  return std::optional<ModelCheckpoint>(std::move(checkpoint));
+}
+
+absl::Status ModelStore::Save(const std::string& run_id, int64_t round, int64_t global_step,
+                              absl::Span<const float> global,
+                              absl::Span<const float> momentum) const {
+  v1::SavedModel saved;
+  saved.set_run_id(run_id);
+  saved.set_round(round);
+  saved.set_global_step(global_step);
+  saved.set_global(Bytes(global));
+  saved.set_momentum(Bytes(momentum));
+  return WriteChecksummedFile(path_, saved.SerializeAsString());
+}
+
+}  // namespace localsgd

@@ -1,0 +1,66 @@
+#include "coordinator/model_store.h"
+
+#include <cstdlib>
+
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/random_vector.h"
+#include "tests/testutil/status_matchers.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::RandomVector;
+using ::localsgd::testing::StatusIs;
+
+std::string Dir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+TEST(ModelStoreTest, NothingSavedIsNullopt) {
+  auto store = ModelStore::Open(Dir("empty"));
+  ASSERT_THAT(store, IsOk());
+  auto loaded = store->Load();
+  ASSERT_THAT(loaded, IsOk());
+  EXPECT_FALSE(loaded->has_value());
+}
+
+TEST(ModelStoreTest, SaveThenLoadIsBitIdentical) {
+  auto store = ModelStore::Open(Dir("saved"));
+  ASSERT_THAT(store, IsOk());
+  const std::vector<float> global = RandomVector(100003, 1);
+  const std::vector<float> momentum = RandomVector(100003, 2);
+  ASSERT_THAT(store->Save("run-1", 4, 32, global, momentum), IsOk());
+  ASSERT_THAT(store->Save("run-1", 5, 40, global, {}), IsOk());  // the newest one counts
+  auto loaded = ModelStore::Open(Dir("saved"))->Load();
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_TRUE(loaded->has_value());
+  const ModelCheckpoint& checkpoint = **loaded;
+  EXPECT_EQ(checkpoint.run_id, "run-1");
+  EXPECT_EQ(checkpoint.round, 5);
+  EXPECT_EQ(checkpoint.global_step, 40);
+  EXPECT_EQ(checkpoint.global, global);
+  EXPECT_TRUE(checkpoint.momentum.empty());
+}
+
+TEST(ModelStoreTest, TruncatedOrAlteredCheckpointIsDataLoss) {
+  auto store = ModelStore::Open(Dir("damaged"));
+  ASSERT_THAT(store, IsOk());
+  ASSERT_THAT(store->Save("run-1", 3, 24, RandomVector(1000, 3), RandomVector(1000, 4)), IsOk());
+  const std::string good = *ReadFile(store->path());
+
+  ASSERT_THAT(WriteFileAtomically(store->path(), good.substr(0, good.size() / 2)), IsOk());
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "model.bin"));
+
+  std::string flipped = good;
+  flipped[good.size() - 100] ^= 0x40;  // one bit of one parameter
+  ASSERT_THAT(WriteFileAtomically(store->path(), flipped), IsOk());
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "checksum"));
+
+  ASSERT_THAT(WriteChecksummedFile(store->path(), "\xff\xff not a proto"), IsOk());
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "not a SavedModel"));
+}
+
+}  // namespace
+}  // namespace localsgd

@@ -13,6 +13,11 @@ grpc::ChannelArguments StreamingChannelArguments() {
   args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 4 << 20);
   args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 16 << 20);
+  // After a coordinator restart or a partition, reconnect with exponential backoff from 0.1 s
+  // up to 2 s (gRPC's default goes up to 120 s, far longer than a lease).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   return args;
 }
 

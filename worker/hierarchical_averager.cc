@@ -41,19 +41,26 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
                   [&](absl::Span<float> flat) { return leader_->Sync(flat, step); });
 }
 
-absl::Status HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
+absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
   absl::Status status = WithFlat(tensors, /*average_first=*/false,
                                  [&](absl::Span<float> flat) { return leader_->Start(flat); });
-  // Every rank learns whether its leader got the initial model, so that none trains on.
+  // Every rank learns whether its leader got the initial model, so that none trains on, and
+  // the global step to resume at (in two parts of 2^20, each exact in fp32).
   torch::NoGradGuard no_grad;
-  at::Tensor ok = torch::full({1}, status.ok() ? 1.0f : 0.0f,
-                              torch::TensorOptions().device(tensors.front().device()));
-  if (absl::Status s = intra_->Broadcast(ok); !s.ok()) return s;
+  constexpr int64_t kPart = int64_t{1} << 20;
+  const int64_t step = leader_ != nullptr && status.ok() ? leader_->global_step() : 0;
+  at::Tensor info = torch::tensor({status.ok() ? 1.0f : 0.0f, static_cast<float>(step / kPart),
+                                   static_cast<float>(step % kPart)},
+                                  torch::TensorOptions().device(tensors.front().device()))
+                        .contiguous();
+  if (absl::Status s = intra_->Broadcast(info); !s.ok()) return s;
   if (!status.ok()) return status;
-  if (ok.item<float>() != 1.0f) {
+  at::Tensor host = info.to(torch::kCPU);
+  if (host[0].item<float>() != 1.0f) {
     return absl::UnavailableError("the node leader could not get the initial model");
   }
-  return absl::OkStatus();
+  return static_cast<int64_t>(host[1].item<float>()) * kPart +
+         static_cast<int64_t>(host[2].item<float>());
 }
 
 }  // namespace localsgd

@@ -21,9 +21,11 @@ class HierarchicalAverager : public ParameterAverager {
 
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override;
 
-  // Start of training: the leader offers and fetches global[0], every rank receives it; when
-  // the leader fails, every rank of the node returns an error.
-  absl::Status Start(const std::vector<at::Tensor>& tensors);
+  // Start of training: the leader offers global[0] and fetches the run's current global
+  // model, every rank receives it; when the leader fails, every rank of the node returns an
+  // error. Returns the run's global step at that model (0 for a new run; more for a node that
+  // joins a run in progress, e.g. after a crash), the same on every rank of the node.
+  absl::StatusOr<int64_t> Start(const std::vector<at::Tensor>& tensors);
 
  private:
   // Runs `leader_step` on the leader (if any) over the flattened tensors, then broadcasts.

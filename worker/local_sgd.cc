@@ -8,11 +8,13 @@
 namespace localsgd {
 
 LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
-                   int local_sgd_steps, bool enabled)
+                   int local_sgd_steps, bool enabled, int64_t first_step)
     : averager_(averager),
       tensors_(std::move(tensors)),
       local_sgd_steps_(local_sgd_steps < 1 ? 1 : local_sgd_steps),
-      enabled_(enabled) {}
+      enabled_(enabled),
+      steps_(first_step),
+      synced_at_(first_step) {}
 
 LocalSGD::~LocalSGD() {
   absl::Status status = Finish();

@@ -25,8 +25,10 @@ class LocalSGD {
  public:
   // `tensors` are the model's parameters followed by the buffers to average (see
   // ModelTensors); they are updated in place. The averager must outlive this object.
+  // `first_step`: optimizer steps already taken (a worker resuming a run in progress; a
+  // multiple of local_sgd_steps keeps the syncs on the run's boundaries).
   LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, int local_sgd_steps,
-           bool enabled = true);
+           bool enabled = true, int64_t first_step = 0);
   ~LocalSGD();
   LocalSGD(const LocalSGD&) = delete;
   LocalSGD& operator=(const LocalSGD&) = delete;

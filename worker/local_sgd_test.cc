@@ -36,6 +36,17 @@ TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
   EXPECT_EQ(local_sgd.syncs(), 3);
 }
 
+// A worker that rejoins a run at global step 40 syncs on the run's boundaries from there.
+TEST(LocalSgdTest, ResumingAtAStepKeepsTheRunsBoundaries) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 8, /*enabled=*/true, /*first_step=*/40);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{48}));
+  ASSERT_TRUE(local_sgd.Finish().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{48}));  // nothing new since the boundary
+}
+
 TEST(LocalSgdTest, NoFinalSyncRightAfterABoundary) {
   FakeAverager averager;
   {

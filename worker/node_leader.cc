@@ -29,6 +29,7 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params) {
   }
   global_ = std::move(model->values);
   round_ = model->round;
+  global_step_ = model->global_step;
   std::copy(global_.begin(), global_.end(), params.begin());
   return absl::OkStatus();
 }
@@ -38,6 +39,7 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
       member_, round_ + 1, step, params, absl::MakeSpan(global_), round_timeout_);
   if (result.ok()) {
     round_ = result->round;
+    global_step_ = result->global_step;
     std::copy(global_.begin(), global_.end(), params.begin());
     return absl::OkStatus();
   }

@@ -31,6 +31,8 @@ class NodeLeader {
   absl::Status Sync(absl::Span<float> params, int64_t step);
 
   int64_t round() const { return round_; }
+  // The run's global step when global[round()] was committed (0 before any round).
+  int64_t global_step() const { return global_step_; }
 
  private:
   absl::Status Adopt(absl::Span<float> params);
@@ -41,6 +43,7 @@ class NodeLeader {
   const absl::Duration round_timeout_;
   std::vector<float> global_;
   int64_t round_ = 0;
+  int64_t global_step_ = 0;
 };
 
 }  // namespace localsgd

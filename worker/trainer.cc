@@ -101,7 +101,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
 
     auto optimizer = MakeOptimizer(spec.optimizer(), model.Parameters());
     LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()),
-                       spec.local_sgd_steps(), spec.enabled());
+                       spec.local_sgd_steps(), spec.enabled(), options.first_step);
     torch::manual_seed(spec.seed() * 1000003 + options.global_rank);
     torch::Tensor order = torch::randperm(shard.size(), torch::kInt64);
     int64_t cursor = 0;
@@ -123,7 +123,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
     absl::Time window_start = absl::Now();
     int64_t window_samples = 0;
     double samples_per_second = 0;
-    for (int64_t step = 0; step < total; ++step) {
+    for (int64_t step = options.first_step; step < total; ++step) {
       if (options.stop()) {
         result.stopped = true;
         break;

@@ -42,6 +42,9 @@ struct TrainOptions {
   torch::Device device = torch::kCPU;
   int global_rank = 0;
   int world_size = 1;
+  // Steps already taken by the run (a worker that rejoins a run in progress starts there; the
+  // learning-rate schedule and the total count from 0).
+  int64_t first_step = 0;
   std::function<bool()> stop = [] { return false; };
   std::function<void(const TrainProgress&)> on_progress = [](const TrainProgress&) {};
 };

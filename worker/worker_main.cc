@@ -195,9 +195,18 @@ int main(int argc, char** argv) {
         absl::Seconds(spec->round_deadline_seconds() + 30));
   }
   localsgd::HierarchicalAverager hierarchical(intra.get(), leader.get());
+  int64_t first_step = 0;
   if (spec->enabled()) {
-    if (absl::Status s = hierarchical.Start(tensors); !s.ok()) {
-      return leave_and_fail(absl::StrCat("initial model: ", s.ToString()));
+    absl::StatusOr<int64_t> resume_at = hierarchical.Start(tensors);
+    if (!resume_at.ok()) {
+      return leave_and_fail(absl::StrCat("initial model: ", resume_at.status().ToString()));
+    }
+    // A run in progress (this worker restarted, or joined late): go on from its global step,
+    // on a sync boundary.
+    first_step = *resume_at / spec->local_sgd_steps() * spec->local_sgd_steps();
+    if (first_step > 0) {
+      localsgd::LogInfo(absl::StrCat("the run is at global step ", *resume_at,
+                                     "; resuming from the global model at step ", first_step));
     }
   }
   std::unique_ptr<DumpingAverager> dumping;
@@ -213,6 +222,7 @@ int main(int argc, char** argv) {
   options.device = device;
   options.global_rank = node_rank * local_world + local_rank;
   options.world_size = num_nodes * local_world;
+  options.first_step = first_step;
   options.stop = [] { return g_stop.load(); };
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   double last_round = 0;

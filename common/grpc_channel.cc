@@ -21,9 +21,9 @@ grpc::ChannelArguments StreamingChannelArguments() {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> CreateStreamingChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   StreamingChannelArguments());
+std::shared_ptr<grpc::Channel> CreateStreamingChannel(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  return grpc::CreateCustomChannel(address, std::move(credentials), StreamingChannelArguments());
 }
 
 }  // namespace localsgd

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
 namespace localsgd {
@@ -18,8 +19,11 @@ inline constexpr int kMaxMessageBytes = 32 << 20;
 // default while BDP probing ramps up) and large TCP reads.
 grpc::ChannelArguments StreamingChannelArguments();
 
-// An insecure channel to `address` with StreamingChannelArguments.
-std::shared_ptr<grpc::Channel> CreateStreamingChannel(const std::string& address);
+// A channel to `address` with StreamingChannelArguments (plaintext unless `credentials` say
+// otherwise; see common/tls.h).
+std::shared_ptr<grpc::Channel> CreateStreamingChannel(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials());
 
 }  // namespace localsgd
 

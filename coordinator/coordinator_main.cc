@@ -28,6 +28,12 @@ ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (surroundi
 ABSL_FLAG(std::string, state_dir, "",
           "Folder where the run record is kept, so a restarted coordinator carries on the same "
           "run; empty keeps nothing.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) for the gRPC port; set with --tls_key: serve over TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA that client certificates must chain to; set: mutual TLS (clients without a "
+          "valid certificate are refused).");
 ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(15),
           "A worker whose heartbeats stop for this long is removed.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(3),
@@ -72,6 +78,8 @@ int main(int argc, char** argv) {
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.token = *token;
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.tls = localsgd::ServerTls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                    absl::GetFlag(FLAGS_tls_client_ca)};
   options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   absl::StatusOr<std::unique_ptr<localsgd::CoordinatorServer>> server =
@@ -84,7 +92,11 @@ int main(int argc, char** argv) {
     std::printf("http listening on %s\n", (*server)->http_address().c_str());
   }
   std::fflush(stdout);
-  localsgd::LogInfo(absl::StrCat("coordinator ready (auth ", token->empty() ? "off" : "on",
+  const char* tls = options.tls.cert_file.empty()           ? "plaintext"
+                    : options.tls.client_ca_file.empty() ? "TLS"
+                                                         : "mutual TLS";
+  localsgd::LogInfo(absl::StrCat("coordinator ready (", tls, ", auth ",
+                                 token->empty() ? "off" : "on",
                                  options.state_dir.empty()
                                      ? ", no state dir"
                                      : absl::StrCat(", state dir ", options.state_dir),

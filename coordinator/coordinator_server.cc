@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
         "--lease_timeout and --heartbeat_interval: need 0 < heartbeat interval < lease timeout");
   }
 
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+
   std::unique_ptr<CoordinatorServer> self(new CoordinatorServer());
   ControlPlane::Options plane_options;
   plane_options.lease_timeout = options.lease_timeout;
@@ -74,7 +78,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   // Without this gRPC sets SO_REUSEPORT, and a second coordinator could share a taken port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.grpc_address, *credentials, &port);
   builder.RegisterService(self->service_.get());
   builder.RegisterService(self->averaging_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

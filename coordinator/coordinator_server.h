@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/http_server.h"
 #include "coordinator/averaging_service.h"
+#include "common/tls.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/round_manager.h"
@@ -35,6 +36,8 @@ class CoordinatorServer {
     std::string token;
     // Where the run record is kept; empty keeps nothing.
     std::string state_dir;
+    // TLS (and mutual TLS) on the gRPC port; no certificate: plaintext.
+    ServerTls tls;
     absl::Duration lease_timeout = absl::Seconds(15);
     absl::Duration heartbeat_interval = absl::Seconds(3);
     std::function<absl::Time()> clock = [] { return absl::Now(); };

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/client_tls_flags.h"
 #include "common/file_util.h"
 #include "common/run_spec.h"
 #include "common/status_util.h"
@@ -151,8 +152,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> token =
       localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) return Fail(token.status());
-  Ctl ctl(Coordinator::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator),
-                                                   grpc::InsecureChannelCredentials())),
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      localsgd::ChannelCredentialsFromFlags();
+  if (!credentials.ok()) return Fail(credentials.status());
+  Ctl ctl(Coordinator::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials)),
           *token);
   const std::string command = args[1];
   if (command == "start") return ctl.Start();

@@ -23,7 +23,7 @@ bool Retryable(const absl::Status& status) {
 
 CoordinatorClient::CoordinatorClient(Options options)
     : options_(std::move(options)),
-      channel_(CreateStreamingChannel(options_.address)),
+      channel_(CreateStreamingChannel(options_.address, options_.credentials)),
       stub_(v1::Coordinator::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context() const {

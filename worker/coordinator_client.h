@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -24,6 +25,8 @@ class CoordinatorClient {
  public:
   struct Options {
     std::string address;
+    // Plaintext, TLS or mutual TLS (common/tls.h).
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
     std::string token;
     v1::WorkerIdentity identity;
     std::string hostname;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/client_tls_flags.h"
 #include "common/averaging_client.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
@@ -135,8 +136,12 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      localsgd::ChannelCredentialsFromFlags();
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
   localsgd::CoordinatorClient::Options client_options;
   client_options.address = absl::GetFlag(FLAGS_coordinator);
+  client_options.credentials = *credentials;
   client_options.token = *token;
   client_options.identity.set_node_name(node);
   client_options.identity.set_local_rank(local_rank);

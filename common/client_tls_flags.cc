@@ -1,0 +1,22 @@
+#include "common/client_tls_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "common/tls.h"
+
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that the coordinator's certificate must chain to; set: connect over TLS.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate (chain) for a coordinator that requires mutual TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+
+namespace localsgd {
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags() {
+  return MakeChannelCredentials(ClientTls{absl::GetFlag(FLAGS_tls_ca),
+                                          absl::GetFlag(FLAGS_tls_cert),
+                                          absl::GetFlag(FLAGS_tls_key)});
+}
+
+}  // namespace localsgd

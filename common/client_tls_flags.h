@@ -1,0 +1,18 @@
+#ifndef LOCALSGD_COMMON_CLIENT_TLS_FLAGS_H_
+#define LOCALSGD_COMMON_CLIENT_TLS_FLAGS_H_
+
+#include <memory>
+
+#include <grpcpp/security/credentials.h>
+
+#include "absl/status/statusor.h"
+
+namespace localsgd {
+
+// The --tls_ca, --tls_cert and --tls_key flags shared by the worker and localsgdctl, as
+// channel credentials (see MakeChannelCredentials).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_CLIENT_TLS_FLAGS_H_

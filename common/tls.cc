@@ -1,0 +1,88 @@
+#include "common/tls.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+
+namespace localsgd {
+namespace {
+
+// Reads a PEM file named by `flag`.
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
+  absl::StatusOr<std::string> pem = ReadFile(path);
+  if (!pem.ok()) return absl::Status(pem.status().code(), absl::StrCat(flag, ": ", pem.status().message()));
+  if (!absl::StrContains(*pem, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
+  }
+  return pem;
+}
+
+// Both or neither of a certificate and its key.
+absl::Status CheckPair(const std::string& cert, const std::string& key,
+                       absl::string_view cert_flag, absl::string_view key_flag) {
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(cert.empty() ? cert_flag : key_flag,
+                                                   ": required with ",
+                                                   cert.empty() ? key_flag : cert_flag));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTls& tls) {
+  if (absl::Status s = CheckPair(tls.cert_file, tls.key_file, "--tls_cert", "--tls_key");
+      !s.ok()) {
+    return s;
+  }
+  if (tls.cert_file.empty()) {
+    if (!tls.client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca: needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "--tls_cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "--tls_key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  options.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
+  if (!tls.client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(tls.client_ca_file, "--tls_client_ca");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientTls& tls) {
+  if (absl::Status s = CheckPair(tls.cert_file, tls.key_file, "--tls_cert", "--tls_key");
+      !s.ok()) {
+    return s;
+  }
+  if (tls.ca_file.empty()) {
+    if (!tls.cert_file.empty()) {
+      return absl::InvalidArgumentError("--tls_cert: needs --tls_ca (the coordinator's CA)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions options;
+  absl::StatusOr<std::string> ca = ReadPem(tls.ca_file, "--tls_ca");
+  if (!ca.ok()) return ca.status();
+  options.pem_root_certs = *ca;
+  if (!tls.cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "--tls_cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(tls.key_file, "--tls_key");
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *cert;
+    options.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(options);
+}
+
+}  // namespace localsgd

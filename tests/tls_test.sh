@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# TLS and mutual TLS with real processes and certificates made by openssl: with mutual TLS a
+# client without a certificate, with one from another CA or in plaintext is refused (worker
+# and localsgdctl both), and workers with valid certificates train a run to completion; with
+# server-only TLS a plaintext client or one that does not trust the server is refused.
+set -euo pipefail
+
+BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
+WORK="$TEST_TMPDIR"
+echo -n "tls-token" > "$WORK/token"
+source "$BIN/tests/testutil/test_helpers.sh"
+C="$WORK/certs"
+bash "$BIN/tests/testutil/make_certs.sh" "$C"
+
+ctl() { "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" --timeout=5s "$@"; }
+good=(--tls_ca="$C/ca.pem" --tls_cert="$C/client.pem" --tls_key="$C/client.key")
+
+# Mutual TLS.
+start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token" \
+  --tls_cert="$C/server.pem" --tls_key="$C/server.key" --tls_client_ca="$C/ca.pem"
+grep -q "coordinator ready (mutual TLS, auth on" "$WORK/coord.err" || fail "not in mutual TLS"
+ctl "${good[@]}" status | grep -q "IDLE" || fail "a client with a valid certificate was refused"
+for bad in "" "--tls_ca=$C/ca.pem" \
+           "--tls_ca=$C/ca.pem --tls_cert=$C/rogue-client.pem --tls_key=$C/rogue-client.key"; do
+  # shellcheck disable=SC2086
+  if ctl $bad status >"$WORK/ctl.out" 2>&1; then fail "localsgdctl got in with [$bad]"; fi
+  grep -q "UNAVAILABLE" "$WORK/ctl.out" || fail "unexpected error for [$bad]: $(cat "$WORK/ctl.out")"
+done
+if "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name=intruder \
+     --tls_ca="$C/ca.pem" --connect_timeout=2s >"$WORK/intruder.log" 2>&1; then
+  fail "a worker without a client certificate joined"
+fi
+grep -q "join $GRPC: .*" "$WORK/intruder.log" || fail "no clear error: $(cat "$WORK/intruder.log")"
+ctl "${good[@]}" status | grep -q "intruder" && fail "the intruder is a member"
+
+workers=()
+for node in 0 1; do
+  "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
+    --node_rank=$node --num_nodes=2 --rendezvous_dir="$WORK" "${good[@]}" \
+    >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
+  pids+=($!)
+  workers+=($!)
+done
+cat > "$WORK/spec.textproto" <<SPEC
+model { builtin: "mlp" }
+dataset { synthetic_samples: 1024 }
+local_sgd_steps: 4
+total_steps: 24
+min_workers: 2
+SPEC
+ctl "${good[@]}" start --spec="$WORK/spec.textproto" >/dev/null
+for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed"; done
+ctl "${good[@]}" status | grep -q "COMPLETED round 6" || fail "run not completed over mutual TLS"
+kill "$coord_pid"
+wait "$coord_pid" || true
+
+# Server-only TLS.
+start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
+  --tls_cert="$C/server.pem" --tls_key="$C/server.key"
+grep -q "coordinator ready (TLS," "$WORK/coord.err" || fail "not in TLS"
+ctl --tls_ca="$C/ca.pem" status | grep -q "IDLE" || fail "a TLS client was refused"
+if ctl status >/dev/null 2>&1; then fail "a plaintext client got in"; fi
+if ctl --tls_ca="$C/rogue-ca.pem" status >/dev/null 2>&1; then
+  fail "a client that does not trust the server's CA connected"
+fi
+# Flag mistakes are named.
+if "$BIN/coordinator/coordinator" --tls_cert="$C/server.pem" 2>"$WORK/flag.err"; then
+  fail "--tls_cert without --tls_key accepted"
+fi
+grep -q -- "--tls_key: required with --tls_cert" "$WORK/flag.err" || fail "$(cat "$WORK/flag.err")"
+echo PASS

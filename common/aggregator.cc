@@ -46,6 +46,12 @@ void AggregatorEngine::BeginRound(int num_members) {
   finalized_.assign(static_cast<size_t>(chunks), false);
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   completed_ = 0;
+  if (screening()) {
+    held_.assign(static_cast<size_t>(num_members), {});
+    norm2_.assign(static_cast<size_t>(num_members), 0.0);
+    screened_ = false;
+    exclusions_.clear();
+  }
 }
 
 absl::Status AggregatorEngine::SetWeight(int slot, double weight) {
@@ -90,24 +96,87 @@ absl::Status AggregatorEngine::Admit(int slot, int chunk, size_t values) {
 
 absl::Status AggregatorEngine::Accumulate(int slot, int chunk, absl::Span<const float> decoded) {
   if (absl::Status s = Admit(slot, chunk, decoded.size()); !s.ok()) return s;
-  const float w = static_cast<float>(weights_[slot]);
-  float* sum = sum_.data() + layout().begin(chunk);
-  const size_t n = decoded.size();
-  for (size_t i = 0; i < n; ++i) sum[i] += w * decoded[i];
+  Add(slot, chunk, decoded.data(), decoded.size(), /*from_bytes=*/false);
   return absl::OkStatus();
 }
 
 absl::Status AggregatorEngine::AccumulateFp32(int slot, int chunk, absl::string_view bytes) {
   if (absl::Status s = Admit(slot, chunk, bytes.size() / sizeof(float)); !s.ok()) return s;
-  const float w = static_cast<float>(weights_[slot]);
-  float* sum = sum_.data() + layout().begin(chunk);
-  const size_t n = bytes.size() / sizeof(float);
-  for (size_t i = 0; i < n; ++i) {
-    float v;
-    std::memcpy(&v, bytes.data() + 4 * i, 4);
-    sum[i] += w * v;
-  }
+  // The bytes may be unaligned: read them through memcpy.
+  Add(slot, chunk, reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float),
+      /*from_bytes=*/true);
   return absl::OkStatus();
+}
+
+void AggregatorEngine::Add(int slot, int chunk, const float* values, size_t n, bool from_bytes) {
+  auto value = [&](size_t i) {
+    if (!from_bytes) return values[i];
+    float v;
+    std::memcpy(&v, reinterpret_cast<const char*>(values) + sizeof(float) * i, sizeof(float));
+    return v;
+  };
+  const int64_t begin = layout().begin(chunk);
+  if (screening()) {
+    std::vector<float>& held = held_[slot];
+    if (held.empty()) held.resize(static_cast<size_t>(layout().num_values));
+    double norm2 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float v = value(i);
+      held[begin + i] = v;
+      norm2 += static_cast<double>(v) * v;
+    }
+    norm2_[slot] += norm2;
+    return;
+  }
+  const float w = static_cast<float>(weights_[slot]);
+  float* sum = sum_.data() + begin;
+  if (from_bytes) {  // the hot path (fp32 straight from the message): one loop per case
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, reinterpret_cast<const char*>(values) + sizeof(float) * i, sizeof(float));
+      sum[i] += w * v;
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) sum[i] += w * values[i];
+  }
+}
+
+void AggregatorEngine::Screen() {
+  screened_ = true;
+  std::vector<int> members;  // delivered every chunk
+  for (int slot = 0; slot < num_members_; ++slot) {
+    if (!dropped_[slot]) members.push_back(slot);
+  }
+  std::vector<bool> excluded(static_cast<size_t>(num_members_), false);
+  for (int slot : members) {
+    std::vector<double> others;
+    for (int other : members) {
+      if (other != slot) others.push_back(std::sqrt(norm2_[other]));
+    }
+    if (others.empty()) continue;
+    std::sort(others.begin(), others.end());
+    const size_t mid = others.size() / 2;
+    const double median =
+        others.size() % 2 == 1 ? others[mid] : 0.5 * (others[mid - 1] + others[mid]);
+    const double norm = std::sqrt(norm2_[slot]);
+    if (norm > options_.max_norm_ratio * median) {
+      excluded[slot] = true;
+      exclusions_.push_back(Exclusion{slot, norm, median});
+    }
+  }
+  // The held deltas of members still in (not dropped, not excluded) make the sums; everyone
+  // else's weight leaves the chunks it had reached.
+  for (int slot = 0; slot < num_members_; ++slot) {
+    const bool counts = !dropped_[slot] && !excluded[slot];
+    for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
+      if (got_[chunk][slot] && !counts) chunk_weight_[chunk] -= weights_[slot];
+    }
+    if (!counts || held_[slot].empty()) continue;
+    const float w = static_cast<float>(weights_[slot]);
+    const std::vector<float>& held = held_[slot];
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w * held[i];
+  }
+  held_.clear();
 }
 
 void AggregatorEngine::Drop(int slot) {
@@ -128,6 +197,12 @@ bool AggregatorEngine::Complete(int chunk) const {
 
 absl::StatusOr<std::vector<int>> AggregatorEngine::TakeCompleted() {
   std::vector<int> done;
+  if (screening() && !screened_) {
+    for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
+      if (!Complete(chunk)) return done;
+    }
+    Screen();
+  }
   for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
     if (!finalized_[chunk] && Complete(chunk)) {
       if (absl::Status status = Finalize(chunk); !status.ok()) return status;

@@ -39,6 +39,18 @@ class AggregatorEngine {
     ChunkLayout layout;
     v1::Codec codec = v1::CODEC_FP32;
     OuterOptimizer outer;
+    // > 1: screen members' deltas (RunSpec.max_delta_norm_ratio); 0: off. With screening on,
+    // the deltas are held until every chunk is complete; then a member whose delta norm
+    // exceeds this many times the median of the other members' norms is excluded (its weight
+    // and values leave every chunk's mean), and only then are the chunks finalised.
+    double max_norm_ratio = 0;
+  };
+
+  // A member excluded by screening, with its delta norm and the median of the others'.
+  struct Exclusion {
+    int slot = -1;
+    double norm = 0;
+    double others_median = 0;
   };
 
   // `global` is global[r-1] for the range; its size must be layout.num_values.
@@ -67,7 +79,11 @@ class AggregatorEngine {
 
   // Finalises every chunk that is now complete and returns their indexes (each once).
   // OUT_OF_RANGE when an update does not fit the codec (fp16 overflow): abort the round.
+  // With screening, nothing is finalised until every chunk is complete.
   absl::StatusOr<std::vector<int>> TakeCompleted();
+
+  // The members screening excluded in this round (each reported once).
+  std::vector<Exclusion> TakeExclusions() { return std::move(exclusions_); }
 
   // The encoded update of a finalised chunk.
   const std::string& EncodedUpdate(int chunk) const { return encoded_update_[chunk]; }
@@ -98,6 +114,11 @@ class AggregatorEngine {
   // Checks that `slot` may add `values` values to `chunk` and marks it as added.
   absl::Status Admit(int slot, int chunk, size_t values);
   bool Complete(int chunk) const;
+  bool screening() const { return options_.max_norm_ratio > 0; }
+  // Adds slot's values of `chunk` to the sum, or holds them when screening.
+  void Add(int slot, int chunk, const float* values, size_t n, bool from_bytes);
+  // Screening: excludes outliers and sums the held deltas of the others into sum_.
+  void Screen();
 
   Options options_;
   std::vector<float> global_;
@@ -115,6 +136,11 @@ class AggregatorEngine {
   std::vector<float> pending_momentum_;
   std::vector<std::string> encoded_update_;
   int completed_ = 0;
+  // Screening only: each slot's delta as it arrives, its squared norm, the verdicts.
+  std::vector<std::vector<float>> held_;
+  std::vector<double> norm2_;
+  bool screened_ = false;
+  std::vector<Exclusion> exclusions_;
 };
 
 }  // namespace localsgd

@@ -219,6 +219,51 @@ TEST(AggregatorTest, RestoredGlobalAndMomentumContinueBitIdentically) {
   EXPECT_FALSE(plain.RestoreMomentum(std::vector<float>(64)).ok());
 }
 
+TEST(AggregatorTest, ScreeningExcludesANormOutlierFromEveryChunk) {
+  AggregatorEngine::Options options = Opts(1000, 300);  // 4 chunks
+  options.max_norm_ratio = 5;
+  AggregatorEngine engine(options, std::vector<float>(1000));
+  engine.BeginRound(4);
+  std::vector<std::vector<float>> deltas;
+  for (int m = 0; m < 4; ++m) {
+    ASSERT_TRUE(engine.SetWeight(m, 1 + m).ok());
+    deltas.push_back(RandomVector(1000, 10 + m, 0.1f));
+  }
+  for (float& v : deltas[2]) v *= 100;  // slot 2: norm ~100x the others'
+  for (int m = 0; m < 4; ++m) ASSERT_TRUE(Feed(engine, m, 0, deltas[m]).ok());
+  // Chunk 0 is complete, but nothing is final before every chunk has arrived.
+  EXPECT_TRUE(engine.TakeCompleted()->empty());
+  for (int chunk = 1; chunk < 4; ++chunk) {
+    for (int m = 0; m < 4; ++m) ASSERT_TRUE(Feed(engine, m, chunk, deltas[m]).ok());
+  }
+  EXPECT_EQ(engine.TakeCompleted()->size(), 4u);
+  std::vector<AggregatorEngine::Exclusion> excluded = engine.TakeExclusions();
+  ASSERT_EQ(excluded.size(), 1u);
+  EXPECT_EQ(excluded[0].slot, 2);
+  EXPECT_GT(excluded[0].norm, 50 * excluded[0].others_median);
+  engine.Commit();
+  for (int i = 0; i < 1000; ++i) {  // the weighted mean of slots 0, 1 and 3 alone
+    const double mean = (1 * deltas[0][i] + 2 * deltas[1][i] + 4 * deltas[3][i]) / 7.0;
+    ASSERT_NEAR(engine.global()[i], mean, 1e-6) << i;
+  }
+}
+
+TEST(AggregatorTest, ScreeningKeepsMembersOfSimilarNorms) {
+  AggregatorEngine::Options options = Opts(256, 256);
+  options.max_norm_ratio = 3;
+  AggregatorEngine engine(options, std::vector<float>(256));
+  engine.BeginRound(2);
+  std::vector<float> a = RandomVector(256, 1), b = RandomVector(256, 2, 2.0f);  // 2x: kept
+  ASSERT_TRUE(engine.SetWeight(0, 1).ok());
+  ASSERT_TRUE(engine.SetWeight(1, 1).ok());
+  ASSERT_TRUE(Feed(engine, 0, 0, a).ok());
+  ASSERT_TRUE(Feed(engine, 1, 0, b).ok());
+  EXPECT_EQ(engine.TakeCompleted()->size(), 1u);
+  EXPECT_TRUE(engine.TakeExclusions().empty());
+  engine.Commit();
+  EXPECT_NEAR(engine.global()[9], (a[9] + b[9]) / 2, 1e-6);
+}
+
 TEST(AggregatorTest, LossyCodecsApplyExactlyTheEncodedUpdate) {
   for (v1::Codec codec : {v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {
     std::vector<float> global = RandomVector(1000, 5);

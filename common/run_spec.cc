@@ -192,6 +192,10 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("round_deadline_seconds", spec.round_deadline_seconds(), 0,
                                kMaxSeconds, /*lo_open=*/true));
   }
+  if (spec.has_max_delta_norm_ratio() && spec.max_delta_norm_ratio() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("max_delta_norm_ratio", spec.max_delta_norm_ratio(), 1,
+                                        1e9, /*lo_open=*/true));
+  }
   if (spec.has_quorum_timeout_seconds()) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("quorum_timeout_seconds", spec.quorum_timeout_seconds(), 0,
                                kMaxSeconds, /*lo_open=*/true));

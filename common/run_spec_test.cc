@@ -111,6 +111,7 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } epochs: -1", "spec.epochs:"},
       {"model { builtin: \"mlp\" } min_workers: 0", "spec.min_workers:"},
       {"model { builtin: \"mlp\" } round_deadline_seconds: 0", "spec.round_deadline_seconds:"},
+      {"model { builtin: \"mlp\" } max_delta_norm_ratio: 0.5", "spec.max_delta_norm_ratio:"},
       {"model { builtin: \"mlp\" } quorum_timeout_seconds: -5", "spec.quorum_timeout_seconds:"},
       {"model { builtin: \"mlp\" } codec: 42", "spec.codec:"},
       {"model { builtin: \"mlp\" } chunk_bytes: 10", "spec.chunk_bytes:"},

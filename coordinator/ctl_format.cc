@@ -83,6 +83,9 @@ std::string FormatRound(const v1::RoundRecord& round) {
   for (const v1::DroppedMember& dropped : round.dropped()) {
     absl::StrAppend(&line, "; dropped ", dropped.member_id(), " (", dropped.reason(), ")");
   }
+  for (const v1::DroppedMember& excluded : round.excluded()) {
+    absl::StrAppend(&line, "; excluded ", excluded.member_id(), " (", excluded.reason(), ")");
+  }
   if (!round.reason().empty()) absl::StrAppend(&line, "; ", round.reason());
   return line;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
 #include "common/log.h"
@@ -103,6 +104,7 @@ absl::Status RoundManager::InstallModel(std::vector<float> global,
   options.outer = OuterOptimizer{model_.spec.outer_optimizer().lr(),
                                  model_.spec.outer_optimizer().momentum(),
                                  model_.spec.outer_optimizer().nesterov()};
+  options.max_norm_ratio = model_.spec.max_delta_norm_ratio();
   auto engine = std::make_shared<AggregatorEngine>(options, std::move(global));
   if (momentum.has_value()) {
     if (absl::Status s = engine->RestoreMomentum(*std::move(momentum)); !s.ok()) return s;
@@ -296,6 +298,7 @@ void RoundManager::OpenRound(int64_t number) {
   }
   round.session_of_slot.assign(round.members.size(), -1);
   round.dropped.assign(round.members.size(), false);
+  round.excluded.assign(round.members.size(), false);
   model_.engine->BeginRound(static_cast<int>(round.members.size()));
   round_ = std::move(round);
   // Leaders refused for this round before it opened are out from the start.
@@ -472,6 +475,18 @@ void RoundManager::Advance() {
     Abort(std::string(completed.status().message()));
     return;
   }
+  for (const AggregatorEngine::Exclusion& exclusion : model_.engine->TakeExclusions()) {
+    round.excluded[exclusion.slot] = true;
+    v1::DroppedMember record;
+    record.set_member_id(round.members[exclusion.slot]);
+    record.set_reason(absl::StrFormat(
+        "delta norm %.6g is more than max_delta_norm_ratio %g times the median of the "
+        "others' (%.6g)",
+        exclusion.norm, model_.spec.max_delta_norm_ratio(), exclusion.others_median));
+    LogWarning(absl::StrCat("round ", round.number, ": excluded ", record.member_id(), ": ",
+                            record.reason()));
+    round.excluded_records.push_back(std::move(record));
+  }
   for (int chunk : *completed) {
     auto response = std::make_shared<v1::SyncResponse>();
     response->mutable_update()->set_index(chunk);
@@ -496,7 +511,7 @@ void RoundManager::Commit() {
   std::vector<std::string> included;
   for (size_t slot = 0; slot < round.members.size(); ++slot) {
     auto it = sessions_.find(round.session_of_slot[slot]);
-    if (round.dropped[slot] || it == sessions_.end()) continue;
+    if (round.dropped[slot] || round.excluded[slot] || it == sessions_.end()) continue;
     included.push_back(round.members[slot]);
     step = std::max(step, it->second.step);
   }
@@ -558,6 +573,9 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
     }
   }
   for (const v1::DroppedMember& dropped : round.dropped_records) *record.add_dropped() = dropped;
+  for (const v1::DroppedMember& excluded : round.excluded_records) {
+    *record.add_excluded() = excluded;
+  }
   record.set_bytes_received(round.bytes_received);
   record.set_bytes_sent(round.bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));

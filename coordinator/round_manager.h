@@ -107,6 +107,8 @@ class RoundManager {
     std::vector<int64_t> session_of_slot;  // -1: not joined
     std::vector<bool> dropped;             // by slot
     std::vector<v1::DroppedMember> dropped_records;
+    std::vector<bool> excluded;            // by slot: delta screened out of the mean
+    std::vector<v1::DroppedMember> excluded_records;
     int64_t bytes_received = 0;
     int64_t bytes_sent = 0;
     absl::Time first_done = absl::InfiniteFuture();

@@ -97,6 +97,10 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
     gauge("localsgd_last_round_dropped", "Members dropped from the latest round.")
         .Add({})
         .Set(last.dropped_size());
+    gauge("localsgd_last_round_excluded",
+          "Members whose deltas screening left out of the latest round (norm outliers).")
+        .Add({})
+        .Set(last.excluded_size());
     gauge("localsgd_last_round_bytes_received", "Delta bytes received in the latest round.")
         .Add({})
         .Set(static_cast<double>(last.bytes_received()));
@@ -161,7 +165,8 @@ async function refresh() {
       const tr = document.createElement('tr');
       for (const v of [r.round, (r.outcome || '').replace('ROUND_OUTCOME_', ''),
                        (r.members || []).length,
-                       (r.dropped || []).map(d => d.member_id + ': ' + d.reason).join('; '),
+                       [...(r.dropped || []), ...(r.excluded || [])]
+                           .map(d => d.member_id + ': ' + d.reason).join('; '),
                        Number(r.duration_seconds).toFixed(3),
                        Number(r.slowest_wait_seconds).toFixed(3),
                        (Number(r.bytes_received) / 1e6).toFixed(2),

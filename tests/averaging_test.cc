@@ -597,6 +597,33 @@ TEST_F(AveragingTest, RestartedCoordinatorResumesFromTheSavedModel) {
   EXPECT_EQ(Status().run().global_step(), 24);
 }
 
+// Screening on: a member whose delta is 1000x the others' is left out of the mean, still gets
+// the same global model, and the round's record names it and says why.
+TEST_F(AveragingTest, NormOutlierIsExcludedAndReported) {
+  Start(3, "max_delta_norm_ratio: 10");
+  std::vector<float> global0 = InitModel();
+  std::vector<std::vector<float>> params, globals(3, global0);
+  for (int m = 0; m < 3; ++m) {
+    params.push_back(global0);
+    std::vector<float> step = RandomVector(kValues, 200 + m, m == 2 ? 100.0f : 0.1f);
+    for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
+  }
+  auto results = SyncAll({0, 1, 2}, 1, params, globals, {1, 1, 1});
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+  }
+  for (int64_t i = 0; i < kValues; ++i) {
+    ASSERT_NEAR(globals[0][i], (params[0][i] + params[1][i]) / 2, 1e-5) << i;
+  }
+  EXPECT_EQ(std::memcmp(globals[2].data(), globals[0].data(), kValues * sizeof(float)), 0);
+  const v1::RoundRecord record = Status().recent_rounds(0);
+  ASSERT_EQ(record.excluded_size(), 1);
+  EXPECT_EQ(record.excluded(0).member_id(), "node-2/0");
+  EXPECT_THAT(record.excluded(0).reason(), HasSubstr("max_delta_norm_ratio 10"));
+  EXPECT_EQ(record.dropped_size(), 0);
+}
+
 TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
   Start(2, "enabled: true");
   EXPECT_THAT(Client().FetchModel("", kTimeout),

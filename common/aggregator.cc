@@ -232,6 +232,14 @@ absl::Status AggregatorEngine::Finalize(int chunk) {
                                           : lr * new_momentum[i];
     }
   }
+  // Finite deltas can still sum past fp32's range; such an update must not reach the model.
+  const float* global = global_.data() + begin;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(global[i] + update[i])) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "update of chunk ", chunk, " overflows fp32 (the members' deltas are too large)"));
+    }
+  }
   // Encode once; every member and this engine apply exactly the decoded bytes, so all copies
   // of global[r] stay bit-identical whatever the codec.
   std::string& encoded = encoded_update_[chunk];

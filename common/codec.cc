@@ -1,5 +1,6 @@
 #include "common/codec.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -75,8 +76,18 @@ int64_t Int8Blocks(int64_t n) { return (n + kInt8BlockValues - 1) / kInt8BlockVa
 
 // The processor's half-precision conversions (F16C: every x86-64 CPU since 2012), which
 // round to nearest even exactly like FloatToFp16, 8 values per instruction.
+// Asked through cpuid (clang's __builtin_cpu_supports does not know "f16c"): AVX and F16C,
+// and an OS that saves the YMM registers (OSXSAVE, XCR0 bits 1-2).
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    constexpr unsigned kOsxsave = 1u << 27, kAvx = 1u << 28, kF16c = 1u << 29;
+    if ((ecx & (kOsxsave | kAvx | kF16c)) != (kOsxsave | kAvx | kF16c)) return false;
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    return (xcr0_low & 6u) == 6u;
+  }();
   return has;
 }
 
@@ -144,7 +155,10 @@ void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
           bad |= static_cast<uint32_t>((Bits(v) & 0x7f800000u) == 0x7f800000u);
         }
         // A NaN would vanish in the max above: poison the scale so Decode refuses the block.
-        const float scale = bad == 0 ? absmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+        float scale = bad == 0 ? absmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+        // 127 * (absmax / 127) can round up past the largest float (found by the fuzzer): one
+        // ulp less keeps every decoded value finite.
+        if (std::isinf(scale * 127.0f)) scale = std::nextafter(scale, 0.0f);
         std::memcpy(data + b * sizeof(float), &scale, sizeof(float));
         const float inverse = absmax > 0 ? 127.0f / absmax : 0.0f;
         for (size_t i = begin; i < end; ++i) {

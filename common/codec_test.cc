@@ -110,6 +110,18 @@ TEST(CodecTest, Int8ErrorAtMostBlockAbsmaxOver127) {
   EXPECT_EQ(RoundTrip(v1::CODEC_INT8, zeros), zeros);
 }
 
+// Found by tests/fuzz/codec_fuzzer: 127 * (FLT_MAX / 127) rounds to infinity.
+TEST(CodecTest, Int8NearTheLargestFloatDecodesFinite) {
+  const float max = std::numeric_limits<float>::max();
+  const std::vector<float> values = {max, -max, 1.0f, 0.0f};
+  std::string bytes;
+  Encode(v1::CODEC_INT8, values, &bytes);
+  std::vector<float> decoded(values.size());
+  ASSERT_TRUE(Decode(v1::CODEC_INT8, bytes, absl::MakeSpan(decoded)).ok());
+  EXPECT_GT(decoded[0], 0.99f * max);
+  EXPECT_LT(decoded[1], -0.99f * max);
+}
+
 TEST(CodecTest, WrongSizeAndNonFiniteAreRefused) {
   std::vector<float> out(4);
   for (v1::Codec codec : {v1::CODEC_FP32, v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {

@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # Build: Bazel (with its JDK), the C++ compiler, protobuf and gRPC code generators.
   bazel-bootstrap default-jdk-headless g++ protobuf-compiler protobuf-compiler-grpc
+  # libFuzzer targets (scripts/fuzz.sh): clang and its sanitizer and fuzzer runtimes.
+  clang-14 libclang-rt-14-dev
   # Libraries.
   libgrpc++-dev libprotobuf-dev libabsl-dev libssl-dev zlib1g-dev libbrotli-dev
   libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in tests/fuzz with clang (ASan + UBSan) and runs each for
+# FUZZ_SECONDS (default 30) from a copy of its checked-in seed corpus. Fails on any crash,
+# leak or sanitizer report; the input that caused it is kept under $FUZZ_OUT (default a
+# temporary folder) and its path printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${FUZZ_SECONDS:-30}
+out=${FUZZ_OUT:-$(mktemp -d)}
+fuzzers=(codec run_spec aggregator request)
+bazel build --config=fuzz $(printf "//tests/fuzz:%s_fuzzer " "${fuzzers[@]}")
+bin=$(bazel info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz
+status=0
+for name in "${fuzzers[@]}"; do
+  corpus="$out/$name-corpus"
+  mkdir -p "$corpus" "$out/$name-crashes"
+  cp tests/fuzz/"$name"_corpus/* "$corpus"/
+  if "$bin/${name}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+       -print_final_stats=1 -artifact_prefix="$out/$name-crashes/" "$corpus" \
+       >"$out/$name.log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/$name.log")
+    echo "fuzz $name: ${runs:-?} inputs in ${seconds} s, no crash"
+  else
+    echo "fuzz $name: FAILED; log $out/$name.log, inputs in $out/$name-crashes/" >&2
+    tail -n 30 "$out/$name.log" >&2
+    status=1
+  fi
+done
+exit "$status"

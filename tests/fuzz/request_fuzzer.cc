@@ -1,0 +1,116 @@
+// Request validation: arbitrary bytes parsed as each kind of request the coordinator takes
+// (Join, Heartbeat, Leave, StartRun, StopRun, InitModel and Sync headers, chunks) and fed, in
+// any order, to the control plane and the round manager behind the gRPC services. Nothing
+// crashes, and the run's round and global step never go back.
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "coordinator/control_plane.h"
+#include "coordinator/round_manager.h"
+#include "proto/localsgd/v1/averaging.pb.h"
+
+namespace {
+
+class NullMember : public localsgd::RoundMember {
+ public:
+  void Enqueue(std::shared_ptr<const localsgd::v1::SyncResponse>) override {}
+  void Close(const absl::Status&) override {}
+  void Flush() override {}
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  auto clock = [&now] { return now; };
+  localsgd::ControlPlane::Options options;
+  options.clock = clock;
+  auto plane = localsgd::ControlPlane::Create(options);
+  if (!plane.ok()) std::abort();
+  localsgd::RoundManager rounds(plane->get(), localsgd::RoundManager::Options{clock, ""});
+  int64_t session = 0;
+  int64_t round = 0, step = 0;
+  // Records: [kind][length][bytes...]
+  size_t pos = 0;
+  while (pos + 2 <= size) {
+    const uint8_t kind = data[pos] % 12;
+    const size_t length = std::min<size_t>(data[pos + 1], size - pos - 2);
+    const std::string bytes(reinterpret_cast<const char*>(data + pos + 2), length);
+    pos += 2 + length;
+    localsgd::ControlPlane& p = **plane;
+    switch (kind) {
+      case 0: {
+        localsgd::v1::JoinRequest r;
+        if (r.ParseFromString(bytes)) p.Join(r).IgnoreError();
+        break;
+      }
+      case 1: {
+        localsgd::v1::HeartbeatRequest r;
+        if (r.ParseFromString(bytes)) p.Heartbeat(r).IgnoreError();
+        break;
+      }
+      case 2: {
+        localsgd::v1::LeaveRequest r;
+        if (r.ParseFromString(bytes)) p.Leave(r).IgnoreError();
+        break;
+      }
+      case 3: {
+        localsgd::v1::StartRunRequest r;
+        if (r.ParseFromString(bytes)) p.StartRun(r).IgnoreError();
+        break;
+      }
+      case 4: {
+        localsgd::v1::StopRunRequest r;
+        if (r.ParseFromString(bytes)) p.StopRun(r).IgnoreError();
+        break;
+      }
+      case 5: {
+        localsgd::v1::InitModelHeader r;
+        if (!r.ParseFromString(bytes)) break;
+        r.set_vector_length(r.vector_length() % 100000);
+        if (rounds.BeginInit(r).ok()) {
+          rounds.FinishInit(r, std::vector<float>(r.vector_length(), 0.25f)).IgnoreError();
+        }
+        break;
+      }
+      case 6: {
+        localsgd::v1::SyncHeader r;
+        if (!r.ParseFromString(bytes)) break;
+        absl::StatusOr<int64_t> joined = rounds.Join(r, std::make_shared<NullMember>());
+        if (joined.ok()) session = *joined;
+        break;
+      }
+      case 7: {
+        localsgd::v1::Chunk r;
+        if (r.ParseFromString(bytes)) rounds.AddChunk(session, r).IgnoreError();
+        break;
+      }
+      case 8:
+        rounds.EndOfInput(session);
+        break;
+      case 9:
+        rounds.Leave(session, absl::CancelledError("fuzz"));
+        break;
+      case 10:
+        now += absl::Seconds(bytes.empty() ? 1 : static_cast<uint8_t>(bytes[0]));
+        p.Tick();
+        rounds.Tick();
+        break;
+      case 11:
+        rounds.FetchModel(bytes).IgnoreError();
+        p.Status();
+        break;
+    }
+    const localsgd::v1::RunInfo run = p.Run();
+    if (run.run_id().empty()) continue;
+    if (run.round() < round || run.global_step() < step) {
+      // A new run starts from 0; within one run nothing goes back.
+      if (run.round() != 0 || run.global_step() != 0) std::abort();
+    }
+    round = run.round();
+    step = run.global_step();
+  }
+  return 0;
+}

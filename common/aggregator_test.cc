@@ -5,8 +5,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "common/codec.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/random_vector.h"
 
@@ -48,7 +48,7 @@ TEST(AggregatorTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
     deltas.push_back(RandomVector(n, m));
     ASSERT_TRUE(engine.SetWeight(m, weights[m]).ok());
   }
-  absl::Mutex mu;
+  Mutex mu;
   std::vector<std::thread> threads;
   for (int m = 0; m < kMembers; ++m) {
     threads.emplace_back([&, m] {
@@ -58,7 +58,7 @@ TEST(AggregatorTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
                                                    engine.layout().size(c)), &bytes);
         std::vector<float> decoded;
         ASSERT_TRUE(engine.DecodeChunk(c, bytes, &decoded).ok());  // const: no lock needed
-        absl::MutexLock lock(&mu);
+        MutexLock lock(&mu);
         ASSERT_TRUE(engine.Accumulate(m, c, decoded).ok());
       }
     });

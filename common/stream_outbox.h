@@ -8,7 +8,7 @@
 
 #include <grpcpp/support/status.h>
 
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace localsgd {
 
@@ -29,14 +29,14 @@ class StreamOutbox {
 
   // Queues a message; ignored once Close was called.
   void Enqueue(std::shared_ptr<const Message> message) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closing_) return;
     queue_.push_back(std::move(message));
   }
 
   // Ends the stream with `status` after the queued messages (the first Close wins).
   void Close(const grpc::Status& status) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closing_) return;
     closing_ = true;
     status_ = status;
@@ -45,7 +45,7 @@ class StreamOutbox {
   // Ends the stream as soon as the write in flight is done, dropping what is queued.
   void Abandon(const grpc::Status& status) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       queue_.clear();
       if (!closing_) {
         closing_ = true;
@@ -61,7 +61,7 @@ class StreamOutbox {
   // To be called from the reactor's OnWriteDone.
   void OnWriteDone(bool ok) {
     if (!ok) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       queue_.clear();
       if (!closing_) {
         closing_ = true;
@@ -77,7 +77,7 @@ class StreamOutbox {
     grpc::Status finish_status;
     bool finish = false;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (write_done) in_flight_ = nullptr;
       if (in_flight_ != nullptr || finished_) return;
       if (!queue_.empty()) {
@@ -101,7 +101,7 @@ class StreamOutbox {
 
   const std::function<void(const Message*)> start_write_;
   const std::function<void(const grpc::Status&)> finish_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::shared_ptr<const Message>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Message> in_flight_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

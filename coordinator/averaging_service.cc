@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/auth.h"
 #include "common/status_util.h"
 #include "common/stream_outbox.h"
@@ -176,7 +176,7 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
   }
 
   void End(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     finished_ = true;
     Finish(ToGrpcStatus(status));
@@ -190,7 +190,7 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
   std::vector<float> values_;
   std::vector<bool> received_;
   int chunks_ = 0;
-  absl::Mutex mu_;
+  Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
   }
   std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options), std::move(store)));
   if (saved.has_value()) {
-    absl::MutexLock lock(&plane->mu_);
+    MutexLock lock(&plane->mu_);
     const v1::RunInfo& run = saved->run();
     plane->runs_.Restore(run);
     for (const v1::MemberStatus& member : saved->members()) {
@@ -55,7 +55,7 @@ ControlPlane::ControlPlane(Options options, std::optional<RunStore> store)
       runs_(options_.clock) {}
 
 absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& request) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   absl::StatusOr<Member> member = membership_.Join(request);
   if (!member.ok()) return member.status();
@@ -78,7 +78,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
   if (request.model_path().size() > kMaxReasonLength * 4) {
     return absl::InvalidArgumentError("model_path: longer than 4096 bytes");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status status = membership_.Heartbeat(request); !status.ok()) return status;
   ++heartbeats_total_;
   bool run_changed = false;
@@ -111,7 +111,7 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   if (request.reason().size() > kMaxReasonLength) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status status = membership_.Leave(request.worker_id()); !status.ok()) return status;
   LogInfo(absl::StrCat("worker ", request.worker_id(), " left",
                        request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
@@ -122,7 +122,7 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
 
 absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& request) {
   if (!request.has_spec()) return absl::InvalidArgumentError("spec: required");
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   absl::StatusOr<v1::RunInfo> run = runs_.Start(request.spec(), membership_.size());
   if (!run.ok()) return run.status();
@@ -140,7 +140,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& requ
   if (request.reason().size() > kMaxReasonLength) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<v1::RunInfo> run = runs_.Stop(request.run_id(), request.reason());
   if (!run.ok()) return run.status();
   LogInfo(absl::StrCat("run ", run->run_id(), " stopped: ", run->reason()));
@@ -149,7 +149,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& requ
 }
 
 v1::CoordinatorStatus ControlPlane::Status() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::Time now = options_.clock();
   v1::CoordinatorStatus status;
   *status.mutable_run() = runs_.info();
@@ -183,12 +183,12 @@ v1::CoordinatorStatus ControlPlane::Status() const {
 }
 
 v1::RunInfo ControlPlane::Run() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return runs_.info();
 }
 
 void ControlPlane::Tick() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> expired = membership_.ExpireLeases();
   for (const std::string& id : expired) {
     LogWarning(absl::StrCat("worker ", id, " lease expired after ",
@@ -201,30 +201,30 @@ void ControlPlane::Tick() {
 }
 
 int64_t ControlPlane::AwaitChange(int64_t seen, absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ > seen; };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   return version_;
 }
 
 int64_t ControlPlane::version() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return version_;
 }
 
 void ControlPlane::Drain() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   draining_ = true;
   Changed(/*run_changed=*/false);
 }
 
 bool ControlPlane::draining() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return draining_;
 }
 
 std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<Leader> leaders;
   for (const Member& member : membership_.Members()) {
     if (member.identity.local_rank() == 0) {
@@ -236,7 +236,7 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
 
 absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
                                        int64_t global_step) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (run_id != runs_.info().run_id()) {
     return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is not the current run"));
   }
@@ -252,7 +252,7 @@ absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
 
 void ControlPlane::RecordRound(v1::RoundRecord record) {
   constexpr size_t kMaxRecords = 100;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   bytes_received_total_ += record.bytes_received();
   bytes_sent_total_ += record.bytes_sent();
   if (record.outcome() == v1::ROUND_OUTCOME_COMMITTED) {

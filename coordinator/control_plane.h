@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "coordinator/membership.h"
@@ -87,7 +87,7 @@ class ControlPlane {
   const absl::Time start_time_;
   const std::optional<RunStore> store_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   RunManager runs_ ABSL_GUARDED_BY(mu_);
   std::string saved_state_ ABSL_GUARDED_BY(mu_);  // serialized, to skip unchanged saves

@@ -138,7 +138,7 @@ void CoordinatorServer::TickLoop(absl::Duration interval) {
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {
   {
-    absl::MutexLock lock(&shutdown_mu_);
+    MutexLock lock(&shutdown_mu_);
     if (shut_down_) return;
     shut_down_ = true;
   }

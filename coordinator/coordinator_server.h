@@ -13,8 +13,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/http_server.h"
-#include "coordinator/averaging_service.h"
+#include "common/mutex.h"
 #include "common/tls.h"
+#include "coordinator/averaging_service.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/round_manager.h"
@@ -76,7 +77,7 @@ class CoordinatorServer {
   std::string http_address_;
   absl::Notification stop_ticking_;
   std::thread ticker_;
-  absl::Mutex shutdown_mu_;
+  Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };
 

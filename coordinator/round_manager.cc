@@ -62,7 +62,7 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
 }
 
 absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
   if (!run.ok()) return run.status();
   if (absl::Status s = CheckMember(*plane_, header.member_id()); !s.ok()) return s;
@@ -79,7 +79,7 @@ absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& h
 absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
                                       std::vector<float> values) {
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
   if (!run.ok()) return run.status();
   if (model_.engine != nullptr) {
@@ -128,7 +128,7 @@ absl::Status RoundManager::Restore() {
   if (options_.state_dir.empty()) return absl::OkStatus();
   absl::StatusOr<ModelStore> store = ModelStore::Open(options_.state_dir);
   if (!store.ok()) return store.status();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   store_.emplace(*std::move(store));
   absl::StatusOr<std::optional<ModelCheckpoint>> loaded = store_->Load();
   if (!loaded.ok()) return loaded.status();
@@ -177,7 +177,7 @@ absl::Status RoundManager::Restore() {
 }
 
 absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::string& run_id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   v1::RunInfo run = plane_->Run();
   const std::string id = run_id.empty() ? run.run_id() : run_id;
   if (id.empty() || (id != model_.run_id && id != run.run_id())) {
@@ -200,7 +200,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
   if (absl::Status s = CheckMember(*plane_, header.member_id()); !s.ok()) return s;
   absl::StatusOr<int64_t> session;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     session = JoinLocked(header, member);
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.)
@@ -328,7 +328,7 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
 absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
   std::shared_ptr<AggregatorEngine> engine;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!sessions_.count(session_id) || !round_.has_value()) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
@@ -353,7 +353,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     }
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || model_.engine != engine) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
@@ -381,7 +381,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
 
 void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || !round_.has_value()) return;
     DropSlot(it->second.slot, absl::StrCat("stream ended: ", why.message()), why);
@@ -392,7 +392,7 @@ void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
 
 void RoundManager::EndOfInput(int64_t session_id) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || !round_.has_value()) return;
     if (it->second.chunks_received == model_.engine->layout().num_chunks()) return;
@@ -405,7 +405,7 @@ void RoundManager::EndOfInput(int64_t session_id) {
 
 void RoundManager::Tick() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!round_.has_value()) return;
     v1::RunInfo run = plane_->Run();
     if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
@@ -598,7 +598,7 @@ void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) {
 void RoundManager::FlushTouched() {
   std::vector<std::shared_ptr<RoundMember>> touched;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     touched.swap(touched_);
   }
   std::sort(touched.begin(), touched.end());

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "common/aggregator.h"
 #include "common/chunking.h"
@@ -153,7 +153,7 @@ class RoundManager {
   ControlPlane* const plane_;
   const Options options_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   Model model_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelStore> store_ ABSL_GUARDED_BY(mu_);
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);

@@ -16,7 +16,7 @@ constexpr absl::Duration kMaxSnapshotAge = absl::Seconds(1);
 void StatusWatcher::Offer(const std::shared_ptr<const v1::CoordinatorStatus>& snapshot,
                           absl::Time now) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finish_wanted_ || finished_ || in_flight_ != nullptr) return;
     if (snapshot->version() <= last_version_) return;
     if (now - last_sent_ < min_interval_) return;
@@ -29,7 +29,7 @@ void StatusWatcher::Offer(const std::shared_ptr<const v1::CoordinatorStatus>& sn
 }
 
 void StatusWatcher::End(const grpc::Status& status) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (finish_wanted_ || finished_) return;
   finish_wanted_ = true;
   finish_status_ = status;
@@ -37,12 +37,12 @@ void StatusWatcher::End(const grpc::Status& status) {
 }
 
 bool StatusWatcher::done() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 
 void StatusWatcher::OnWriteDone(bool ok) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   in_flight_ = nullptr;
   if (!ok && !finish_wanted_) {
     finish_wanted_ = true;
@@ -54,7 +54,7 @@ void StatusWatcher::OnWriteDone(bool ok) {
 void StatusWatcher::OnCancel() { End(grpc::Status::CANCELLED); }
 
 void StatusWatcher::OnDone() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   done_ = true;
 }
 
@@ -69,11 +69,11 @@ StatusWatchHub::StatusWatchHub(ControlPlane* plane, std::function<absl::Time()> 
 
 StatusWatchHub::~StatusWatchHub() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   thread_.join();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // Streams gRPC still holds (only if the server was not shut down first) are left to it.
   for (StatusWatcher* watcher : watchers_) {
     if (watcher->done()) delete watcher;
@@ -82,7 +82,7 @@ StatusWatchHub::~StatusWatchHub() {
 
 StatusWatcher* StatusWatchHub::Add(absl::Duration min_interval) {
   auto* watcher = new StatusWatcher(min_interval);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (ended_) {
     watcher->End(end_status_);
   }
@@ -93,7 +93,7 @@ StatusWatcher* StatusWatchHub::Add(absl::Duration min_interval) {
 void StatusWatchHub::EndAll(const grpc::Status& status) {
   std::vector<StatusWatcher*> watchers;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ended_ = true;
     end_status_ = status;
     watchers = watchers_;
@@ -102,7 +102,7 @@ void StatusWatchHub::EndAll(const grpc::Status& status) {
 }
 
 int StatusWatchHub::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(watchers_.size());
 }
 
@@ -113,7 +113,7 @@ void StatusWatchHub::Loop() {
   while (true) {
     std::vector<StatusWatcher*> watchers;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (stop_) return;
       // Only this thread removes (and deletes) watchers, so the copies stay valid below.
       auto done = std::stable_partition(watchers_.begin(), watchers_.end(),

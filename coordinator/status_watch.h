@@ -8,7 +8,7 @@
 
 #include <grpcpp/support/server_callback.h>
 
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/control_plane.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
@@ -42,7 +42,7 @@ class StatusWatcher : public grpc::ServerWriteReactor<v1::CoordinatorStatus> {
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration min_interval_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::shared_ptr<const v1::CoordinatorStatus> in_flight_ ABSL_GUARDED_BY(mu_);
   int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Time last_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -72,7 +72,7 @@ class StatusWatchHub {
 
   ControlPlane* const plane_;
   const std::function<absl::Time()> clock_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<StatusWatcher*> watchers_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);

@@ -227,7 +227,8 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   MutexLock lock(&mu_);
   std::vector<Leader> leaders;
   for (const Member& member : membership_.Members()) {
-    if (member.identity.local_rank() == 0) {
+    // A leader that finished training will not sync again: rounds must not wait for it.
+    if (member.identity.local_rank() == 0 && !member.finished) {
       leaders.push_back(Leader{member.worker_id, member.identity.local_world_size()});
     }
   }

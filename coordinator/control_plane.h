@@ -61,8 +61,9 @@ class ControlPlane {
   void Drain();
   bool draining() const;
 
-  // For the round manager: the live node leaders (local rank 0) and the workers each stands
-  // for (its local world size), ordered by worker id.
+  // For the round manager: the live node leaders (local rank 0) that have not reported
+  // finishing their training, and the workers each stands for (its local world size), ordered
+  // by worker id.
   struct Leader {
     std::string worker_id;
     int local_world_size = 1;

@@ -122,6 +122,10 @@ TEST_F(ControlPlaneTest, RunCompletesWhenEveryWorkerFinished) {
   done.set_test_accuracy(0.9);
   ASSERT_THAT(plane->Heartbeat(done), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_RUNNING);
+  // A finished leader will not sync again: rounds no longer wait for it.
+  std::vector<ControlPlane::Leader> leaders = plane->LiveLeaders();
+  ASSERT_EQ(leaders.size(), 1u);
+  EXPECT_EQ(leaders[0].worker_id, "b/0");
   done.set_worker_id("b/0");
   ASSERT_THAT(plane->Heartbeat(done), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);

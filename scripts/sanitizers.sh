@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test suite under sanitizers: everything under AddressSanitizer + UBSan (--config=asan),
-# and common/ and coordinator/ under ThreadSanitizer (--config=tsan). Under TSan the tests
+# The test suite under sanitizers: everything under AddressSanitizer + UBSan (--config=asan;
+# leaks too, with lsan.supp, which says why for each line), and common/ and coordinator/ under ThreadSanitizer (--config=tsan). Under TSan the tests
 # tagged no_tsan are skipped: they run a gRPC server, and Debian's gRPC is not built with TSan,
 # so TSan cannot see how it orders its callback threads and takes each hand-off for a race
 # (suppressing those frames would hide our handlers' code too). Our own locks are annotated
@@ -8,7 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
-bazel test --config=asan --nocache_test_results --test_summary=short "$@" //... || status=1
+bazel test --config=asan --nocache_test_results --test_summary=short "$@" \
+  --test_env=LSAN_OPTIONS="suppressions=$PWD/lsan.supp:print_suppressions=0" //... || status=1
 bazel test --config=tsan --nocache_test_results --test_summary=short --test_tag_filters=-no_tsan "$@" \
   //common/... //coordinator/... || status=1
 exit "$status"

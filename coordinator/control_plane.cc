@@ -13,6 +13,18 @@ namespace {
 constexpr size_t kMaxReasonLength = 1024;
 constexpr size_t kMaxRunIdLength = 256;
 
+// Who a member is (what status shows and the state directory keeps), without its progress.
+v1::MemberStatus MemberIdentity(const Member& member) {
+  v1::MemberStatus out;
+  out.set_worker_id(member.worker_id);
+  *out.mutable_identity() = member.identity;
+  out.set_hostname(member.hostname);
+  out.set_pid(member.pid);
+  out.set_generation(member.generation);
+  *out.mutable_join_time() = ToProtoTime(member.join_time);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options options) {
@@ -155,18 +167,13 @@ v1::CoordinatorStatus ControlPlane::Status() const {
   *status.mutable_run() = runs_.info();
   for (const Member& member : membership_.Members()) {
     v1::MemberStatus* out = status.add_members();
-    out->set_worker_id(member.worker_id);
-    *out->mutable_identity() = member.identity;
-    out->set_hostname(member.hostname);
-    out->set_pid(member.pid);
-    out->set_generation(member.generation);
+    *out = MemberIdentity(member);
     out->set_step(member.step);
     out->set_loss(member.loss);
     out->set_samples_per_second(member.samples_per_second);
     out->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - member.last_seen));
     out->set_finished(member.finished);
     out->set_test_accuracy(member.test_accuracy);
-    *out->mutable_join_time() = ToProtoTime(member.join_time);
   }
   status.set_version(version_);
   *status.mutable_time() = ToProtoTime(now);
@@ -285,15 +292,7 @@ void ControlPlane::Changed(bool run_changed) {
   if (!run_changed || !store_.has_value()) return;
   v1::SavedState state;
   *state.mutable_run() = runs_.info();
-  for (const Member& member : membership_.Members()) {
-    v1::MemberStatus* saved = state.add_members();
-    saved->set_worker_id(member.worker_id);
-    *saved->mutable_identity() = member.identity;
-    saved->set_hostname(member.hostname);
-    saved->set_pid(member.pid);
-    saved->set_generation(member.generation);
-    *saved->mutable_join_time() = ToProtoTime(member.join_time);
-  }
+  for (const Member& member : membership_.Members()) *state.add_members() = MemberIdentity(member);
   std::string serialized = state.SerializeAsString();
   if (serialized == saved_state_) return;
   if (absl::Status status = store_->Save(state); !status.ok()) {

@@ -43,15 +43,14 @@ SPEC
 "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
   --spec="$WORK/spec.textproto" >/dev/null
 
-rounds() { grep -c " committed: " "$WORK/coord.err" || true; }
-for _ in $(seq 1 600); do [[ $(rounds) -ge 8 ]] && break; sleep 0.1; done
+for _ in $(seq 1 600); do [[ $(committed_rounds) -ge 8 ]] && break; sleep 0.1; done
 grep -q "committed: 2 of 2 members" "$WORK/coord.err" || fail "no round with both nodes first"
 touch "$WORK/cut"
 for _ in $(seq 1 150); do grep -q "worker node-1/0 lease expired" "$WORK/coord.err" && break; sleep 0.1; done
 grep -q "worker node-1/0 lease expired" "$WORK/coord.err" || fail "the cut-off worker was not dropped"
-expired_at=$(rounds)
-for _ in $(seq 1 100); do [[ $(rounds) -ge $((expired_at + 2)) ]] && break; sleep 0.1; done
-[[ $(rounds) -ge $((expired_at + 2)) ]] || fail "node-0 did not train on alone"
+expired_at=$(committed_rounds)
+for _ in $(seq 1 100); do [[ $(committed_rounds) -ge $((expired_at + 2)) ]] && break; sleep 0.1; done
+[[ $(committed_rounds) -ge $((expired_at + 2)) ]] || fail "node-0 did not train on alone"
 rm "$WORK/cut"
 for _ in $(seq 1 200); do grep -q "worker node-1/0 joined (generation 2" "$WORK/coord.err" && break; sleep 0.1; done
 grep -q "worker node-1/0 joined (generation 2" "$WORK/coord.err" || fail "no rejoin after the link came back"
@@ -64,10 +63,7 @@ sed -n '/node-1\/0 lease expired/,/node-1\/0 joined (generation 2/p' "$WORK/coor
   | grep "committed: 1 of 1 members (node-0/0)" >/dev/null || fail "no round without the cut-off node"
 sed -n '/node-1\/0 joined (generation 2/,$p' "$WORK/coord.err" \
   | grep "committed: 2 of 2 members" >/dev/null || fail "the rejoined node never synced again"
-for out in "$WORK"/w0.out "$WORK"/w1.out; do
-  line=$(grep ' done: ' "$out") || fail "no result in $out"
-  accuracy=$(sed -n 's/.*test accuracy \([0-9.]*\),.*/\1/p' <<<"$line")
-  /usr/bin/python3 -c "import sys; sys.exit(0 if $accuracy > 0.6 else 1)" \
-    || fail "the synthetic task did not reach accuracy 0.6: $line"
-done
+# Chance is 0.1; the MLP overfits these 4096 noisy samples (the restart test's spec run without
+# faults ends at 0.70).
+expect_accuracy 0.6 "$WORK"/w0.out "$WORK"/w1.out
 echo PASS

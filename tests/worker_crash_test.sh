@@ -37,12 +37,11 @@ SPEC
 "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
   --spec="$WORK/spec.textproto" >/dev/null
 
-rounds() { grep -c " committed: " "$WORK/coord.err" || true; }
-for _ in $(seq 1 600); do [[ $(rounds) -ge 8 ]] && break; sleep 0.1; done
-[[ $(rounds) -ge 8 ]] || fail "no 8 rounds before the kill"
+for _ in $(seq 1 600); do [[ $(committed_rounds) -ge 8 ]] && break; sleep 0.1; done
+[[ $(committed_rounds) -ge 8 ]] || fail "no 8 rounds before the kill"
 kill -9 "$w1"
 wait "$w1" 2>/dev/null || true
-killed_after=$(rounds)
+killed_after=$(committed_rounds)
 # The next round waits for node-1/0 until its deadline, then commits with the others.
 for _ in $(seq 1 100); do grep -q "committed: 2 of 3 members" "$WORK/coord.err" && break; sleep 0.1; done
 grep -q "committed: 2 of 3 members (node-0/0, node-2/0)" "$WORK/coord.err" \
@@ -81,11 +80,7 @@ print(f"{rounds} rounds identical on the survivors; the restarted leader shared 
       f"{len(resumed)} of them")
 PY
 
-for out in "$WORK"/w0.out "$WORK"/w1-restarted.out "$WORK"/w2.out; do
-  line=$(grep ' done: ' "$out") || fail "no result in $out"
-  accuracy=$(sed -n 's/.*test accuracy \([0-9.]*\),.*/\1/p' <<<"$line")
-  # A fault-free run of this spec ends near 0.7 (chance is 0.1).
-  /usr/bin/python3 -c "import sys; sys.exit(0 if $accuracy > 0.6 else 1)" \
-    || fail "the synthetic task did not reach accuracy 0.6: $line"
-done
+# Chance is 0.1; the MLP overfits these 4096 noisy samples (the restart test's spec run without
+# faults ends at 0.70).
+expect_accuracy 0.6 "$WORK"/w0.out "$WORK"/w1-restarted.out "$WORK"/w2.out
 echo PASS

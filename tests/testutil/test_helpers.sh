@@ -21,7 +21,7 @@ start_coordinator() {
   ${COORDINATOR_HOST:-} "$BIN/coordinator/coordinator" "$@" >"$WORK/coord.out" 2>"$WORK/coord.err" &
   coord_pid=$!
   pids+=("$coord_pid")
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 600); do  # up to 60 s: sanitizer builds on a loaded machine start slowly
     grep -q '^http listening on ' "$WORK/coord.out" && break
     kill -0 "$coord_pid" 2>/dev/null || fail "coordinator exited"
     sleep 0.1
@@ -29,4 +29,20 @@ start_coordinator() {
   GRPC=$(sed -n 's/^grpc listening on //p' "$WORK/coord.out")
   HTTP=$(sed -n 's/^http listening on //p' "$WORK/coord.out")
   [[ -n "$GRPC" && -n "$HTTP" ]] || fail "coordinator did not print its listening lines"
+}
+
+# Rounds the coordinator has committed so far (from its log).
+committed_rounds() { grep -c " committed: " "$WORK/coord.err" || true; }
+
+# Fails unless each worker output file given has a " done: " line whose test accuracy is above
+# the first argument.
+expect_accuracy() {
+  local min=$1 out line accuracy
+  shift
+  for out in "$@"; do
+    line=$(grep ' done: ' "$out") || fail "no result in $out"
+    accuracy=$(sed -n 's/.*test accuracy \([0-9.]*\),.*/\1/p' <<<"$line")
+    /usr/bin/python3 -c "import sys; sys.exit(0 if $accuracy > $min else 1)" \
+      || fail "test accuracy not above $min: $line"
+  done
 }

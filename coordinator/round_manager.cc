@@ -203,8 +203,11 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     MutexLock lock(&mu_);
     session = JoinLocked(header, member);
     // A live leader whose header is refused is left out of the round at once, so the others
-    // need not wait for it until the deadline. (A duplicate header changes nothing.)
-    if (!session.ok() && !absl::IsAlreadyExists(session.status())) {
+    // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
+    // stale one: it missed a commit, adopts the model and comes back for the next round at its
+    // next boundary; leaving it out of that round would make it stale again, round after round.
+    const bool stale = header.run_id() == model_.run_id && header.round() <= model_.round;
+    if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale) {
       Refuse(header.member_id(), session.status());
     }
     Advance();

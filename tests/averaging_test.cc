@@ -425,8 +425,6 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
        grpc::StatusCode::INVALID_ARGUMENT, "vector_length"},
       {"unknown run", [](v1::SyncHeader& h) { h.set_run_id("run-nope"); }, {},
        grpc::StatusCode::NOT_FOUND, "run_id"},
-      {"stale round", [](v1::SyncHeader& h) { h.set_round(h.round() - 1); }, {},
-       grpc::StatusCode::FAILED_PRECONDITION, "stale"},
       {"future round", [](v1::SyncHeader& h) { h.set_round(h.round() + 5); }, {},
        grpc::StatusCode::FAILED_PRECONDITION, "future"},
       {"unknown codec", [](v1::SyncHeader& h) { h.set_codec(static_cast<v1::Codec>(99)); }, {},
@@ -483,6 +481,25 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(fetched->round, static_cast<int64_t>(cases.size()));
   EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), kValues * sizeof(float)), 0);
+}
+
+// A member that missed a commit is told it is stale, and is not left out of the next round:
+// it adopts the model and joins that round (else it would be stale again, round after round).
+TEST_F(AveragingTest, StaleMemberIsToldSoAndTakesPartInTheNextRound) {
+  Start(3, "min_workers: 2 round_deadline_seconds: 1");
+  std::vector<float> global0 = InitModel();
+  std::vector<std::vector<float>> globals(3, global0);
+  auto first = SyncAll({0, 1}, 1, globals, globals, {1, 1});  // node-2 misses round 1
+  for (auto& result : first) ASSERT_THAT(result, IsOk());
+  std::vector<std::vector<float>> late = {global0};
+  auto stale = SyncAll({2}, 1, late, late, {1});
+  EXPECT_THAT(stale[0], StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+  globals[2] = globals[0];  // what the member adopts
+  auto second = SyncAll({0, 1, 2}, 2, globals, globals, {1, 1, 1});
+  for (auto& result : second) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0", "node-2/0"));
+  }
 }
 
 TEST_F(AveragingTest, LateJoinerFetchesTheCommittedGlobalModel) {

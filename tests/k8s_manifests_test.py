@@ -112,6 +112,21 @@ mounts = {m["mountPath"] for m in container["volumeMounts"]}
 check(os.path.dirname(cflags["token_file"]) in mounts, "--token_file not on a mounted volume")
 check(cflags["state_dir"] in mounts, "--state_dir not on a mounted volume")
 
+
+def check_tls(name, pod_spec, container_flags, wanted):
+    """Each TLS flag is set, its file lies on a volume mounted from a Secret."""
+    container = pod_spec["containers"][0]
+    secret_mounts = {m["mountPath"] for m in container["volumeMounts"]
+                     if any(v["name"] == m["name"] and "secret" in v for v in pod_spec["volumes"])}
+    for flag in wanted:
+        check(flag in container_flags, f"{name}: --{flag} missing (mutual TLS)")
+        check(os.path.dirname(container_flags[flag]) in secret_mounts,
+              f"{name}: --{flag} not on a volume mounted from a Secret")
+
+
+check_tls("coordinator", deployment["spec"]["template"]["spec"], cflags,
+          ["tls_cert", "tls_key", "tls_client_ca"])
+
 # Workers: reach the Service, node counts and GPUs agree, node rank from the index.
 workers = get("Job", "localsgd-workers")
 wspec = workers["spec"]
@@ -123,6 +138,7 @@ check(wflags["coordinator"] == f"localsgd-coordinator:{service_ports['grpc']['po
 check(int(wflags["num_nodes"]) == wspec["completions"] == wspec["parallelism"],
       "workers: --num_nodes, completions and parallelism differ")
 check(wflags["node_rank"] == "$JOB_COMPLETION_INDEX", "workers: node rank not from the index")
+check_tls("workers", wspec["template"]["spec"], wflags, ["tls_ca", "tls_cert", "tls_key"])
 env = {e["name"]: e for e in wcontainer["env"]}
 gpus = wcontainer["resources"]["limits"]["nvidia.com/gpu"]
 check(int(env["LOCAL_WORLD_SIZE"]["value"]) == int(gpus), "workers: one worker per GPU")
@@ -133,6 +149,8 @@ check(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name",
 spec_text = get("ConfigMap", "localsgd-run-spec")["data"]["spec.textproto"]
 starter = get("Job", "localsgd-start-run")["spec"]["template"]["spec"]["containers"][0]
 check(flags(starter["args"])["spec"] == "/etc/localsgd/spec/spec.textproto", "start job: spec path")
+check_tls("start job", get("Job", "localsgd-start-run")["spec"]["template"]["spec"],
+          flags(starter["args"]), ["tls_ca", "tls_cert", "tls_key"])
 with tempfile.TemporaryDirectory() as work:
     with open(f"{work}/spec.textproto", "w") as f:
         f.write(spec_text)

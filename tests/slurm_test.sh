@@ -49,5 +49,7 @@ for r in rounds:
 print("6 rounds, every node leader in each, none dropped")
 PY
 [[ -s $(dirname "$status")/model.pt ]] || fail "no trained model"
+grep -q "coordinator ready (mutual TLS" "$(dirname "$status")/coordinator.log" \
+  || fail "the job's coordinator did not use mutual TLS"
 grep -c ' done: ' "$WORK/job.out" | grep -q '^2$' || fail "not every worker finished"
 echo PASS

@@ -206,7 +206,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
     // next boundary; leaving it out of that round would make it stale again, round after round.
-    const bool stale = header.run_id() == model_.run_id && header.round() <= model_.round;
+    const bool stale = absl::IsFailedPrecondition(session.status()) && Stale(header);
     if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale) {
       Refuse(header.member_id(), session.status());
     }
@@ -246,7 +246,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
                                                    CodecName(model_.spec.codec())));
   }
   const int64_t next = model_.round + 1;
-  if (header.round() < next) {
+  if (Stale(header)) {
     return absl::FailedPreconditionError(
         absl::StrCat("round: ", header.round(), " is stale; round ", model_.round,
                      " is committed (fetch the model and go on)"));
@@ -313,6 +313,10 @@ void RoundManager::OpenRound(int64_t number) {
     }
     it = refused_.erase(it);
   }
+}
+
+bool RoundManager::Stale(const v1::SyncHeader& header) const {
+  return header.run_id() == model_.run_id && header.round() <= model_.round;
 }
 
 void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {

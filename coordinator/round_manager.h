@@ -130,6 +130,8 @@ class RoundManager {
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The header offers a round of the model's run that has already committed.
+  bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one).
   void Refuse(const std::string& member_id, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -27,7 +27,7 @@ for node in 0 1; do
     workers+=($!)
   done
 done
-cat > "$WORK/spec.textproto" <<SPEC
+start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }
 local_sgd_steps: 4
@@ -37,8 +37,6 @@ min_workers: 4
 optimizer { lr: 0.05 momentum: 0.9 }
 outer_optimizer { lr: 0.8 momentum: 0.5 nesterov: true }
 SPEC
-"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
-  --spec="$WORK/spec.textproto" >/dev/null
 
 # Watches /status through the restart: one "round global_step" line per answer.
 /usr/bin/python3 - "$HTTP" >"$WORK/progress.txt" 2>/dev/null <<'PY' &

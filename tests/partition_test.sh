@@ -30,7 +30,7 @@ for node in 0 1; do
   pids+=($!)
   workers+=($!)
 done
-cat > "$WORK/spec.textproto" <<SPEC
+start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }
 local_sgd_steps: 4
@@ -40,8 +40,6 @@ min_workers: 1
 round_deadline_seconds: 2
 optimizer { lr: 0.05 momentum: 0.9 }
 SPEC
-"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
-  --spec="$WORK/spec.textproto" >/dev/null
 
 for _ in $(seq 1 600); do [[ $(committed_rounds) -ge 8 ]] && break; sleep 0.1; done
 grep -q "committed: 2 of 2 members" "$WORK/coord.err" || fail "no round with both nodes first"

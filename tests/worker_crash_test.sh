@@ -24,7 +24,7 @@ start_worker() {  # node, log name
 start_worker 0 w0; w0=$!
 start_worker 1 w1; w1=$!
 start_worker 2 w2; w2=$!
-cat > "$WORK/spec.textproto" <<SPEC
+start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }
 local_sgd_steps: 4
@@ -34,8 +34,6 @@ min_workers: 2
 round_deadline_seconds: 3
 optimizer { lr: 0.05 momentum: 0.9 }
 SPEC
-"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
-  --spec="$WORK/spec.textproto" >/dev/null
 
 for _ in $(seq 1 600); do [[ $(committed_rounds) -ge 8 ]] && break; sleep 0.1; done
 [[ $(committed_rounds) -ge 8 ]] || fail "no 8 rounds before the kill"

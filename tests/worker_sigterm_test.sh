@@ -15,10 +15,7 @@ for node in 0 1; do
   pids+=($!)
 done
 victim=${pids[1]}
-echo 'model { builtin: "mlp" } total_steps: 100000 local_sgd_steps: 4 min_workers: 2' \
-  > "$WORK/spec.textproto"
-"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
-  --spec="$WORK/spec.textproto" >/dev/null
+echo 'model { builtin: "mlp" } total_steps: 100000 local_sgd_steps: 4 min_workers: 2' | start_run
 for _ in $(seq 1 600); do grep -q ' step 10/' "$WORK/w0.out" && break; sleep 0.1; done
 grep -q ' step 10/' "$WORK/w0.out" || fail "training did not start"
 

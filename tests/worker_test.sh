@@ -24,7 +24,7 @@ for node in 0 1; do
     workers+=($!)
   done
 done
-cat > "$WORK/spec.textproto" <<SPEC
+start_run <<SPEC
 name: "two-by-two"
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }
@@ -36,8 +36,6 @@ min_workers: 4
 optimizer { lr: 0.05 momentum: 0.9 }
 eval_every_rounds: 6
 SPEC
-"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" start \
-  --spec="$WORK/spec.textproto" >/dev/null
 for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed"; done
 
 status=$("$BIN/coordinator/localsgdctl" --coordinator="$GRPC" status)

@@ -46,3 +46,11 @@ expect_accuracy() {
       || fail "test accuracy not above $min: $line"
   done
 }
+
+# Starts a run from the spec text on standard input through localsgdctl (needs GRPC and
+# $WORK/token; extra arguments go to localsgdctl before the command).
+start_run() {
+  cat > "$WORK/spec.textproto"
+  "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" "$@" start \
+    --spec="$WORK/spec.textproto" >/dev/null || fail "localsgdctl start failed"
+}

@@ -1,0 +1,17 @@
+"""cluster_test: a shell test that runs a real coordinator and workers."""
+
+def cluster_test(name, size = "small", data = [], tags = []):
+    """sh_test `name` from `name`.sh, with the coordinator, localsgdctl, the worker and
+    tests/testutil/test_helpers.sh in its runfiles, plus `data`."""
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = [name + ".sh"],
+        data = [
+            "//tests/testutil:test_helpers_sh",
+            "//coordinator",
+            "//coordinator:localsgdctl",
+            "//worker",
+        ] + data,
+        tags = tags,
+    )

@@ -104,7 +104,10 @@ for node in (0, 1):
         if step not in failed:
             committed[node].append(leader.tobytes())
 assert committed[0] == committed[1], "the nodes' parameters differ after a committed round"
-assert len(committed[0]) == final_round, f"{len(committed[0])} syncs for {final_round} rounds"
+# A round the coordinator committed (and saved) just before the kill never reached the
+# members: after the restart they are told it is stale and adopt it. That is at most one.
+assert final_round - 1 <= len(committed[0]) <= final_round, \
+    f"{len(committed[0])} syncs for {final_round} rounds"
 print(f"{len(pairs)} status samples monotone; killed at round {killed_at}, final round "
       f"{final_round}; after each of the {final_round} rounds all 4 ranks identical")
 PY

@@ -12,6 +12,13 @@
 namespace localsgd {
 namespace {
 
+// The first line of an exception's message (c10 errors append a backtrace).
+std::string What(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string what = c10 != nullptr ? c10->what_without_backtrace() : e.what();
+  return what.substr(0, what.find('\n'));
+}
+
 class SingleRank : public IntraNodeAverager {
  public:
   int rank() const override { return 0; }
@@ -32,9 +39,9 @@ class Gloo : public IntraNodeAverager {
       std::vector<at::Tensor> tensors = {flat};
       group_->allreduce(tensors)->wait();
       flat.div_(size_);
-    } catch (const c10::Error& e) {
-      return absl::UnavailableError(
-          absl::StrCat("intra-node all-reduce failed: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      // A peer that died shows as gloo::IoException (not a c10::Error) from wait().
+      return absl::UnavailableError(absl::StrCat("intra-node all-reduce failed: ", What(e)));
     }
     return absl::OkStatus();
   }
@@ -45,9 +52,8 @@ class Gloo : public IntraNodeAverager {
       c10d::BroadcastOptions options;
       options.rootRank = 0;
       group_->broadcast(tensors, options)->wait();
-    } catch (const c10::Error& e) {
-      return absl::UnavailableError(
-          absl::StrCat("intra-node broadcast failed: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("intra-node broadcast failed: ", What(e)));
     }
     return absl::OkStatus();
   }
@@ -74,9 +80,9 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeGlooAverager(const std::s
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
     return std::unique_ptr<IntraNodeAverager>(new Gloo(std::move(group), rank, size));
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("cannot form the node's Gloo group through ",
-                                               store_path, ": ", e.what_without_backtrace()));
+                                               store_path, ": ", What(e)));
   }
 }
 

@@ -1,0 +1,133 @@
+#include "worker/node_group.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+
+namespace localsgd {
+namespace {
+
+std::string AlivePath(const std::string& dir, int rank) {
+  return absl::StrCat(dir, "/alive.", rank);
+}
+
+std::string ArrivedPath(const std::string& dir, int generation, int rank) {
+  return absl::StrCat(dir, "/g", generation, ".rank", rank);
+}
+
+// True while the process that locked alive.<rank> lives (its lock cannot be taken).
+bool Alive(const std::string& dir, int rank) {
+  const int fd = open(AlivePath(dir, rank).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);  // drops the lock if this probe took it
+  return held;
+}
+
+}  // namespace
+
+NodeGroup::NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout,
+                     Factory factory)
+    : dir_(std::move(dir)),
+      local_rank_(local_rank),
+      lock_fd_(lock_fd),
+      timeout_(timeout),
+      factory_(std::move(factory)) {}
+
+NodeGroup::~NodeGroup() {
+  averager_.reset();
+  close(lock_fd_);
+}
+
+absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& dir, int local_rank,
+                                                           int local_world,
+                                                           absl::Duration timeout,
+                                                           Factory factory) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create the node's rendezvous folder ", dir, ": ", strerror(errno)));
+  }
+  const std::string lock_path = AlivePath(dir, local_rank);
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return absl::AlreadyExistsError(absl::StrCat("local rank ", local_rank,
+                                                 " already runs on this node (", lock_path,
+                                                 " is locked by a live process)"));
+  }
+  std::unique_ptr<NodeGroup> group(
+      new NodeGroup(dir, local_rank, fd, timeout, std::move(factory)));
+  for (int r = 0; r < local_world; ++r) group->members_.push_back(r);
+  if (absl::Status s = group->FormGeneration(); !s.ok()) return s;
+  return group;
+}
+
+absl::Status NodeGroup::FormGeneration() {
+  int rank = 0;
+  while (members_[rank] != local_rank_) ++rank;
+  const int size = static_cast<int>(members_.size());
+  if (size == 1) {
+    averager_ = MakeSingleRankAverager();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<IntraNodeAverager>> made =
+      factory_(absl::StrCat(dir_, "/g", generation_, ".store"), rank, size);
+  if (!made.ok()) return made.status();
+  averager_ = *std::move(made);
+  return absl::OkStatus();
+}
+
+absl::Status NodeGroup::Reform() {
+  averager_.reset();  // closes this rank's connections: peers still waiting on it fail now
+  ++generation_;
+  const std::string arrived = ArrivedPath(dir_, generation_, local_rank_);
+  const int fd = open(arrived.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", arrived, ": ", strerror(errno)));
+  }
+  close(fd);
+  const absl::Time give_up = absl::Now() + timeout_;
+  std::vector<int> came, dead, waiting;
+  while (true) {
+    came.clear();
+    dead.clear();
+    waiting.clear();
+    for (int r : members_) {
+      if (r == local_rank_ || access(ArrivedPath(dir_, generation_, r).c_str(), F_OK) == 0) {
+        came.push_back(r);
+      } else if (Alive(dir_, r)) {
+        waiting.push_back(r);
+      } else {
+        dead.push_back(r);
+      }
+    }
+    if (waiting.empty()) break;
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "re-forming the node's group (generation ", generation_, "): local rank(s) ",
+          absl::StrJoin(waiting, ", "), " neither came nor died within ",
+          absl::FormatDuration(timeout_)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  LogWarning(absl::StrCat("node group generation ", generation_, ": local rank(s) ",
+                          dead.empty() ? "none" : absl::StrJoin(dead, ", "),
+                          " gone; going on with local ranks ", absl::StrJoin(came, ", ")));
+  members_ = std::move(came);
+  return FormGeneration();
+}
+
+}  // namespace localsgd

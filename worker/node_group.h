@@ -1,0 +1,72 @@
+#ifndef LOCALSGD_WORKER_NODE_GROUP_H_
+#define LOCALSGD_WORKER_NODE_GROUP_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/intra_node_averager.h"
+
+namespace localsgd {
+
+// The ranks of one node as a group that outlives the death of some of them (DESIGN.md §2).
+//
+// The ranks meet in a node-local folder. Each holds an exclusive flock(2) on alive.<rank> for
+// as long as it lives; the kernel drops it when the process dies, however it dies, so the
+// others can tell a dead rank from a slow one at once, without a lease. When a collective
+// fails, every surviving rank calls Reform(): it tears its group down (so that ranks still
+// waiting on it fail too), says it is at generation g+1 (file g<g+1>.rank<rank>), waits until
+// every other rank of the group has either said so or died, and forms the next group from
+// those that said so, in the order of their original local ranks, through the file store
+// g<g+1>.store. Thread-compatible.
+class NodeGroup {
+ public:
+  // Forms the averager of one generation: (store path, rank, size) -> averager.
+  using Factory = std::function<absl::StatusOr<std::unique_ptr<IntraNodeAverager>>(
+      const std::string& store, int rank, int size)>;
+
+  // Joins the node's group as `local_rank` of `local_world` in `dir` (created if missing; the
+  // same on every rank of the node, unique per run and node). ALREADY_EXISTS when another live
+  // process holds `local_rank` there; the factory's error when the group cannot form.
+  static absl::StatusOr<std::unique_ptr<NodeGroup>> Form(const std::string& dir, int local_rank,
+                                                         int local_world, absl::Duration timeout,
+                                                         Factory factory);
+  ~NodeGroup();
+  NodeGroup(const NodeGroup&) = delete;
+  NodeGroup& operator=(const NodeGroup&) = delete;
+
+  // The current generation's averager; its rank() and size() are this rank's place in the
+  // group of the ranks left.
+  IntraNodeAverager& averager() { return *averager_; }
+  // Original local ranks of the current group's members, ascending (the group's rank i is
+  // members()[i]).
+  const std::vector<int>& members() const { return members_; }
+  int local_rank() const { return local_rank_; }
+  int generation() const { return generation_; }
+
+  // After a collective of the current group failed: forms the group of the ranks that are
+  // left (see above). DEADLINE_EXCEEDED, naming the ranks, when some rank neither came nor
+  // died within the timeout; the factory's error when the new group cannot form.
+  absl::Status Reform();
+
+ private:
+  NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout,
+            Factory factory);
+  absl::Status FormGeneration();
+
+  const std::string dir_;
+  const int local_rank_;
+  const int lock_fd_;
+  const absl::Duration timeout_;
+  const Factory factory_;
+  std::vector<int> members_;
+  int generation_ = 0;
+  std::unique_ptr<IntraNodeAverager> averager_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_NODE_GROUP_H_

@@ -2,65 +2,147 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
 namespace localsgd {
+namespace {
 
-HierarchicalAverager::HierarchicalAverager(IntraNodeAverager* intra, NodeLeader* leader)
-    : intra_(intra), leader_(leader) {}
-
-template <typename LeaderStep>
-absl::Status HierarchicalAverager::WithFlat(const std::vector<at::Tensor>& tensors,
-                                            bool average_first, LeaderStep leader_step) {
-  torch::NoGradGuard no_grad;
-  // One flat fp32 vector on the model's device (NCCL averages it on the GPU); the node leader
-  // talks to the coordinator from a CPU copy.
+// One flat fp32 vector on the model's device (NCCL averages it on the GPU).
+at::Tensor Flatten(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> pieces;
   pieces.reserve(tensors.size());
   for (const at::Tensor& t : tensors) pieces.push_back(t.detach().to(torch::kFloat32).reshape({-1}));
-  at::Tensor flat = torch::cat(pieces).contiguous();
-  if (average_first) {
-    if (absl::Status s = intra_->AllReduceMean(flat); !s.ok()) return s;
-  }
-  absl::Status status;
-  if (leader_ != nullptr) {
-    at::Tensor host = flat.is_cpu() ? flat : flat.to(torch::kCPU);
-    status = leader_step(absl::MakeSpan(host.data_ptr<float>(), static_cast<size_t>(host.numel())));
-    if (!flat.is_cpu()) flat.copy_(host);
-  }
-  if (absl::Status s = intra_->Broadcast(flat); !s.ok()) return s;
+  return torch::cat(pieces).contiguous();
+}
+
+void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
   int64_t offset = 0;
   for (const at::Tensor& t : tensors) {
     const int64_t n = t.numel();
     t.copy_(flat.slice(0, offset, offset + n).view(t.sizes()));
     offset += n;
   }
-  return status;
 }
 
-absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors, int64_t step) {
-  return WithFlat(tensors, /*average_first=*/true,
-                  [&](absl::Span<float> flat) { return leader_->Sync(flat, step); });
+// Broadcasts rank 0's (flag, step) to the group (the step in two parts of 2^20, each exact in
+// fp32).
+absl::StatusOr<std::pair<bool, int64_t>> BroadcastFlagAndStep(IntraNodeAverager& intra,
+                                                              bool flag, int64_t step,
+                                                              const at::Device& device) {
+  constexpr int64_t kPart = int64_t{1} << 20;
+  at::Tensor info = torch::tensor({flag ? 1.0f : 0.0f, static_cast<float>(step / kPart),
+                                   static_cast<float>(step % kPart)},
+                                  torch::TensorOptions().device(device))
+                        .contiguous();
+  if (absl::Status s = intra.Broadcast(info); !s.ok()) return s;
+  at::Tensor host = info.to(torch::kCPU);
+  return std::make_pair(host[0].item<float>() == 1.0f,
+                        static_cast<int64_t>(host[1].item<float>()) * kPart +
+                            static_cast<int64_t>(host[2].item<float>()));
+}
+
+}  // namespace
+
+HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader)
+    : group_(group), leader_(leader) {}
+
+template <typename LeaderStep>
+absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first,
+                                            LeaderStep leader_step, bool* leader_has_result) {
+  *leader_has_result = false;
+  if (average_first) {
+    if (absl::Status s = intra().AllReduceMean(flat); !s.ok()) return s;
+  }
+  if (leader_ != nullptr) {
+    // The node leader talks to the coordinator from a CPU copy.
+    at::Tensor host = flat.is_cpu() ? flat : flat.to(torch::kCPU);
+    leader_step(absl::MakeSpan(host.data_ptr<float>(), static_cast<size_t>(host.numel())));
+    if (!flat.is_cpu()) flat.copy_(host);
+    *leader_has_result = true;
+  }
+  return intra().Broadcast(flat);
+}
+
+absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors,
+                                           int64_t* step) {
+  if (!health_.ok()) return health_;
+  torch::NoGradGuard no_grad;
+  at::Tensor flat = Flatten(tensors);
+  absl::Status sync_status;
+  auto sync = [&](absl::Span<float> values) { sync_status = leader_->Sync(values, *step); };
+  bool leader_has_result = false;
+  if (absl::Status failure = Exchange(flat, /*average_first=*/true, sync, &leader_has_result);
+      !failure.ok()) {
+    if (absl::Status s = Recover(std::move(failure), tensors, flat, step, leader_has_result,
+                                 &sync_status);
+        !s.ok()) {
+      return s;
+    }
+  }
+  Unflatten(flat, tensors);
+  return sync_status;
+}
+
+absl::Status HierarchicalAverager::Recover(absl::Status failure,
+                                           const std::vector<at::Tensor>& tensors,
+                                           at::Tensor& flat, int64_t* step,
+                                           bool leader_has_result, absl::Status* sync_status) {
+  const at::Device device = tensors.front().device();
+  while (!failure.ok()) {
+    LogWarning(absl::StrCat("node group generation ", group_->generation(),
+                            ": a collective at step ", *step, " failed (", failure.message(),
+                            "); re-forming with the ranks left"));
+    if (absl::Status s = group_->Reform(); !s.ok()) return health_ = s;
+    if (group_->members().front() != 0) {
+      return health_ = absl::FailedPreconditionError(
+                 "the node leader (local rank 0) died; this node's other ranks stop (restart "
+                 "the node's ranks to rejoin the run)");
+    }
+    if (leader_ != nullptr) leader_->SetNodeWorkers(static_cast<int>(group_->members().size()));
+    // The leader's state decides: its step, and whether it holds the round's result.
+    absl::StatusOr<std::pair<bool, int64_t>> plan =
+        BroadcastFlagAndStep(intra(), leader_has_result, *step, device);
+    if (!plan.ok()) {
+      failure = plan.status();
+      continue;
+    }
+    *step = plan->second;
+    if (plan->first) {
+      if (leader_ == nullptr) flat = Flatten(tensors);  // a buffer for the leader's result
+      failure = intra().Broadcast(flat);
+    } else {
+      flat = Flatten(tensors);
+      auto sync = [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step); };
+      failure = Exchange(flat, /*average_first=*/true, sync, &leader_has_result);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
-  absl::Status status = WithFlat(tensors, /*average_first=*/false,
-                                 [&](absl::Span<float> flat) { return leader_->Start(flat); });
-  // Every rank learns whether its leader got the initial model, so that none trains on, and
-  // the global step to resume at (in two parts of 2^20, each exact in fp32).
   torch::NoGradGuard no_grad;
-  constexpr int64_t kPart = int64_t{1} << 20;
-  const int64_t step = leader_ != nullptr && status.ok() ? leader_->global_step() : 0;
-  at::Tensor info = torch::tensor({status.ok() ? 1.0f : 0.0f, static_cast<float>(step / kPart),
-                                   static_cast<float>(step % kPart)},
-                                  torch::TensorOptions().device(tensors.front().device()))
-                        .contiguous();
-  if (absl::Status s = intra_->Broadcast(info); !s.ok()) return s;
-  if (!status.ok()) return status;
-  at::Tensor host = info.to(torch::kCPU);
-  if (host[0].item<float>() != 1.0f) {
-    return absl::UnavailableError("the node leader could not get the initial model");
+  at::Tensor flat = Flatten(tensors);
+  absl::Status status;
+  bool leader_has_result = false;
+  if (absl::Status s = Exchange(
+          flat, /*average_first=*/false,
+          [&](absl::Span<float> values) { status = leader_->Start(values); }, &leader_has_result);
+      !s.ok()) {
+    return s;
   }
-  return static_cast<int64_t>(host[1].item<float>()) * kPart +
-         static_cast<int64_t>(host[2].item<float>());
+  Unflatten(flat, tensors);
+  // Every rank learns whether its leader got the initial model, so that none trains on, and
+  // the global step to resume at.
+  absl::StatusOr<std::pair<bool, int64_t>> info = BroadcastFlagAndStep(
+      intra(), leader_ != nullptr && status.ok(),
+      leader_ != nullptr && status.ok() ? leader_->global_step() : 0, tensors.front().device());
+  if (!info.ok()) return info.status();
+  if (!status.ok()) return status;
+  if (!info->first) return absl::UnavailableError("the node leader could not get the initial model");
+  return info->second;
 }
 
 }  // namespace localsgd

@@ -5,7 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "worker/intra_node_averager.h"
+#include "worker/node_group.h"
 #include "worker/node_leader.h"
 #include "worker/parameter_averager.h"
 
@@ -13,13 +13,20 @@ namespace localsgd {
 
 // DESIGN.md §2 on one rank: the node's ranks average (Gloo/NCCL), the node leader syncs the
 // node's mean with the coordinator, and broadcasts the result (global[r], or the node's mean
-// when the round failed) to its ranks. Not thread-safe.
+// when the round failed) to its ranks.
+//
+// When a collective fails (a rank of the node died), the ranks left re-form their group
+// (NodeGroup::Reform) and go on from the leader's state: if the leader already holds the
+// round's result, every rank takes it and the leader's step; else they redo the round among
+// themselves (the leader's delta now weighs the ranks left). If the leader itself died, or
+// the group cannot re-form, Health() says so and the worker stops. Not thread-safe.
 class HierarchicalAverager : public ParameterAverager {
  public:
-  // `leader` is null on ranks other than 0. Both must outlive this object.
-  HierarchicalAverager(IntraNodeAverager* intra, NodeLeader* leader);
+  // `leader` is null on ranks other than local rank 0. Both must outlive this object.
+  HierarchicalAverager(NodeGroup* group, NodeLeader* leader);
 
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override;
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Health() const override { return health_; }
 
   // Start of training: the leader offers global[0] and fetches the run's current global
   // model, every rank receives it; when the leader fails, every rank of the node returns an
@@ -28,13 +35,21 @@ class HierarchicalAverager : public ParameterAverager {
   absl::StatusOr<int64_t> Start(const std::vector<at::Tensor>& tensors);
 
  private:
-  // Runs `leader_step` on the leader (if any) over the flattened tensors, then broadcasts.
+  // All-reduce (if `average_first`), `leader_step` on the leader over a CPU view of `flat`,
+  // broadcast. Returns a collective's failure; `*leader_has_result` tells whether the
+  // leader's `flat` holds what every rank should take (its step ran).
   template <typename LeaderStep>
-  absl::Status WithFlat(const std::vector<at::Tensor>& tensors, bool average_first,
-                        LeaderStep leader_step);
+  absl::Status Exchange(at::Tensor& flat, bool average_first, LeaderStep leader_step,
+                        bool* leader_has_result);
+  // After `failure`: re-forms the group and finishes the round as the class comment says.
+  absl::Status Recover(absl::Status failure, const std::vector<at::Tensor>& tensors,
+                       at::Tensor& flat, int64_t* step, bool leader_has_result,
+                       absl::Status* sync_status);
+  IntraNodeAverager& intra() { return group_->averager(); }
 
-  IntraNodeAverager* const intra_;
+  NodeGroup* const group_;
   NodeLeader* const leader_;
+  absl::Status health_;
 };
 
 }  // namespace localsgd

@@ -35,9 +35,10 @@ absl::Status LocalSGD::Finish() {
 }
 
 absl::Status LocalSGD::Sync() {
-  synced_at_ = steps_;
   ++syncs_;
-  return averager_->Average(tensors_, steps_);
+  absl::Status status = averager_->Average(tensors_, &steps_);
+  synced_at_ = steps_;
+  return status;
 }
 
 }  // namespace localsgd

@@ -34,7 +34,9 @@ class LocalSGD {
   LocalSGD& operator=(const LocalSGD&) = delete;
 
   // Counts one optimizer step; at every local_sgd_steps-th it averages. An error from the
-  // averager is returned (training may go on: the model then keeps its local values).
+  // averager is returned (training may go on: the model then keeps its local values, unless
+  // the averager's Health() is an error). After a sync steps() may have moved (the averager
+  // set another step: see ParameterAverager::Average); a caller's own step count follows it.
   absl::Status Step();
 
   // The last sync, if any step was taken since the previous one. Idempotent.

@@ -12,13 +12,15 @@ namespace {
 // Records the steps it was called at and sets every tensor to a marker value.
 class FakeAverager : public ParameterAverager {
  public:
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override {
-    steps.push_back(step);
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
+    steps.push_back(*step);
     torch::NoGradGuard no_grad;
-    for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(step));
+    for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(*step));
+    if (move_to >= 0) *step = move_to;
     return status;
   }
   std::vector<int64_t> steps;
+  int64_t move_to = -1;
   absl::Status status;
 };
 
@@ -45,6 +47,23 @@ TEST(LocalSgdTest, ResumingAtAStepKeepsTheRunsBoundaries) {
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{48}));
   ASSERT_TRUE(local_sgd.Finish().ok());
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{48}));  // nothing new since the boundary
+}
+
+// A node that re-formed after a rank died goes on from its leader's step: the averager moves
+// the step back (this rank had trained on past it), and the boundaries follow the new count.
+TEST(LocalSgdTest, FollowsAStepTheAveragerSets) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 4);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  averager.move_to = 4;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // syncs at 8, sent back to 4
+  EXPECT_EQ(local_sgd.steps(), 4);
+  averager.move_to = -1;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8, 8}));
+  ASSERT_TRUE(local_sgd.Finish().ok());
+  EXPECT_EQ(averager.steps.size(), 3u);  // step 8 was just synced
 }
 
 TEST(LocalSgdTest, NoFinalSyncRightAfterABoundary) {

@@ -1,5 +1,6 @@
 #include "worker/node_group.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -7,8 +8,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -34,6 +38,41 @@ bool Alive(const std::string& dir, int rank) {
   return held;
 }
 
+// The file's contents ("" when it cannot be read).
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string temp = absl::StrCat(path, ".tmp");
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << contents;
+    if (!out.flush()) return absl::UnavailableError(absl::StrCat("cannot write ", temp));
+  }
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", temp, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// Removes g<generation>.* (stores and arrival marks).
+absl::Status RemoveGenerationFiles(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot list ", dir, ": ", strerror(errno)));
+  }
+  while (dirent* entry = readdir(d)) {
+    const absl::string_view name = entry->d_name;
+    if (name.size() > 1 && name[0] == 'g' && absl::ascii_isdigit(name[1])) {
+      unlink(absl::StrCat(dir, "/", name).c_str());
+    }
+  }
+  closedir(d);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 NodeGroup::NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout,
@@ -57,19 +96,49 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     return absl::UnavailableError(
         absl::StrCat("cannot create the node's rendezvous folder ", dir, ": ", strerror(errno)));
   }
+  const std::string incarnation = absl::StrCat(dir, "/incarnation");
+  // Before rank 0 holds its lock, no incarnation file may name a live rank 0 (see below).
+  if (local_rank == 0) unlink(incarnation.c_str());
   const std::string lock_path = AlivePath(dir, local_rank);
   const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // Another rank's liveness probe holds the lock for microseconds: retry for a while.
+  const absl::Time lock_until = absl::Now() + absl::Seconds(1);
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (absl::Now() > lock_until) {
+      close(fd);
+      return absl::AlreadyExistsError(absl::StrCat("local rank ", local_rank,
+                                                   " already runs on this node (", lock_path,
+                                                   " is locked by a live process)"));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const std::string pid = absl::StrCat(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
     close(fd);
-    return absl::AlreadyExistsError(absl::StrCat("local rank ", local_rank,
-                                                 " already runs on this node (", lock_path,
-                                                 " is locked by a live process)"));
+    return absl::UnavailableError(absl::StrCat("cannot write ", lock_path, ": ", strerror(errno)));
   }
   std::unique_ptr<NodeGroup> group(
       new NodeGroup(dir, local_rank, fd, timeout, std::move(factory)));
+  // Files of an earlier incarnation of this node's ranks (all killed, then restarted) must not
+  // be read: rank 0 removes them, then names itself in `incarnation`; the other ranks go on
+  // once that names the live rank 0.
+  if (local_rank == 0) {
+    if (absl::Status s = RemoveGenerationFiles(dir); !s.ok()) return s;
+    if (absl::Status s = WriteFileAtomically(incarnation, pid); !s.ok()) return s;
+  } else {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (!(Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == ReadSmallFile(incarnation))) {
+      if (absl::Now() > give_up) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "local rank 0 of this node did not start within ", absl::FormatDuration(timeout),
+            " (no live rank 0 named in ", incarnation, ")"));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
   for (int r = 0; r < local_world; ++r) group->members_.push_back(r);
   if (absl::Status s = group->FormGeneration(); !s.ok()) return s;
   return group;

@@ -1,11 +1,14 @@
 #include "worker/node_group.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -109,48 +112,90 @@ TEST(NodeGroupTest, AloneAfterReformNeedsNoPeers) {
   EXPECT_EQ((*zero)->averager().size(), 1);
 }
 
+// A node whose ranks were all killed and restarted: rank 0 clears the earlier incarnation's
+// files, so a stale arrival mark cannot pass for a live rank.
+TEST(NodeGroupTest, FilesOfAnEarlierIncarnationAreNotRead) {
+  const std::string dir = TestDir("incarnation");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  for (const char* name : {"g1.rank1", "incarnation", "alive.0"}) {
+    std::ofstream(absl::StrCat(dir, "/", name)) << "12345";
+  }
+  std::vector<std::unique_ptr<NodeGroup>> groups(3);
+  std::vector<std::thread> threads;
+  for (int r : {2, 1, 0}) {  // the others wait for rank 0's incarnation
+    threads.emplace_back([&, r] {
+      auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(10), FakeFactory());
+      ASSERT_TRUE(group.ok()) << group.status();
+      groups[r] = *std::move(group);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
+  groups[1].reset();
+  for (int r : {0, 2}) {
+    threads.emplace_back([&, r] { ASSERT_TRUE(groups[r]->Reform().ok()); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(groups[0]->members(), ElementsAre(0, 2));
+}
+
+// Runs body(rank) in `ranks` forked processes; returns their wait statuses.
+std::vector<int> RunRanks(int ranks, const std::function<int(int)>& body) {
+  std::vector<pid_t> children;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(body(r));
+    children.push_back(pid);
+  }
+  std::vector<int> statuses;
+  for (pid_t pid : children) {
+    int status = -1;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) status = -1;
+    statuses.push_back(status);
+  }
+  return statuses;
+}
+
+bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
 // Real processes and Gloo: rank 2 of 3 is SIGKILLed between two all-reduces. The others' next
-// collective fails with an error (no crash), they re-form as a group of two and average.
-// Each child reports through its exit code: 0 = as expected.
+// collective fails with an error (no crash), they re-form as a group of two and average. They
+// end without cleaning up (_exit), and a new incarnation of three ranks then forms in the same
+// folder. Each rank reports through its exit code: 0 = as expected.
 TEST(NodeGroupTest, GlooSurvivorsOfAKilledRankReformAndAverage) {
   const std::string dir = TestDir("gloo");
-  constexpr int kRanks = 3;
-  std::vector<pid_t> children;
-  for (int r = 0; r < kRanks; ++r) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid > 0) {
-      children.push_back(pid);
-      continue;
-    }
-    auto group = NodeGroup::Form(dir, r, kRanks, absl::Seconds(30), GlooFactory());
-    if (!group.ok()) _exit(10);
+  std::vector<int> statuses = RunRanks(3, [&](int r) {
+    auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(30), GlooFactory());
+    if (!group.ok()) return 10;
     at::Tensor t = torch::full({1000}, static_cast<float>(r + 1));
-    if (!(*group)->averager().AllReduceMean(t).ok()) _exit(11);
-    if (!torch::allclose(t, torch::full({1000}, 2.0f))) _exit(12);
+    if (!(*group)->averager().AllReduceMean(t).ok()) return 11;
+    if (!torch::allclose(t, torch::full({1000}, 2.0f))) return 12;
     if (r == 2) raise(SIGKILL);
     absl::SleepFor(absl::Milliseconds(500));  // rank 2 is dead by now
     t = torch::full({1000}, static_cast<float>(r + 1));
     const absl::Time before = absl::Now();
-    if ((*group)->averager().AllReduceMean(t).ok()) _exit(13);
-    if (absl::Now() - before > absl::Seconds(10)) _exit(14);  // noticed at once, not at timeout
-    if (!(*group)->Reform().ok()) _exit(15);
-    if ((*group)->averager().size() != 2 || (*group)->averager().rank() != r) _exit(16);
+    if ((*group)->averager().AllReduceMean(t).ok()) return 13;
+    if (absl::Now() - before > absl::Seconds(10)) return 14;  // noticed at once, not at timeout
+    if (!(*group)->Reform().ok()) return 15;
+    if ((*group)->averager().size() != 2 || (*group)->averager().rank() != r) return 16;
     t = torch::full({1000}, static_cast<float>(r + 1));
-    if (!(*group)->averager().AllReduceMean(t).ok()) _exit(17);
-    if (!torch::allclose(t, torch::full({1000}, 1.5f))) _exit(18);
-    _exit(0);
-  }
-  for (int r = 0; r < kRanks; ++r) {
-    int status = 0;
-    ASSERT_EQ(waitpid(children[r], &status, 0), children[r]);
-    if (r == 2) {
-      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    } else {
-      EXPECT_TRUE(WIFEXITED(status)) << "rank " << r << " died of signal " << WTERMSIG(status);
-      EXPECT_EQ(WEXITSTATUS(status), 0) << "rank " << r;
-    }
-  }
+    if (!(*group)->averager().AllReduceMean(t).ok()) return 17;
+    if (!torch::allclose(t, torch::full({1000}, 1.5f))) return 18;
+    return 0;
+  });
+  EXPECT_TRUE(ExitedWith(statuses[0], 0)) << statuses[0];
+  EXPECT_TRUE(ExitedWith(statuses[1], 0)) << statuses[1];
+  EXPECT_TRUE(WIFSIGNALED(statuses[2]) && WTERMSIG(statuses[2]) == SIGKILL) << statuses[2];
+
+  statuses = RunRanks(3, [&](int r) {
+    auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(30), GlooFactory());
+    if (!group.ok()) return 20;
+    at::Tensor t = torch::full({10}, static_cast<float>(r));
+    if (!(*group)->averager().AllReduceMean(t).ok()) return 21;
+    return torch::allclose(t, torch::full({10}, 1.0f)) ? 0 : 22;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(ExitedWith(statuses[r], 0)) << r << ": " << statuses[r];
 }
 
 }  // namespace

@@ -30,6 +30,13 @@ class NodeLeader {
   // aborted, coordinator unreachable) `params` keeps the node's own values.
   absl::Status Sync(absl::Span<float> params, int64_t step);
 
+  // The node now has `n` ranks (it re-formed after a rank died): later rounds weigh its
+  // delta by n.
+  void SetNodeWorkers(int n) {
+    member_.weight = n;
+    member_.num_workers = n;
+  }
+
   int64_t round() const { return round_; }
   // The run's global step when global[round()] was committed (0 before any round).
   int64_t global_step() const { return global_step_; }
@@ -38,7 +45,7 @@ class NodeLeader {
   absl::Status Adopt(absl::Span<float> params);
 
   AveragingClient* const client_;
-  const AveragingClient::Member member_;
+  AveragingClient::Member member_;
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
   std::vector<float> global_;

@@ -18,10 +18,16 @@ class ParameterAverager {
  public:
   virtual ~ParameterAverager() = default;
 
-  // Averages `tensors` (parameters, and buffers unless turned off) in place. `step` is the
-  // caller's optimizer step count. On error (a round aborted, say) the tensors hold this
-  // worker's own values, or its node's mean, and training goes on.
-  virtual absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) = 0;
+  // Averages `tensors` (parameters, and buffers unless turned off) in place. `*step` is the
+  // caller's optimizer step count; the averager may move it when the worker must take up
+  // another step with the tensors it returns (its node re-formed after a rank died and goes
+  // on from the node leader's step). On error (a round aborted, say) the tensors hold this
+  // worker's own values, or its node's mean, and training goes on, unless Health() is an error.
+  virtual absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) = 0;
+
+  // OK while the averager can average; once it cannot (its node's ranks could not re-form
+  // after one died, say), the reason: the worker must stop training and leave.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
 };
 
 }  // namespace localsgd

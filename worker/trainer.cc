@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "worker/local_sgd.h"
 
 namespace localsgd {
@@ -149,6 +150,16 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
       const bool boundary = spec.enabled() && (step + 1) % spec.local_sgd_steps() == 0;
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
+      if (boundary && averager != nullptr) {
+        if (absl::Status health = averager->Health(); !health.ok()) return health;
+      }
+      if (local_sgd.steps() != step + 1) {
+        // The node re-formed after one of its ranks died and goes on from its leader's step.
+        LogWarning(absl::StrCat("the node's ranks re-formed; going on from step ",
+                                local_sgd.steps(), " (this rank was at step ", step + 1, ")"));
+        step = local_sgd.steps() - 1;
+        progress.step = step + 1;
+      }
       if (boundary) {
         progress.synced = true;
         progress.sync_seconds = absl::ToDoubleSeconds(absl::Now() - sync_start);
@@ -177,6 +188,9 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
     // Stopped early (SIGTERM): leave without a last sync the others are not ready for.
     if (result.stopped) local_sgd.Abandon();
     absl::Status last = local_sgd.Finish();
+    if (averager != nullptr) {
+      if (absl::Status health = averager->Health(); !health.ok()) return health;
+    }
     if (!last.ok()) {
       TrainProgress progress;
       progress.step = result.steps;

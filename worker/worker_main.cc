@@ -27,6 +27,7 @@
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
+#include "worker/node_group.h"
 #include "worker/node_leader.h"
 #include "worker/trainer.h"
 
@@ -40,7 +41,7 @@ ABSL_FLAG(int, local_rank, 0, "This process's rank on its node; rank 0 is the no
 ABSL_FLAG(int, local_world_size, 1, "Processes (ranks) on this node.");
 ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu or cuda:N.");
 ABSL_FLAG(std::string, rendezvous_dir, "/tmp",
-          "Node-local folder where the node's ranks meet (a Gloo file store per run).");
+          "Node-local folder where the node's ranks meet (a folder per run and node).");
 ABSL_FLAG(int, log_every, 10, "Print a progress line every this many optimizer steps.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Minutes(5),
           "How long to keep retrying an unreachable coordinator.");
@@ -67,12 +68,14 @@ class DumpingAverager : public localsgd::ParameterAverager {
  public:
   DumpingAverager(localsgd::ParameterAverager* inner, std::string prefix)
       : inner_(inner), prefix_(std::move(prefix)) {}
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t step) override {
-    Dump(tensors, absl::StrCat(prefix_, "-", step, "-pre.bin"));
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
+    const int64_t at = *step;
+    Dump(tensors, absl::StrCat(prefix_, "-", at, "-pre.bin"));
     absl::Status status = inner_->Average(tensors, step);
-    Dump(tensors, absl::StrCat(prefix_, "-", step, "-post.bin"));
+    Dump(tensors, absl::StrCat(prefix_, "-", at, "-post.bin"));
     return status;
   }
+  absl::Status Health() const override { return inner_->Health(); }
 
  private:
   static void Dump(const std::vector<at::Tensor>& tensors, const std::string& path) {
@@ -172,21 +175,17 @@ int main(int argc, char** argv) {
   if (!data.ok()) return leave_and_fail(data.status().ToString());
 
   // The node's ranks average with NCCL on GPUs and Gloo on CPUs, meeting in a node-local
-  // file store named after the run and the node.
-  std::unique_ptr<localsgd::IntraNodeAverager> intra;
-  if (local_world == 1) {
-    intra = localsgd::MakeSingleRankAverager();
-  } else {
-    const std::string store = absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-",
-                                           run->run_id(), "-", node, ".store");
-    const absl::Duration timeout = absl::Seconds(spec->round_deadline_seconds() * 2 + 60);
-    absl::StatusOr<std::unique_ptr<localsgd::IntraNodeAverager>> made =
-        device.is_cuda()
-            ? localsgd::MakeNcclAverager(store, local_rank, local_world, device.index(), timeout)
-            : localsgd::MakeGlooAverager(store, local_rank, local_world, timeout);
-    if (!made.ok()) return leave_and_fail(made.status().ToString());
-    intra = *std::move(made);
-  }
+  // folder named after the run and the node; they re-form there when one of them dies.
+  const absl::Duration timeout = absl::Seconds(spec->round_deadline_seconds() * 2 + 60);
+  localsgd::NodeGroup::Factory factory = [&](const std::string& store, int rank, int size) {
+    return device.is_cuda()
+               ? localsgd::MakeNcclAverager(store, rank, size, device.index(), timeout)
+               : localsgd::MakeGlooAverager(store, rank, size, timeout);
+  };
+  absl::StatusOr<std::unique_ptr<localsgd::NodeGroup>> group = localsgd::NodeGroup::Form(
+      absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-", run->run_id(), "-", node),
+      local_rank, local_world, timeout, factory);
+  if (!group.ok()) return leave_and_fail(group.status().ToString());
   std::vector<at::Tensor> tensors = localsgd::ModelTensors(**model, spec->average_buffers());
   localsgd::AveragingClient averaging(coordinator.channel(), *token);
   std::unique_ptr<localsgd::NodeLeader> leader;
@@ -199,7 +198,7 @@ int main(int argc, char** argv) {
         localsgd::ChunkLayout::ForBytes(localsgd::NumValues(tensors), spec->chunk_bytes()),
         absl::Seconds(spec->round_deadline_seconds() + 30));
   }
-  localsgd::HierarchicalAverager hierarchical(intra.get(), leader.get());
+  localsgd::HierarchicalAverager hierarchical(group->get(), leader.get());
   int64_t first_step = 0;
   if (spec->enabled()) {
     absl::StatusOr<int64_t> resume_at = hierarchical.Start(tensors);

@@ -1,6 +1,7 @@
 #ifndef LOCALSGD_WORKER_INTRA_NODE_AVERAGER_H_
 #define LOCALSGD_WORKER_INTRA_NODE_AVERAGER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,12 +37,13 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeGlooAverager(const std::s
 
 // NCCL on GPU `device` (ncclAvg all-reduce, broadcast from rank 0) for tensors on that device;
 // the ranks exchange the NCCL unique id through a node-local file store at `store_path`.
-// Built only with --config=cuda; otherwise UNIMPLEMENTED. FAILED_PRECONDITION when the device
-// does not exist.
-absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::string& store_path,
-                                                                    int rank, int size,
-                                                                    int device,
-                                                                    absl::Duration timeout);
+// NCCL collectives do not fail when a peer dies, they wait: while one runs, this polls NCCL's
+// asynchronous error and `peers_alive` (every 100 ms), and on either aborts the communicator
+// and returns UNAVAILABLE (the averager is then unusable; the node re-forms). Built only with
+// --config=cuda; otherwise UNIMPLEMENTED. FAILED_PRECONDITION when the device does not exist.
+absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(
+    const std::string& store_path, int rank, int size, int device, absl::Duration timeout,
+    std::function<bool()> peers_alive = [] { return true; });
 
 }  // namespace localsgd
 

@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "worker/intra_node_averager.h"
 
 namespace localsgd {
@@ -23,10 +25,16 @@ absl::Status NcclError(ncclResult_t r, const char* what) {
 
 class Nccl : public IntraNodeAverager {
  public:
-  Nccl(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size)
-      : comm_(comm), stream_(stream), device_(device), rank_(rank), size_(size) {}
+  Nccl(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size,
+       std::function<bool()> peers_alive)
+      : comm_(comm),
+        stream_(stream),
+        device_(device),
+        rank_(rank),
+        size_(size),
+        peers_alive_(std::move(peers_alive)) {}
   ~Nccl() override {
-    ncclCommDestroy(comm_);
+    if (!aborted_) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
   int rank() const override { return rank_; }
@@ -47,6 +55,7 @@ class Nccl : public IntraNodeAverager {
  private:
   template <typename Op>
   absl::Status Run(at::Tensor& flat, Op op) {
+    if (aborted_) return absl::UnavailableError("the NCCL communicator was aborted");
     if (!flat.is_cuda() || flat.get_device() != device_ || !flat.is_contiguous()) {
       return absl::InvalidArgumentError(
           absl::StrCat("NCCL needs a contiguous tensor on cuda:", device_));
@@ -58,10 +67,31 @@ class Nccl : public IntraNodeAverager {
         r != ncclSuccess) {
       return NcclError(r, "NCCL collective");
     }
-    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
-      return CudaError(e, "stream sync");
+    return Wait();
+  }
+
+  // Waits for the collective; a peer that died makes NCCL wait forever, so this polls.
+  absl::Status Wait() {
+    absl::Time next_check = absl::Now() + absl::Milliseconds(100);
+    while (true) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return absl::OkStatus();
+      if (e != cudaErrorNotReady) return CudaError(e, "NCCL stream");
+      if (absl::Now() >= next_check) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess) return Abort(ncclGetErrorString(async));
+        if (!peers_alive_()) return Abort("a rank of the node died");
+        next_check = absl::Now() + absl::Milliseconds(100);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    return absl::OkStatus();
+  }
+
+  absl::Status Abort(absl::string_view why) {
+    ncclCommAbort(comm_);
+    aborted_ = true;
+    return absl::UnavailableError(absl::StrCat("NCCL collective aborted: ", why));
   }
 
   ncclComm_t comm_;
@@ -69,6 +99,8 @@ class Nccl : public IntraNodeAverager {
   const int device_;
   const int rank_;
   const int size_;
+  const std::function<bool()> peers_alive_;
+  bool aborted_ = false;
 };
 
 }  // namespace
@@ -76,7 +108,8 @@ class Nccl : public IntraNodeAverager {
 absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::string& store_path,
                                                                     int rank, int size,
                                                                     int device,
-                                                                    absl::Duration timeout) {
+                                                                    absl::Duration timeout,
+                                                                    std::function<bool()> peers_alive) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || device < 0 || device >= devices) {
     return absl::FailedPreconditionError(
@@ -111,7 +144,8 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::s
     ncclCommDestroy(comm);
     return CudaError(e, "cudaStreamCreate");
   }
-  return std::unique_ptr<IntraNodeAverager>(new Nccl(comm, stream, device, rank, size));
+  return std::unique_ptr<IntraNodeAverager>(
+      new Nccl(comm, stream, device, rank, size, std::move(peers_alive)));
 }
 
 }  // namespace localsgd

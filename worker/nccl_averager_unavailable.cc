@@ -4,7 +4,8 @@
 namespace localsgd {
 
 absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::string&, int, int,
-                                                                    int, absl::Duration) {
+                                                                    int, absl::Duration,
+                                                                    std::function<bool()>) {
   return absl::UnimplementedError(
       "this worker was built without NCCL: build with --config=cuda (see README, GPUs)");
 }

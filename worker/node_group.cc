@@ -153,10 +153,18 @@ absl::Status NodeGroup::FormGeneration() {
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<IntraNodeAverager>> made =
-      factory_(absl::StrCat(dir_, "/g", generation_, ".store"), rank, size);
+      factory_(absl::StrCat(dir_, "/g", generation_, ".store"), rank, size,
+               [this] { return PeersAlive(); });
   if (!made.ok()) return made.status();
   averager_ = *std::move(made);
   return absl::OkStatus();
+}
+
+bool NodeGroup::PeersAlive() const {
+  for (int r : members_) {
+    if (r != local_rank_ && !Alive(dir_, r)) return false;
+  }
+  return true;
 }
 
 absl::Status NodeGroup::Reform() {

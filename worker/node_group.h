@@ -24,9 +24,11 @@ namespace localsgd {
 // g<g+1>.store. Thread-compatible.
 class NodeGroup {
  public:
-  // Forms the averager of one generation: (store path, rank, size) -> averager.
+  // Forms the averager of one generation: (store path, rank, size, peers_alive) -> averager.
+  // peers_alive() is false once another member of the generation has died; an averager whose
+  // collectives can block on a dead peer (NCCL) polls it. Valid as long as the averager.
   using Factory = std::function<absl::StatusOr<std::unique_ptr<IntraNodeAverager>>(
-      const std::string& store, int rank, int size)>;
+      const std::string& store, int rank, int size, std::function<bool()> peers_alive)>;
 
   // Joins the node's group as `local_rank` of `local_world` in `dir` (created if missing; the
   // same on every rank of the node, unique per run and node). ALREADY_EXISTS when another live
@@ -56,6 +58,7 @@ class NodeGroup {
   NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout,
             Factory factory);
   absl::Status FormGeneration();
+  bool PeersAlive() const;
 
   const std::string dir_;
   const int local_rank_;

@@ -43,14 +43,14 @@ class Fake : public IntraNodeAverager {
 };
 
 NodeGroup::Factory FakeFactory() {
-  return [](const std::string&, int rank, int size)
+  return [](const std::string&, int rank, int size, std::function<bool()>)
              -> absl::StatusOr<std::unique_ptr<IntraNodeAverager>> {
     return std::unique_ptr<IntraNodeAverager>(new Fake(rank, size));
   };
 }
 
 NodeGroup::Factory GlooFactory() {
-  return [](const std::string& store, int rank, int size) {
+  return [](const std::string& store, int rank, int size, std::function<bool()>) {
     return MakeGlooAverager(store, rank, size, absl::Seconds(30));
   };
 }

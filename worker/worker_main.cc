@@ -177,10 +177,11 @@ int main(int argc, char** argv) {
   // The node's ranks average with NCCL on GPUs and Gloo on CPUs, meeting in a node-local
   // folder named after the run and the node; they re-form there when one of them dies.
   const absl::Duration timeout = absl::Seconds(spec->round_deadline_seconds() * 2 + 60);
-  localsgd::NodeGroup::Factory factory = [&](const std::string& store, int rank, int size) {
-    return device.is_cuda()
-               ? localsgd::MakeNcclAverager(store, rank, size, device.index(), timeout)
-               : localsgd::MakeGlooAverager(store, rank, size, timeout);
+  localsgd::NodeGroup::Factory factory = [&](const std::string& store, int rank, int size,
+                                              std::function<bool()> peers_alive) {
+    return device.is_cuda() ? localsgd::MakeNcclAverager(store, rank, size, device.index(),
+                                                         timeout, std::move(peers_alive))
+                            : localsgd::MakeGlooAverager(store, rank, size, timeout);
   };
   absl::StatusOr<std::unique_ptr<localsgd::NodeGroup>> group = localsgd::NodeGroup::Form(
       absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-", run->run_id(), "-", node),

@@ -23,8 +23,9 @@ dir=${2:-}
 if [[ "$mode" == pack ]]; then
   set -e
   rm -rf "$dir"
-  mkdir -p "$dir/include/google" "$dir/lib" "$dir/gen/proto/localsgd/v1" "$dir/bin"
-  cp -r /usr/include/{absl,grpc,grpcpp,grpc++,gtest,gloo} "$dir/include/"
+  mkdir -p "$dir/include/google" "$dir/gloo" "$dir/lib" "$dir/gen/proto/localsgd/v1" "$dir/bin"
+  cp -r /usr/include/{absl,grpc,grpcpp,grpc++,gtest} "$dir/include/"
+  cp -r /usr/include/gloo "$dir/gloo/"
   cp -r /usr/include/google/protobuf "$dir/include/google/"
   cp /usr/include/zlib.h /usr/include/zconf.h "$dir/include/"
   cp bazel-bin/proto/localsgd/v1/*.pb.{h,cc} "$dir/gen/proto/localsgd/v1/"
@@ -56,13 +57,16 @@ nccl_so=$(find_nccl 'libnccl.so*')
 echo "nccl.h $nccl_h; $nccl_so"
 [[ -n "$nccl_h" && -n "$nccl_so" ]] || { echo "FAIL: no NCCL"; exit 1; }
 gloo_inc=()  # PyTorch's own Gloo headers when it ships them, else Debian's
-[[ -d "$torch_dir/include/gloo" ]] || gloo_inc=(-isystem "$dir/include")
+[[ -d "$torch_dir/include/gloo" ]] || gloo_inc=(-isystem "$dir/gloo")
 
 build=$(mktemp -d)
+# Debian's headers first: PyTorch ships an older protobuf's headers in its include folder.
 flags=(-std=c++17 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI="$abi" -DUSE_C10D_GLOO -I. -I"$dir/gen"
-       -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include"
-       "${gloo_inc[@]}" -isystem "$dir/include" -isystem "$cuda/include"
-       -isystem "$(dirname "$nccl_h")")
+       -isystem "$dir/include" -isystem "$torch_dir/include"
+       -isystem "$torch_dir/include/torch/csrc/api/include" "${gloo_inc[@]}"
+       -isystem "$cuda/include")
+# nccl.h beside the system headers needs no flag (-isystem /usr/include breaks #include_next).
+[[ "$(dirname "$nccl_h")" == /usr/include ]] || flags+=(-isystem "$(dirname "$nccl_h")")
 sources=(worker/{worker_main,trainer,node_leader,node_group,nccl_averager,model,local_sgd}.cc
          worker/{intra_node_averager,hierarchical_averager,dataset,coordinator_client}.cc
          common/{tls,status_util,run_spec,malloc_tuning,log,grpc_channel,file_util,codec}.cc

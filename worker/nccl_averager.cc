@@ -137,6 +137,12 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::s
   }
   ncclComm_t comm;
   if (ncclResult_t r = ncclCommInitRank(&comm, size, id, rank); r != ncclSuccess) {
+    if (r == ncclInvalidUsage) {
+      // Seen on one GPU shared by two ranks: NCCL wants a device per rank.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ncclCommInitRank: ", ncclGetErrorString(r), " (do two ranks of this node use cuda:",
+          device, "? every rank needs a GPU of its own: --device=cuda:<local_rank>)"));
+    }
     return NcclError(r, "ncclCommInitRank");
   }
   cudaStream_t stream;

@@ -16,17 +16,7 @@ coordinator_flags=(--state_dir="$WORK/state" --token_file="$WORK/token" --lease_
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 "${coordinator_flags[@]}"
 first_coordinator=$coord_pid
 
-workers=()
-for node in 0 1; do
-  for rank in 0 1; do
-    "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
-      --node_rank=$node --num_nodes=2 --local_rank=$rank --local_world_size=2 \
-      --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" --log_every=20 \
-      >"$WORK/w$node$rank.out" 2>"$WORK/w$node$rank.err" &
-    pids+=($!)
-    workers+=($!)
-  done
-done
+start_workers 2 2 --log_every=20
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }

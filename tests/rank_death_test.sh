@@ -16,16 +16,7 @@ source "$BIN/tests/testutil/test_helpers.sh"
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
   --token_file="$WORK/token" --lease_timeout=8s --heartbeat_interval=1s
 
-for node in 0 1; do
-  for rank in 0 1 2; do
-    "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" \
-      --node_name="node-$node" --node_rank=$node --num_nodes=2 --local_rank=$rank \
-      --local_world_size=3 --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" --log_every=50 \
-      >"$WORK/w$node-$rank.out" 2>"$WORK/w$node-$rank.err" &
-    pids+=($!)
-    eval "w$node$rank=$!"
-  done
-done
+start_workers 2 3 --log_every=50
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }
@@ -40,14 +31,14 @@ SPEC
 for _ in $(seq 1 900); do [[ $(committed_rounds) -ge 8 ]] && break; sleep 0.1; done
 [[ $(committed_rounds) -ge 8 ]] || fail "no 8 rounds before the kill"
 killed_at=$(date +%s.%N)
-kill -9 "$w01"
-wait "$w01" 2>/dev/null || true
+kill -9 "${worker_pids[01]}"
+wait "${worker_pids[01]}" 2>/dev/null || true
 
-for p in "$w00" "$w02" "$w10" "$w11" "$w12"; do wait "$p" || fail "worker $p failed"; done
+for w in 00 02 10 11 12; do wait "${worker_pids[$w]}" || fail "worker $w failed"; done
 status=$("$BIN/coordinator/localsgdctl" --coordinator="$GRPC" status)
 grep -q "COMPLETED" <<<"$status" || fail "run not completed: $status"
 for r in 0 2; do
-  grep -q "local rank(s) 1 gone; going on with local ranks 0, 2" "$WORK/w0-$r.err" \
+  grep -q "local rank(s) 1 gone; going on with local ranks 0, 2" "$WORK/w0$r.err" \
     || fail "node-0 rank $r did not re-form without rank 1"
 done
 grep -q "worker node-0/1 lease expired" "$WORK/coord.err" \
@@ -84,7 +75,7 @@ assert checked >= rounds - 2, f"only {checked} of {rounds} rounds identical on a
 
 # node-0 noticed within the lease timeout (8 s) of the kill.
 line = re.search(r"^(\S+) W node group generation 1: local rank\(s\) 1 gone",
-                 open(f"{work}/w0-0.err").read(), re.M).group(1)
+                 open(f"{work}/w00.err").read(), re.M).group(1)
 noticed = datetime.datetime.strptime(line, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
     tzinfo=datetime.timezone.utc).timestamp() - killed_at
 assert 0 <= noticed < 8, f"re-formed {noticed:.1f} s after the kill"
@@ -103,5 +94,5 @@ print(f"re-formed {noticed:.2f} s after the kill; {checked} of {rounds} rounds i
       f"the 5 survivors; last round weighs node-0 as 2 ranks (error {right:.1e} vs {wrong:.1e})")
 PY
 
-expect_accuracy 0.6 "$WORK"/w0-0.out "$WORK"/w0-2.out "$WORK"/w1-0.out
+expect_accuracy 0.6 "$WORK"/w00.out "$WORK"/w02.out "$WORK"/w10.out
 echo PASS

@@ -12,18 +12,7 @@ source "$BIN/tests/testutil/test_helpers.sh"
 
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
 
-workers=()
-for node in 0 1; do
-  for rank in 0 1; do
-    "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
-      --node_rank=$node --num_nodes=2 --local_rank=$rank --local_world_size=2 \
-      --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" --log_every=8 \
-      --save_model="$WORK/model.pt" \
-      >"$WORK/w$node$rank.out" 2>"$WORK/w$node$rank.err" &
-    pids+=($!)
-    workers+=($!)
-  done
-done
+start_workers 2 2 --log_every=8 --save_model="$WORK/model.pt"
 start_run <<SPEC
 name: "two-by-two"
 model { builtin: "mlp" }

@@ -54,3 +54,24 @@ start_run() {
   "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" "$@" start \
     --spec="$WORK/spec.textproto" >/dev/null || fail "localsgdctl start failed"
 }
+
+# Starts NODES x RANKS workers (node-<n>, local ranks 0..RANKS-1) against $GRPC with the node's
+# rendezvous and dumps in $WORK, then any extra worker flags; worker <n>/<r> logs to
+# $WORK/w<n><r>.out and .err and its pid is in worker_pids[<n><r>] (and in workers, in order).
+declare -A worker_pids
+workers=()
+start_workers() {
+  local nodes=$1 ranks=$2 node rank
+  shift 2
+  for ((node = 0; node < nodes; node++)); do
+    for ((rank = 0; rank < ranks; rank++)); do
+      "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" \
+        --node_name="node-$node" --node_rank=$node --num_nodes="$nodes" --local_rank=$rank \
+        --local_world_size="$ranks" --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" "$@" \
+        >"$WORK/w$node$rank.out" 2>"$WORK/w$node$rank.err" &
+      pids+=($!)
+      workers+=($!)
+      worker_pids[$node$rank]=$!
+    done
+  done
+}

@@ -33,10 +33,7 @@ namespace {
 using localsgd::v1::Coordinator;
 
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  localsgd::AddBearerToken(context.get(), token);
-  return context;
+  return localsgd::AuthorizedContext(token, absl::Seconds(10));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/file_util.h"
 
 namespace localsgd {
@@ -41,6 +42,14 @@ absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string
 void AddBearerToken(grpc::ClientContext* context, absl::string_view token) {
   if (token.empty()) return;
   context->AddMetadata(kAuthorizationKey, absl::StrCat(kBearerPrefix, token));
+}
+
+std::unique_ptr<grpc::ClientContext> AuthorizedContext(absl::string_view token,
+                                                       absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AddBearerToken(context.get(), token);
+  return context;
 }
 
 absl::StatusOr<std::string> ResolveToken(absl::string_view token, const std::string& token_file) {

@@ -2,6 +2,7 @@
 #define LOCALSGD_COMMON_AUTH_H_
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include <grpcpp/client_context.h>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace localsgd {
 
@@ -25,6 +27,10 @@ absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string
 
 // Adds the bearer token to an outgoing call; does nothing when `token` is empty.
 void AddBearerToken(grpc::ClientContext* context, absl::string_view token);
+
+// A context for one call that carries the bearer token (if any) and ends after `timeout`.
+std::unique_ptr<grpc::ClientContext> AuthorizedContext(absl::string_view token,
+                                                       absl::Duration timeout);
 
 // The token a binary uses, from its --token and --token_file flags (at most one of them).
 // The file's content is trimmed of surrounding whitespace and must not be empty.

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "gtest/gtest.h"
 
@@ -27,6 +28,14 @@ TEST(AuthTest, MissingMalformedWrongAndRightTokens) {
   EXPECT_EQ(CheckBearerToken(Metadata{{"authorization", "Bearer s3cre"}}, "s3cret").code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(CheckBearerToken(Metadata{{"authorization", "Bearer s3cret"}}, "s3cret").ok());
+}
+
+TEST(AuthTest, AuthorizedContextEndsAfterTheTimeout) {
+  const absl::Time before = absl::Now();
+  std::unique_ptr<grpc::ClientContext> context = AuthorizedContext("s3cret", absl::Seconds(30));
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  EXPECT_GE(deadline, before + absl::Seconds(30));
+  EXPECT_LE(deadline, absl::Now() + absl::Seconds(30));
 }
 
 TEST(AuthTest, ResolveTokenFromFlagOrFile) {

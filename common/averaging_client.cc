@@ -16,10 +16,7 @@ AveragingClient::AveragingClient(std::shared_ptr<grpc::Channel> channel, std::st
     : stub_(v1::Averaging::NewStub(std::move(channel))), token_(std::move(token)) {}
 
 std::unique_ptr<grpc::ClientContext> AveragingClient::Context(absl::Duration timeout) const {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  AddBearerToken(context.get(), token_);
-  return context;
+  return AuthorizedContext(token_, timeout);
 }
 
 absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(

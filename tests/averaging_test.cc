@@ -64,12 +64,7 @@ class AveragingTest : public ::testing::Test {
     return grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
   }
 
-  std::unique_ptr<grpc::ClientContext> Ctx() {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
-    AddBearerToken(context.get(), kToken);
-    return context;
-  }
+  std::unique_ptr<grpc::ClientContext> Ctx() { return AuthorizedContext(kToken, kTimeout); }
 
   void JoinNode(int i) {
     v1::JoinRequest request;

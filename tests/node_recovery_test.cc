@@ -67,12 +67,7 @@ class NodeRecoveryTest : public ::testing::TestWithParam<int> {
     return grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
   }
 
-  std::unique_ptr<grpc::ClientContext> Ctx() {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
-    AddBearerToken(context.get(), kToken);
-    return context;
-  }
+  std::unique_ptr<grpc::ClientContext> Ctx() { return AuthorizedContext(kToken, kTimeout); }
 
   std::unique_ptr<CoordinatorServer> server_;
   std::string run_id_;

@@ -27,10 +27,7 @@ CoordinatorClient::CoordinatorClient(Options options)
       stub_(v1::Coordinator::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context() const {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  AddBearerToken(context.get(), options_.token);
-  return context;
+  return AuthorizedContext(options_.token, absl::Seconds(10));
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(Options options) {

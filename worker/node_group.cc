@@ -4,18 +4,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/file_util.h"
 #include "common/log.h"
 
 namespace localsgd {
@@ -40,21 +38,8 @@ bool Alive(const std::string& dir, int rank) {
 
 // The file's contents ("" when it cannot be read).
 std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  const std::string temp = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << contents;
-    if (!out.flush()) return absl::UnavailableError(absl::StrCat("cannot write ", temp));
-  }
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename ", temp, ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
+  absl::StatusOr<std::string> contents = ReadFile(path);
+  return contents.ok() ? *contents : "";
 }
 
 // Removes g<generation>.* (stores and arrival marks).
@@ -92,10 +77,7 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
                                                            int local_world,
                                                            absl::Duration timeout,
                                                            Factory factory) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create the node's rendezvous folder ", dir, ": ", strerror(errno)));
-  }
+  if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   const std::string incarnation = absl::StrCat(dir, "/incarnation");
   // Before rank 0 holds its lock, no incarnation file may name a live rank 0 (see below).
   if (local_rank == 0) unlink(incarnation.c_str());

@@ -112,7 +112,11 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     if (absl::Status s = WriteFileAtomically(incarnation, pid); !s.ok()) return s;
   } else {
     const absl::Time give_up = absl::Now() + timeout;
-    while (!(Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == ReadSmallFile(incarnation))) {
+    auto rank0_named = [&] {
+      const std::string named = ReadSmallFile(incarnation);
+      return !named.empty() && Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == named;
+    };
+    while (!rank0_named()) {
       if (absl::Now() > give_up) {
         return absl::DeadlineExceededError(absl::StrCat(
             "local rank 0 of this node did not start within ", absl::FormatDuration(timeout),

@@ -21,7 +21,9 @@ namespace localsgd {
 // waiting on it fail too), says it is at generation g+1 (file g<g+1>.rank<rank>), waits until
 // every other rank of the group has either said so or died, and forms the next group from
 // those that said so, in the order of their original local ranks, through the file store
-// g<g+1>.store. Thread-compatible.
+// g<g+1>.store. When all of a node's ranks are started again after a crash, rank 0 first
+// removes the earlier incarnation's g* files and names itself (pid) in `incarnation`; the
+// others wait for that before they read anything. Thread-compatible.
 class NodeGroup {
  public:
   // Forms the averager of one generation: (store path, rank, size, peers_alive) -> averager.

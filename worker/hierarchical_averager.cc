@@ -111,8 +111,7 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure,
     }
     *step = plan->second;
     if (plan->first) {
-      if (leader_ == nullptr) flat = Flatten(tensors);  // a buffer for the leader's result
-      failure = intra().Broadcast(flat);
+      failure = intra().Broadcast(flat);  // the leader's result (it holds it in `flat`)
     } else {
       flat = Flatten(tensors);
       auto sync = [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step); };

@@ -1,5 +1,7 @@
 #include "common/tls.h"
 
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -28,6 +30,18 @@ absl::Status CheckPair(const std::string& cert, const std::string& key,
   return absl::OkStatus();
 }
 
+// Reads the certificate and key files named by --tls_cert and --tls_key.
+absl::Status ReadCertAndKey(const std::string& cert_file, const std::string& key_file,
+                            std::string* cert, std::string* key) {
+  absl::StatusOr<std::string> cert_pem = ReadPem(cert_file, "--tls_cert");
+  if (!cert_pem.ok()) return cert_pem.status();
+  absl::StatusOr<std::string> key_pem = ReadPem(key_file, "--tls_key");
+  if (!key_pem.ok()) return key_pem.status();
+  *cert = *std::move(cert_pem);
+  *key = *std::move(key_pem);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
@@ -42,12 +56,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     }
     return grpc::InsecureServerCredentials();
   }
-  absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "--tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(tls.key_file, "--tls_key");
-  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  if (absl::Status s = ReadCertAndKey(tls.cert_file, tls.key_file, &pair.cert_chain,
+                                      &pair.private_key);
+      !s.ok()) {
+    return s;
+  }
   grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({*key, *cert});
+  options.pem_key_cert_pairs.push_back(std::move(pair));
   options.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
   if (!tls.client_ca_file.empty()) {
     absl::StatusOr<std::string> ca = ReadPem(tls.client_ca_file, "--tls_client_ca");
@@ -75,12 +91,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   if (!ca.ok()) return ca.status();
   options.pem_root_certs = *ca;
   if (!tls.cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "--tls_cert");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(tls.key_file, "--tls_key");
-    if (!key.ok()) return key.status();
-    options.pem_cert_chain = *cert;
-    options.pem_private_key = *key;
+    if (absl::Status s = ReadCertAndKey(tls.cert_file, tls.key_file, &options.pem_cert_chain,
+                                        &options.pem_private_key);
+        !s.ok()) {
+      return s;
+    }
   }
   return grpc::SslCredentials(options);
 }

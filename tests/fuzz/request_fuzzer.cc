@@ -20,6 +20,13 @@ class NullMember : public localsgd::RoundMember {
   void Flush() override {}
 };
 
+// Parses `bytes` as a Request and, if they parse, hands it to `call` (whose answer is ignored).
+template <typename Request, typename Call>
+void Feed(const std::string& bytes, Call call) {
+  Request request;
+  if (request.ParseFromString(bytes)) call(request).IgnoreError();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -41,31 +48,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pos += 2 + length;
     localsgd::ControlPlane& p = **plane;
     switch (kind) {
-      case 0: {
-        localsgd::v1::JoinRequest r;
-        if (r.ParseFromString(bytes)) p.Join(r).IgnoreError();
+      case 0:
+        Feed<localsgd::v1::JoinRequest>(bytes, [&](const auto& r) { return p.Join(r); });
         break;
-      }
-      case 1: {
-        localsgd::v1::HeartbeatRequest r;
-        if (r.ParseFromString(bytes)) p.Heartbeat(r).IgnoreError();
+      case 1:
+        Feed<localsgd::v1::HeartbeatRequest>(bytes, [&](const auto& r) { return p.Heartbeat(r); });
         break;
-      }
-      case 2: {
-        localsgd::v1::LeaveRequest r;
-        if (r.ParseFromString(bytes)) p.Leave(r).IgnoreError();
+      case 2:
+        Feed<localsgd::v1::LeaveRequest>(bytes, [&](const auto& r) { return p.Leave(r); });
         break;
-      }
-      case 3: {
-        localsgd::v1::StartRunRequest r;
-        if (r.ParseFromString(bytes)) p.StartRun(r).IgnoreError();
+      case 3:
+        Feed<localsgd::v1::StartRunRequest>(bytes, [&](const auto& r) { return p.StartRun(r); });
         break;
-      }
-      case 4: {
-        localsgd::v1::StopRunRequest r;
-        if (r.ParseFromString(bytes)) p.StopRun(r).IgnoreError();
+      case 4:
+        Feed<localsgd::v1::StopRunRequest>(bytes, [&](const auto& r) { return p.StopRun(r); });
         break;
-      }
       case 5: {
         localsgd::v1::InitModelHeader r;
         if (!r.ParseFromString(bytes)) break;

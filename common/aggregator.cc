@@ -218,18 +218,16 @@ absl::Status AggregatorEngine::Finalize(int chunk) {
   float* update = pending_update_.data() + begin;
   const float* sum = sum_.data() + begin;
   const float inverse_weight = static_cast<float>(1.0 / chunk_weight_[chunk]);
-  const float lr = static_cast<float>(options_.outer.lr);
-  const float mu = static_cast<float>(options_.outer.momentum);
   if (momentum_.empty()) {
-    for (size_t i = 0; i < n; ++i) update[i] = lr * (sum[i] * inverse_weight);
+    for (size_t i = 0; i < n; ++i) {
+      update[i] = OuterUpdate(options_.outer, sum[i] * inverse_weight, 0.0f, nullptr);
+    }
   } else {
     const float* old_momentum = momentum_.data() + begin;
     float* new_momentum = pending_momentum_.data() + begin;
     for (size_t i = 0; i < n; ++i) {
-      const float mean = sum[i] * inverse_weight;
-      new_momentum[i] = mu * old_momentum[i] + mean;
-      update[i] = options_.outer.nesterov ? lr * (mean + mu * new_momentum[i])
-                                          : lr * new_momentum[i];
+      update[i] = OuterUpdate(options_.outer, sum[i] * inverse_weight, old_momentum[i],
+                              &new_momentum[i]);
     }
   }
   // Finite deltas can still sum past fp32's range; such an update must not reach the model.
@@ -266,5 +264,13 @@ void AggregatorEngine::Commit() {
 }
 
 void AggregatorEngine::Abort() { num_members_ = 0; }
+
+absl::Status AggregatorEngine::ApplyMean(absl::Span<const float> mean) {
+  if (absl::Status s = CheckOuterStep(options_.outer, mean, global_, momentum_); !s.ok()) {
+    return s;
+  }
+  ApplyOuterStep(options_.outer, mean, absl::MakeSpan(global_), absl::MakeSpan(momentum_));
+  return absl::OkStatus();
+}
 
 }  // namespace localsgd

@@ -9,17 +9,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/chunking.h"
+#include "common/outer_step.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 
 namespace localsgd {
-
-// The outer optimizer applied to the weighted mean of the deltas. lr 1, momentum 0 is plain
-// averaging; DiLoCo is lr 0.7, momentum 0.9, nesterov.
-struct OuterOptimizer {
-  double lr = 1.0;
-  double momentum = 0.0;
-  bool nesterov = false;
-};
 
 // The aggregator engine for one range of the flat parameter vector (the whole vector in star
 // mode, one shard in the sharded mode). It holds global[r-1] for the range and, during a round,
@@ -99,6 +92,11 @@ class AggregatorEngine {
   void Commit();
   // Forgets the round; global and optimizer state stay as they were.
   void Abort();
+
+  // Sharded rounds: the owners averaged; applies the decoded weighted mean of the whole vector
+  // through the outer optimizer (as every member does), outside any round of this engine.
+  // OUT_OF_RANGE (nothing changed) when the update would overflow fp32.
+  absl::Status ApplyMean(absl::Span<const float> mean);
 
   absl::Span<const float> global() const { return global_; }
   // The outer momentum buffer; empty when the outer optimizer has no momentum.

@@ -217,6 +217,15 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     return FieldError("loss", absl::StrCat("unknown loss ", spec.loss()));
   }
   LOCALSGD_RETURN_IF_ERROR(CheckInt("eval_every_rounds", spec.eval_every_rounds(), 0, 1'000'000'000));
+  if (!v1::Exchange_IsValid(spec.exchange())) {
+    return FieldError("exchange", absl::StrCat("unknown exchange ", spec.exchange(),
+                                               " (known: EXCHANGE_SHARDED, EXCHANGE_STAR)"));
+  }
+  if (spec.exchange() == v1::EXCHANGE_SHARDED && spec.max_delta_norm_ratio() != 0) {
+    return FieldError("exchange",
+                      "EXCHANGE_SHARDED cannot screen deltas (max_delta_norm_ratio needs every "
+                      "whole delta in one place): use EXCHANGE_STAR or leave exchange unset");
+  }
   return absl::OkStatus();
 }
 
@@ -254,6 +263,10 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   if (!out.outer_optimizer().has_lr()) out.mutable_outer_optimizer()->set_lr(1.0);
   if (out.loss() == v1::LOSS_KIND_UNSPECIFIED) out.set_loss(v1::LOSS_KIND_CROSS_ENTROPY);
   if (!out.has_average_buffers()) out.set_average_buffers(true);
+  if (out.exchange() == v1::EXCHANGE_UNSPECIFIED) {
+    // Screening needs every whole delta at the coordinator.
+    out.set_exchange(out.max_delta_norm_ratio() != 0 ? v1::EXCHANGE_STAR : v1::EXCHANGE_SHARDED);
+  }
   return out;
 }
 

@@ -58,10 +58,20 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   EXPECT_EQ(spec->chunk_bytes(), 1 << 20);
   EXPECT_DOUBLE_EQ(spec->outer_optimizer().lr(), 1.0);
   EXPECT_TRUE(spec->average_buffers());
+  EXPECT_EQ(spec->exchange(), v1::EXCHANGE_SHARDED);
   // Defaults are a fixed point: normalising twice changes nothing.
   auto again = NormalizeRunSpec(*spec);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(RunSpecTest, ScreeningDefaultsToTheStarExchange) {
+  auto screened = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } max_delta_norm_ratio: 3"));
+  ASSERT_TRUE(screened.ok()) << screened.status();
+  EXPECT_EQ(screened->exchange(), v1::EXCHANGE_STAR);
+  auto star = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } exchange: EXCHANGE_STAR"));
+  ASSERT_TRUE(star.ok()) << star.status();
+  EXPECT_EQ(star->exchange(), v1::EXCHANGE_STAR);
 }
 
 TEST(RunSpecTest, ExplicitValuesAreKept) {
@@ -128,6 +138,9 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
        "spec.lr_schedule.min_lr:"},
       {"model { builtin: \"mlp\" } lr_schedule { kind: 12 }", "spec.lr_schedule.kind:"},
       {"model { builtin: \"mlp\" } name: \"a\\nb\"", "spec.name:"},
+      {"model { builtin: \"mlp\" } exchange: 5", "spec.exchange:"},
+      {"model { builtin: \"mlp\" } exchange: EXCHANGE_SHARDED max_delta_norm_ratio: 3",
+       "spec.exchange:"},
   };
   for (const BadCase& c : cases) {
     absl::Status status = ValidateRunSpec(Parse(c.text));

@@ -1,0 +1,247 @@
+#include "coordinator/sharded_round.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace localsgd {
+
+ShardedRound::ShardedRound(Options options, std::vector<Candidate> expected)
+    : options_(std::move(options)) {
+  for (Candidate& candidate : expected) expected_.push_back(Member{std::move(candidate)});
+  mean_received_.assign(static_cast<size_t>(options_.layout.num_chunks()), false);
+  Advance(options_.opened);  // an empty or too small round aborts at once
+}
+
+ShardedRound::Member* ShardedRound::Find(const std::string& member_id) {
+  for (Member& member : expected_) {
+    if (member.candidate.member_id == member_id) return &member;
+  }
+  return nullptr;
+}
+
+absl::Status ShardedRound::Arrive(const std::string& member_id, double weight, int64_t step,
+                                  absl::Time now) {
+  Member* member = Find(member_id);
+  if (member == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", options_.number, " opened without member ", member_id,
+                     "; keep training and fetch the model after it commits"));
+  }
+  if (phase_ != Phase::kGathering) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "round ", options_.number, " was laid out without member ", member_id,
+        " (it came after the deadline); keep training and fetch the model after it commits"));
+  }
+  if (member->dropped) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("member ", member_id, " was dropped from round ", options_.number));
+  }
+  if (member->arrived) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("member ", member_id, " is already in round ", options_.number));
+  }
+  member->arrived = true;
+  member->weight = weight;
+  member->step = step;
+  Advance(now);
+  return absl::OkStatus();
+}
+
+void ShardedRound::Leave(const std::string& member_id, const std::string& reason,
+                         absl::Time now) {
+  Member* member = Find(member_id);
+  if (member == nullptr || member->dropped) return;
+  if (phase_ == Phase::kExchanging && member->slot >= 0) {
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      const Shard& shard = shards_[s];
+      if (shard.owner_slot == member->slot &&
+          shard_means_[s] < shard.end_chunk - shard.begin_chunk) {
+        Drop(*member, reason);
+        AbortWith(absl::StrCat("owner ", member_id, " left before its range was averaged (",
+                               reason, ")"));
+        return;
+      }
+    }
+  }
+  Drop(*member, reason);
+  Advance(now);
+}
+
+void ShardedRound::Drop(Member& member, const std::string& reason) {
+  member.dropped = true;
+  drops_.emplace_back(member.candidate.member_id, reason);
+  all_drops_.emplace_back(member.candidate.member_id, reason);
+}
+
+int ShardedRound::ShardOf(int chunk) const {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (chunk >= shards_[s].begin_chunk && chunk < shards_[s].end_chunk) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+absl::Status ShardedRound::AddMean(const std::string& member_id, int chunk) {
+  if (phase_ != Phase::kExchanging) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", options_.number, " is not exchanging"));
+  }
+  const int s = ShardOf(chunk);
+  if (s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mean.index: ", chunk, " is out of range [0, ",
+                                                   options_.layout.num_chunks(), ")"));
+  }
+  if (shards_[s].owner_id != member_id) {
+    return absl::InvalidArgumentError(absl::StrCat("mean.index: chunk ", chunk, " belongs to ",
+                                                   shards_[s].owner_id, ", not ", member_id));
+  }
+  if (mean_received_[chunk]) {
+    return absl::InvalidArgumentError(absl::StrCat("mean.index: ", chunk, " sent twice"));
+  }
+  mean_received_[chunk] = true;
+  ++shard_means_[s];
+  ++means_received_;
+  Advance(absl::InfinitePast());  // never lays out: the layout is out
+  return absl::OkStatus();
+}
+
+absl::Status ShardedRound::Deliver(const std::string& member_id, absl::Time now) {
+  Member* member = Find(member_id);
+  if (phase_ != Phase::kExchanging || member == nullptr || member->slot < 0 || member->dropped) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(member_id, " is not exchanging in round ", options_.number));
+  }
+  if (member->delivered) return absl::InvalidArgumentError("delivered: sent twice");
+  member->delivered = true;
+  first_delivery_ = std::min(first_delivery_, now);
+  last_delivery_ = std::max(last_delivery_, now);
+  Advance(now);
+  return absl::OkStatus();
+}
+
+void ShardedRound::Tick(absl::Time now) {
+  if (phase_ == Phase::kGathering && now > options_.opened + options_.deadline) {
+    for (Member& member : expected_) {
+      if (!member.arrived && !member.dropped) {
+        Drop(member, absl::StrCat("did not arrive within the round deadline (",
+                                  absl::FormatDuration(options_.deadline), ")"));
+      }
+    }
+    LayOut(now);
+    Advance(now);
+  } else if (phase_ == Phase::kExchanging && now > laid_out_at_ + options_.deadline) {
+    if (!AllMeans()) {
+      std::vector<std::string> late;
+      for (size_t s = 0; s < shards_.size(); ++s) {
+        if (shard_means_[s] < shards_[s].end_chunk - shards_[s].begin_chunk) {
+          late.push_back(shards_[s].owner_id);
+        }
+      }
+      AbortWith(absl::StrCat("owner ", absl::StrJoin(late, ", "),
+                             " did not average its range within the round deadline (",
+                             absl::FormatDuration(options_.deadline), ")"));
+      return;
+    }
+    for (Member& member : expected_) {
+      if (member.slot >= 0 && !member.dropped && !member.delivered) {
+        Drop(member, absl::StrCat("did not receive the whole update within the round deadline (",
+                                  absl::FormatDuration(options_.deadline), ")"));
+      }
+    }
+    Advance(now);
+  }
+}
+
+void ShardedRound::LayOut(absl::Time now) {
+  laid_out_at_ = now;
+  std::vector<int> owners;  // slots
+  for (Member& member : expected_) {
+    if (!member.arrived || member.dropped) continue;
+    member.slot = static_cast<int>(members_.size());
+    members_.push_back(member.candidate.member_id);
+    weights_.push_back(member.weight);
+    if (!member.candidate.address.empty()) owners.push_back(member.slot);
+  }
+  phase_ = Phase::kExchanging;
+  if (owners.empty()) {
+    if (!members_.empty()) {
+      AbortWith("no member of the round serves a data plane (give node leaders --data_address)");
+    }
+    return;
+  }
+  const int chunks = options_.layout.num_chunks();
+  const int k = std::min<int>(static_cast<int>(owners.size()), chunks);
+  for (int i = 0; i < k; ++i) {
+    const Member& owner = *std::find_if(expected_.begin(), expected_.end(), [&](const Member& m) {
+      return m.slot == owners[i];
+    });
+    shards_.push_back(Shard{owners[i], owner.candidate.member_id, owner.candidate.address,
+                            static_cast<int>(int64_t{i} * chunks / k),
+                            static_cast<int>(int64_t{i + 1} * chunks / k)});
+  }
+  shard_means_.assign(shards_.size(), 0);
+  laid_out_pending_ = true;
+}
+
+void ShardedRound::Advance(absl::Time now) {
+  if (phase_ == Phase::kCommitted || phase_ == Phase::kAborted) return;
+  int workers = 0;
+  bool waiting = false;  // gathering: someone expected has not arrived
+  for (const Member& member : expected_) {
+    if (member.dropped) continue;
+    if (phase_ == Phase::kGathering || member.slot >= 0) workers += member.candidate.workers;
+    if (!member.arrived) waiting = true;
+  }
+  if (workers < options_.min_workers) {
+    AbortWith(absl::StrCat("quorum lost: ", workers, " of min_workers ", options_.min_workers,
+                           " left"));
+    return;
+  }
+  if (phase_ == Phase::kGathering) {
+    if (!waiting) LayOut(now);
+    return;
+  }
+  if (!AllMeans()) return;
+  for (const Member& member : expected_) {
+    if (member.slot >= 0 && !member.dropped && !member.delivered) return;
+  }
+  phase_ = Phase::kCommitted;
+}
+
+void ShardedRound::AbortWith(const std::string& reason) {
+  phase_ = Phase::kAborted;
+  abort_reason_ = reason;
+}
+
+bool ShardedRound::TakeLaidOut() {
+  const bool laid_out = laid_out_pending_ && phase_ != Phase::kAborted;
+  laid_out_pending_ = false;
+  return laid_out;
+}
+
+std::vector<std::pair<std::string, std::string>> ShardedRound::TakeDrops() {
+  return std::move(drops_);
+}
+
+std::vector<std::string> ShardedRound::Included() const {
+  std::vector<std::string> included;
+  for (const Member& member : expected_) {
+    if (member.slot >= 0 && !member.dropped) included.push_back(member.candidate.member_id);
+  }
+  return included;
+}
+
+int64_t ShardedRound::MaxStep() const {
+  int64_t step = 0;
+  for (const Member& member : expected_) {
+    if (member.slot >= 0 && !member.dropped) step = std::max(step, member.step);
+  }
+  return step;
+}
+
+absl::Duration ShardedRound::SlowestWait() const {
+  return last_delivery_ > first_delivery_ ? last_delivery_ - first_delivery_ : absl::ZeroDuration();
+}
+
+}  // namespace localsgd

@@ -1,0 +1,129 @@
+#ifndef LOCALSGD_COORDINATOR_SHARDED_ROUND_H_
+#define LOCALSGD_COORDINATOR_SHARDED_ROUND_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/chunking.h"
+
+namespace localsgd {
+
+// The decisions of one sharded round (docs/design.md, "Sharded rounds"), free of gRPC and of
+// any clock of its own: who is in the round, who owns which range, when the layout goes out,
+// who is dropped, and when the round commits or aborts. The round manager feeds it events and
+// acts on what it reports.
+//
+// Gathering: the round waits for a header from every node leader that was live when it
+// opened; one that left, or had not arrived by the deadline, is left out. The layout then
+// assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane.
+// Exchanging: owners send each averaged chunk of their range once; members say when they hold
+// every chunk. The round commits once every chunk reached the coordinator and every member
+// still in the round has delivered. It aborts when an owner leaves before its range is
+// averaged, when the deadline passes (counted again from the layout) with chunks missing, or
+// when fewer than min_workers workers are left. A member that leaves otherwise, or has not
+// delivered by the deadline, is dropped and the round goes on without it.
+// Thread-compatible.
+class ShardedRound {
+ public:
+  struct Candidate {
+    std::string member_id;
+    int workers = 1;      // ranks it stands for
+    std::string address;  // its data plane; empty: it owns no range
+  };
+  struct Options {
+    int64_t number = 0;
+    ChunkLayout layout;
+    absl::Time opened;
+    absl::Duration deadline = absl::Seconds(60);
+    int min_workers = 1;
+  };
+  struct Shard {
+    int owner_slot = -1;  // the owner's position in members()
+    std::string owner_id;
+    std::string address;
+    int begin_chunk = 0;
+    int end_chunk = 0;
+  };
+  enum class Phase { kGathering, kExchanging, kCommitted, kAborted };
+
+  ShardedRound(Options options, std::vector<Candidate> expected);
+
+  // A member's header: FAILED_PRECONDITION when it is not expected in this round (it joined
+  // after the round opened, or was dropped), when the layout is already out, or when it came
+  // twice.
+  absl::Status Arrive(const std::string& member_id, double weight, int64_t step, absl::Time now);
+  // The member is gone (stream ended, lease expired, header refused).
+  void Leave(const std::string& member_id, const std::string& reason, absl::Time now);
+  // An owner sent averaged chunk `chunk`. INVALID_ARGUMENT when it does not own it or sent it
+  // before, FAILED_PRECONDITION outside the exchange.
+  absl::Status AddMean(const std::string& member_id, int chunk);
+  // The member holds every averaged chunk (at `now`).
+  absl::Status Deliver(const std::string& member_id, absl::Time now);
+  // Deadlines.
+  void Tick(absl::Time now);
+
+  Phase phase() const { return phase_; }
+  int64_t number() const { return options_.number; }
+  const std::string& abort_reason() const { return abort_reason_; }
+  // True once, right after the layout was made: send the RoundHeader to every member.
+  bool TakeLaidOut();
+  // Members dropped since the last call, with the reason (owners must stop waiting for them).
+  std::vector<std::pair<std::string, std::string>> TakeDrops();
+
+  // The layout (valid from the exchange on): members by slot, their weights, the shards.
+  const std::vector<std::string>& members() const { return members_; }
+  const std::vector<double>& weights() const { return weights_; }
+  const std::vector<Shard>& shards() const { return shards_; }
+  // Members still in the round (not dropped), in slot order, and the largest step among them.
+  std::vector<std::string> Included() const;
+  int64_t MaxStep() const;
+  // Every member dropped so far, with its reason, in order.
+  const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
+  // From the first member's delivery to the last one's (0 before two deliveries).
+  absl::Duration SlowestWait() const;
+
+ private:
+  struct Member {
+    Candidate candidate;
+    bool arrived = false;
+    bool dropped = false;
+    bool delivered = false;
+    double weight = 0;
+    int64_t step = 0;
+    int slot = -1;  // in members_, once laid out
+  };
+
+  Member* Find(const std::string& member_id);
+  void Drop(Member& member, const std::string& reason);
+  void LayOut(absl::Time now);
+  // Quorum, then the layout once everyone expected is in, or the commit once complete.
+  void Advance(absl::Time now);
+  void AbortWith(const std::string& reason);
+  bool AllMeans() const { return means_received_ == options_.layout.num_chunks(); }
+  int ShardOf(int chunk) const;
+
+  const Options options_;
+  std::vector<Member> expected_;
+  Phase phase_ = Phase::kGathering;
+  absl::Time laid_out_at_;
+  bool laid_out_pending_ = false;
+  std::string abort_reason_;
+  std::vector<std::string> members_;
+  std::vector<double> weights_;
+  std::vector<Shard> shards_;
+  std::vector<bool> mean_received_;  // by chunk
+  std::vector<int> shard_means_;     // by shard: chunks received
+  int means_received_ = 0;
+  std::vector<std::pair<std::string, std::string>> drops_;
+  std::vector<std::pair<std::string, std::string>> all_drops_;
+  absl::Time first_delivery_ = absl::InfiniteFuture();
+  absl::Time last_delivery_ = absl::InfinitePast();
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_SHARDED_ROUND_H_

@@ -1,0 +1,224 @@
+#include "coordinator/sharded_round.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/fake_clock.h"
+#include "tests/testutil/status_matchers.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::FakeClock;
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::Pair;
+using Phase = ShardedRound::Phase;
+
+class ShardedRoundTest : public ::testing::Test {
+ protected:
+  // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
+  // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
+  ShardedRound Make(int members, int chunks, int min_workers = 1,
+                    std::vector<int> no_address = {}) {
+    std::vector<ShardedRound::Candidate> candidates;
+    for (int i = 0; i < members; ++i) {
+      const bool serves =
+          std::find(no_address.begin(), no_address.end(), i) == no_address.end();
+      candidates.push_back({absl::StrCat("m", i), 1, serves ? absl::StrCat("h:", i) : ""});
+    }
+    ShardedRound::Options options;
+    options.number = 7;
+    options.layout = ChunkLayout{int64_t{chunks} * 256 - 100, 256};
+    options.opened = clock_.Now();
+    options.deadline = absl::Seconds(10);
+    options.min_workers = min_workers;
+    return ShardedRound(options, std::move(candidates));
+  }
+
+  void ArriveAll(ShardedRound& round, int members) {
+    for (int i = 0; i < members; ++i) {
+      ASSERT_THAT(round.Arrive(absl::StrCat("m", i), 1.0 + i, 8 * (i + 1), clock_.Now()), IsOk());
+    }
+  }
+
+  // Every owner sends every chunk of its range.
+  void SendAllMeans(ShardedRound& round) {
+    for (const ShardedRound::Shard& shard : round.shards()) {
+      for (int c = shard.begin_chunk; c < shard.end_chunk; ++c) {
+        ASSERT_THAT(round.AddMean(shard.owner_id, c), IsOk());
+      }
+    }
+  }
+
+  FakeClock clock_;
+};
+
+TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
+  ShardedRound round = Make(3, 10);
+  ASSERT_THAT(round.Arrive("m0", 1, 8, clock_.Now()), IsOk());
+  ASSERT_THAT(round.Arrive("m1", 2, 16, clock_.Now()), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kGathering);
+  EXPECT_FALSE(round.TakeLaidOut());
+  ASSERT_THAT(round.Arrive("m2", 3, 8, clock_.Now()), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  EXPECT_TRUE(round.TakeLaidOut());
+  EXPECT_FALSE(round.TakeLaidOut());  // once
+  EXPECT_THAT(round.members(), ElementsAre("m0", "m1", "m2"));
+  EXPECT_THAT(round.weights(), ElementsAre(1, 2, 3));
+  ASSERT_EQ(round.shards().size(), 3u);
+  // 10 chunks over 3 owners: 3, 3, 4, contiguous and covering every chunk once.
+  EXPECT_EQ(round.shards()[0].begin_chunk, 0);
+  EXPECT_EQ(round.shards()[0].end_chunk, 3);
+  EXPECT_EQ(round.shards()[1].begin_chunk, 3);
+  EXPECT_EQ(round.shards()[1].end_chunk, 6);
+  EXPECT_EQ(round.shards()[2].begin_chunk, 6);
+  EXPECT_EQ(round.shards()[2].end_chunk, 10);
+  EXPECT_EQ(round.shards()[1].address, "h:1");
+}
+
+TEST_F(ShardedRoundTest, MoreOwnersThanChunksLeavesSomeWithoutARange) {
+  ShardedRound round = Make(4, 2);
+  ArriveAll(round, 4);
+  ASSERT_EQ(round.shards().size(), 2u);
+  EXPECT_EQ(round.shards()[0].end_chunk - round.shards()[0].begin_chunk, 1);
+  EXPECT_EQ(round.shards()[1].end_chunk, 2);
+}
+
+TEST_F(ShardedRoundTest, MembersWithoutADataPlaneTakePartButOwnNothing) {
+  ShardedRound round = Make(3, 6, 1, {1});
+  ArriveAll(round, 3);
+  ASSERT_EQ(round.shards().size(), 2u);
+  EXPECT_EQ(round.shards()[0].owner_id, "m0");
+  EXPECT_EQ(round.shards()[1].owner_id, "m2");
+  EXPECT_EQ(round.shards()[1].owner_slot, 2);
+  EXPECT_THAT(round.members(), ElementsAre("m0", "m1", "m2"));
+}
+
+TEST_F(ShardedRoundTest, CommitsOnlyWhenEveryChunkIsInAndEveryMemberDelivered) {
+  ShardedRound round = Make(2, 5);
+  ArriveAll(round, 2);
+  SendAllMeans(round);
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  clock_.Advance(absl::Milliseconds(30));
+  ASSERT_THAT(round.Deliver("m1", clock_.Now()), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kCommitted);
+  EXPECT_THAT(round.Included(), ElementsAre("m0", "m1"));
+  EXPECT_EQ(round.MaxStep(), 16);
+  EXPECT_EQ(round.SlowestWait(), absl::Milliseconds(30));
+}
+
+TEST_F(ShardedRoundTest, BadMeansAreRefused) {
+  ShardedRound round = Make(2, 4);
+  EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kFailedPrecondition, "not"));
+  ArriveAll(round, 2);
+  EXPECT_THAT(round.AddMean("m1", 0), StatusIs(absl::StatusCode::kInvalidArgument, "belongs to m0"));
+  EXPECT_THAT(round.AddMean("m0", 9), StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
+  ASSERT_THAT(round.AddMean("m0", 0), IsOk());
+  EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
+  EXPECT_THAT(round.Deliver("m9", clock_.Now()), StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+}
+
+TEST_F(ShardedRoundTest, LateAndUnexpectedMembersAreToldSo) {
+  ShardedRound round = Make(2, 4);
+  EXPECT_THAT(round.Arrive("stranger", 1, 0, clock_.Now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "opened without member stranger"));
+  ASSERT_THAT(round.Arrive("m0", 1, 0, clock_.Now()), IsOk());
+  EXPECT_THAT(round.Arrive("m0", 1, 0, clock_.Now()),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already"));
+  clock_.Advance(absl::Seconds(11));
+  round.Tick(clock_.Now());  // m1 never came: laid out without it
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  EXPECT_THAT(round.members(), ElementsAre("m0"));
+  EXPECT_THAT(round.TakeDrops(), ElementsAre(Pair("m1", ::testing::HasSubstr("did not arrive"))));
+  EXPECT_THAT(round.Arrive("m1", 1, 0, clock_.Now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "laid out without member m1"));
+}
+
+TEST_F(ShardedRoundTest, AMemberLeavingWhileGatheringIsLeftOutAtOnce) {
+  ShardedRound round = Make(3, 4);
+  ASSERT_THAT(round.Arrive("m0", 1, 0, clock_.Now()), IsOk());
+  ASSERT_THAT(round.Arrive("m1", 1, 0, clock_.Now()), IsOk());
+  round.Leave("m2", "lease expired", clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kExchanging);  // no need to wait for the deadline
+  EXPECT_THAT(round.members(), ElementsAre("m0", "m1"));
+}
+
+TEST_F(ShardedRoundTest, AnOwnerLeavingBeforeItsRangeIsAveragedAbortsTheRound) {
+  ShardedRound round = Make(3, 6);
+  ArriveAll(round, 3);
+  ASSERT_THAT(round.AddMean("m1", 2), IsOk());
+  round.Leave("m1", "stream broke", clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), ::testing::HasSubstr("owner m1 left before its range"));
+}
+
+TEST_F(ShardedRoundTest, AnOwnerLeavingAfterItsRangeIsAveragedIsOnlyDropped) {
+  ShardedRound round = Make(3, 6);
+  ArriveAll(round, 3);
+  SendAllMeans(round);
+  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
+  round.Leave("m1", "stream broke", clock_.Now());
+  EXPECT_THAT(round.TakeDrops(), ElementsAre(Pair("m1", "stream broke")));
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  ASSERT_THAT(round.Deliver("m2", clock_.Now()), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kCommitted);
+  EXPECT_THAT(round.Included(), ElementsAre("m0", "m2"));
+  EXPECT_EQ(round.MaxStep(), 24);
+}
+
+TEST_F(ShardedRoundTest, AStalledOwnerAbortsAtTheDeadlineCountedFromTheLayout) {
+  ShardedRound round = Make(2, 4);
+  clock_.Advance(absl::Seconds(9));  // gathering took most of the deadline
+  ArriveAll(round, 2);
+  ASSERT_THAT(round.AddMean("m0", 0), IsOk());
+  ASSERT_THAT(round.AddMean("m0", 1), IsOk());
+  clock_.Advance(absl::Seconds(9));
+  round.Tick(clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kExchanging);  // 9 s after the layout: still in time
+  clock_.Advance(absl::Seconds(2));
+  round.Tick(clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), ::testing::HasSubstr("owner m1 did not average its range"));
+}
+
+TEST_F(ShardedRoundTest, AMemberThatMissesTheUpdateIsDroppedAtTheDeadline) {
+  ShardedRound round = Make(3, 3);
+  ArriveAll(round, 3);
+  SendAllMeans(round);
+  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
+  ASSERT_THAT(round.Deliver("m2", clock_.Now()), IsOk());
+  clock_.Advance(absl::Seconds(11));
+  round.Tick(clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kCommitted);
+  EXPECT_THAT(round.Included(), ElementsAre("m0", "m2"));
+  EXPECT_THAT(round.dropped(), ElementsAre(Pair("m1", ::testing::HasSubstr("whole update"))));
+}
+
+TEST_F(ShardedRoundTest, QuorumIsCheckedInEveryPhase) {
+  ShardedRound empty = Make(0, 4);
+  EXPECT_EQ(empty.phase(), Phase::kAborted);
+  ShardedRound round = Make(3, 6, /*min_workers=*/3);
+  ArriveAll(round, 3);
+  SendAllMeans(round);
+  round.Leave("m2", "left", clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), ::testing::HasSubstr("quorum lost: 2 of min_workers 3"));
+}
+
+TEST_F(ShardedRoundTest, NoDataPlaneAnywhereAbortsWithAHint) {
+  ShardedRound round = Make(2, 4, 1, {0, 1});
+  ArriveAll(round, 2);
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), ::testing::HasSubstr("--data_address"));
+  EXPECT_FALSE(round.TakeLaidOut());
+}
+
+}  // namespace
+}  // namespace localsgd

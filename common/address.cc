@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace localsgd {
 
@@ -38,6 +39,36 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, absl::string_view
     return error("port must be 0..65535");
   }
   return HostPort{std::string(host), port};
+}
+
+absl::StatusOr<std::string> ResolveAdvertisedAddress(absl::string_view advertised,
+                                                     absl::string_view peer,
+                                                     absl::string_view field) {
+  if (advertised.empty()) return std::string();
+  if (advertised.size() > 300) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": longer than 300 characters"));
+  }
+  // A bare ":PORT" asks for the peer's host.
+  const std::string text = absl::StartsWith(advertised, ":") ? absl::StrCat("0.0.0.0", advertised)
+                                                             : std::string(advertised);
+  absl::StatusOr<HostPort> address = ParseHostPort(text, field);
+  if (!address.ok()) return address.status();
+  if (address->port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": port 0 (advertise the port the server actually listens on)"));
+  }
+  if (address->host == "0.0.0.0" || address->host == "::") {
+    absl::string_view rest = peer;
+    if (!absl::ConsumePrefix(&rest, "ipv4:") && !absl::ConsumePrefix(&rest, "ipv6:")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": the host is a wildcard and this call did not come over IP (", peer,
+          "); give the host"));
+    }
+    absl::StatusOr<HostPort> from = ParseHostPort(rest, "peer");
+    if (!from.ok()) return from.status();
+    address->host = from->host;
+  }
+  return address->ToString();
 }
 
 }  // namespace localsgd

@@ -22,6 +22,15 @@ struct HostPort {
 // or field in the error message.
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, absl::string_view flag);
 
+// A node leader's advertised data-plane address (JoinRequest.data_address) made concrete: a
+// wildcard or empty host ("", "0.0.0.0", "::") becomes the host of `peer`, the address the
+// Join came from as gRPC names it ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234"). Empty stays
+// empty (no data plane). INVALID_ARGUMENT naming `field` for a malformed address, port 0, or
+// a wildcard host when the peer is not an IP address.
+absl::StatusOr<std::string> ResolveAdvertisedAddress(absl::string_view advertised,
+                                                     absl::string_view peer,
+                                                     absl::string_view field);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COMMON_ADDRESS_H_

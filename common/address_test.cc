@@ -30,5 +30,20 @@ TEST(AddressTest, RejectsMalformedWithTheFlagName) {
   }
 }
 
+TEST(AddressTest, AdvertisedAddressTakesThePeersHostForAWildcard) {
+  EXPECT_EQ(*ResolveAdvertisedAddress("0.0.0.0:7000", "ipv4:10.1.2.3:5555", "f"), "10.1.2.3:7000");
+  EXPECT_EQ(*ResolveAdvertisedAddress(":7000", "ipv4:10.1.2.3:5555", "f"), "10.1.2.3:7000");
+  EXPECT_EQ(*ResolveAdvertisedAddress("[::]:7000", "ipv6:[::1]:5555", "f"), "[::1]:7000");
+  EXPECT_EQ(*ResolveAdvertisedAddress("node-3:7000", "ipv4:10.1.2.3:5555", "f"), "node-3:7000");
+  EXPECT_EQ(*ResolveAdvertisedAddress("", "ipv4:10.1.2.3:5555", "f"), "");
+  for (const char* bad : {"node-3", "node-3:0", "a b:1", "[::1:5"}) {
+    absl::StatusOr<std::string> resolved = ResolveAdvertisedAddress(bad, "ipv4:1.2.3.4:5", "f");
+    EXPECT_EQ(resolved.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(resolved.status().message().find("f: "), 0u) << resolved.status();
+  }
+  EXPECT_FALSE(ResolveAdvertisedAddress(":7000", "unix:/tmp/s", "f").ok());
+  EXPECT_FALSE(ResolveAdvertisedAddress(std::string(400, 'a') + ":1", "ipv4:1.2.3.4:5", "f").ok());
+}
+
 }  // namespace
 }  // namespace localsgd

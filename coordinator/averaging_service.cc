@@ -65,12 +65,16 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
         status = session.status();
         if (session.ok()) session_ = *session;
       }
-    } else if (!request_.has_chunk()) {
-      status = absl::InvalidArgumentError("header sent twice; only chunks may follow it");
-      rounds_->Leave(session_, status);
-    } else {
+    } else if (request_.has_chunk()) {
       // On bad input the round manager drops the member and closes its stream itself.
       status = rounds_->AddChunk(session_, request_.chunk());
+    } else if (request_.has_mean()) {
+      status = rounds_->AddMean(session_, request_.mean());
+    } else if (request_.has_delivered()) {
+      status = rounds_->Deliver(session_);
+    } else {
+      status = absl::InvalidArgumentError("header sent twice; only chunks may follow it");
+      rounds_->Leave(session_, status);
     }
     if (!status.ok()) {
       End(status);
@@ -198,7 +202,8 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
 class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse> {
  public:
   FetchModelReactor(RoundManager* rounds, const v1::FetchModelRequest& request,
-                    const absl::Status& auth) {
+                    const absl::Status& auth)
+      : include_momentum_(request.include_momentum()) {
     absl::StatusOr<RoundManager::ModelSnapshot> snapshot =
         auth.ok() ? rounds->FetchModel(request.run_id())
                   : absl::StatusOr<RoundManager::ModelSnapshot>(auth);
@@ -214,6 +219,8 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     header->set_vector_length(snapshot_.layout.num_values);
     header->set_num_chunks(snapshot_.layout.num_chunks());
     header->set_chunk_values(snapshot_.layout.chunk_values);
+    include_momentum_ = include_momentum_ && snapshot_.momentum != nullptr;
+    header->set_has_momentum(include_momentum_);
     StartWrite(&message_);
   }
 
@@ -222,15 +229,20 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
       return;
     }
-    if (next_chunk_ == snapshot_.layout.num_chunks()) {
+    // The model's chunks, then the momentum's (when asked for).
+    const ChunkLayout& layout = snapshot_.layout;
+    const int chunks = layout.num_chunks();
+    if (next_chunk_ == (include_momentum_ ? 2 * chunks : chunks)) {
       Finish(grpc::Status::OK);
       return;
     }
-    const ChunkLayout& layout = snapshot_.layout;
-    v1::Chunk* chunk = message_.mutable_chunk();
-    chunk->set_index(next_chunk_);
-    chunk->set_data(reinterpret_cast<const char*>(snapshot_.values->data() + layout.begin(next_chunk_)),
-                    static_cast<size_t>(layout.size(next_chunk_)) * sizeof(float));
+    const bool momentum = next_chunk_ >= chunks;
+    const int index = momentum ? next_chunk_ - chunks : next_chunk_;
+    const std::vector<float>& values = momentum ? *snapshot_.momentum : *snapshot_.values;
+    v1::Chunk* chunk = momentum ? message_.mutable_momentum() : message_.mutable_chunk();
+    chunk->set_index(index);
+    chunk->set_data(reinterpret_cast<const char*>(values.data() + layout.begin(index)),
+                    static_cast<size_t>(layout.size(index)) * sizeof(float));
     ++next_chunk_;
     StartWrite(&message_);
   }
@@ -238,6 +250,7 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
   void OnDone() override { delete this; }
 
  private:
+  bool include_momentum_;
   RoundManager::ModelSnapshot snapshot_;
   v1::FetchModelResponse message_;
   int next_chunk_ = 0;

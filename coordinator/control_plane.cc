@@ -20,6 +20,7 @@ v1::MemberStatus MemberIdentity(const Member& member) {
   *out.mutable_identity() = member.identity;
   out.set_hostname(member.hostname);
   out.set_pid(member.pid);
+  out.set_data_address(member.data_address);
   out.set_generation(member.generation);
   *out.mutable_join_time() = ToProtoTime(member.join_time);
   return out;
@@ -236,7 +237,8 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   for (const Member& member : membership_.Members()) {
     // A leader that finished training will not sync again: rounds must not wait for it.
     if (member.identity.local_rank() == 0 && !member.finished) {
-      leaders.push_back(Leader{member.worker_id, member.identity.local_world_size()});
+      leaders.push_back(
+          Leader{member.worker_id, member.identity.local_world_size(), member.data_address});
     }
   }
   return leaders;

@@ -67,6 +67,7 @@ class ControlPlane {
   struct Leader {
     std::string worker_id;
     int local_world_size = 1;
+    std::string data_address;  // empty: it serves no sharded data plane
   };
   std::vector<Leader> LiveLeaders() const;
 

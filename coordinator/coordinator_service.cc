@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "common/address.h"
 #include "common/auth.h"
 #include "common/status_util.h"
 
@@ -39,8 +40,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* context,
                                                    const v1::JoinRequest* request,
                                                    v1::JoinResponse* response) {
-  return Unary(context, true, [&] {
-    absl::StatusOr<v1::JoinResponse> joined = plane_->Join(*request);
+  return Unary(context, true, [&]() -> absl::Status {
+    // A wildcard host in the advertised data plane is where this call came from.
+    v1::JoinRequest resolved = *request;
+    absl::StatusOr<std::string> data_address =
+        ResolveAdvertisedAddress(request->data_address(), context->peer(), "data_address");
+    if (!data_address.ok()) return data_address.status();
+    resolved.set_data_address(*data_address);
+    absl::StatusOr<v1::JoinResponse> joined = plane_->Join(resolved);
     if (joined.ok()) *response = *std::move(joined);
     return joined.status();
   });

@@ -80,6 +80,7 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
   member.identity = identity;
   member.hostname = request.hostname();
   member.pid = request.pid();
+  member.data_address = request.data_address();
   member.generation = ++generations_[id];
   member.last_seen = now;
   return member;
@@ -90,6 +91,7 @@ absl::Status Membership::Restore(const v1::MemberStatus& saved) {
   *request.mutable_identity() = saved.identity();
   request.set_hostname(saved.hostname());
   request.set_pid(saved.pid());
+  request.set_data_address(saved.data_address());
   absl::StatusOr<Member> member = Join(request);
   if (!member.ok()) return member.status();
   Member& restored = members_[member->worker_id];

@@ -21,6 +21,7 @@ struct Member {
   v1::WorkerIdentity identity;
   std::string hostname;
   int64_t pid = 0;
+  std::string data_address;  // node leaders: where they serve the sharded data plane
   int64_t generation = 0;  // how many times this identity has joined
   int64_t step = 0;
   double loss = 0;

@@ -189,10 +189,15 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
   }
   if (model_.snapshot == nullptr) {
     absl::Span<const float> global = model_.engine->global();
+    absl::Span<const float> momentum = model_.engine->momentum();
     model_.snapshot = std::make_shared<const std::vector<float>>(global.begin(), global.end());
+    model_.momentum_snapshot =
+        momentum.empty() ? nullptr
+                         : std::make_shared<const std::vector<float>>(momentum.begin(),
+                                                                      momentum.end());
   }
-  return ModelSnapshot{model_.run_id, model_.round, model_.global_step,
-                       model_.engine->layout(), model_.snapshot};
+  return ModelSnapshot{model_.run_id,           model_.round,    model_.global_step,
+                       model_.engine->layout(), model_.snapshot, model_.momentum_snapshot};
 }
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
@@ -207,6 +212,14 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
     // next boundary; leaving it out of that round would make it stale again, round after round.
     const bool stale = absl::IsFailedPrecondition(session.status()) && Stale(header);
+    if (stale) {
+      // A structured answer beside the status: the committed round to catch up with.
+      auto response = std::make_shared<v1::SyncResponse>();
+      response->mutable_stale()->set_committed_round(model_.round);
+      response->mutable_stale()->set_global_step(model_.global_step);
+      member->Enqueue(std::move(response));
+      Touch(member);
+    }
     if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale) {
       Refuse(header.member_id(), session.status());
     }
@@ -257,6 +270,16 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
   }
   if (!round_.has_value()) OpenRound(next);
   Round& round = *round_;
+  if (round.sharded.has_value()) {
+    if (absl::Status s = round.sharded->Arrive(header.member_id(), header.weight(),
+                                               header.step(), options_.clock());
+        !s.ok()) {
+      return s;
+    }
+    const int64_t session_id = next_session_++;
+    sessions_[session_id] = Session{-1, header.member_id(), member, header.step(), 0};
+    return session_id;  // the RoundHeader goes out with the layout (AdvanceSharded)
+  }
   auto it = std::find(round.members.begin(), round.members.end(), header.member_id());
   if (it == round.members.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -302,14 +325,35 @@ void RoundManager::OpenRound(int64_t number) {
   round.session_of_slot.assign(round.members.size(), -1);
   round.dropped.assign(round.members.size(), false);
   round.excluded.assign(round.members.size(), false);
-  model_.engine->BeginRound(static_cast<int>(round.members.size()));
+  if (model_.spec.exchange() == v1::EXCHANGE_SHARDED) {
+    ShardedRound::Options options;
+    options.number = number;
+    options.layout = model_.engine->layout();
+    options.opened = round.opened;
+    options.deadline = absl::Seconds(model_.spec.round_deadline_seconds());
+    options.min_workers = model_.spec.min_workers();
+    std::vector<ShardedRound::Candidate> candidates;
+    for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+      candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});
+    }
+    round.sharded.emplace(options, std::move(candidates));
+    // Reused round after round: a fresh model-sized buffer costs a page fault per 4 KiB.
+    round.mean = std::move(mean_scratch_);
+    round.mean.resize(static_cast<size_t>(options.layout.num_values));
+  } else {
+    model_.engine->BeginRound(static_cast<int>(round.members.size()));
+  }
   round_ = std::move(round);
   // Leaders refused for this round before it opened are out from the start.
   for (auto it = refused_.begin(); it != refused_.end();) {
     auto slot = std::find(round_->members.begin(), round_->members.end(), it->first);
     if (it->second.first == number && slot != round_->members.end()) {
-      DropSlot(static_cast<int>(slot - round_->members.begin()), it->second.second,
-               absl::OkStatus());
+      if (round_->sharded.has_value()) {
+        round_->sharded->Leave(it->first, it->second.second, round_->opened);
+      } else {
+        DropSlot(static_cast<int>(slot - round_->members.begin()), it->second.second,
+                 absl::OkStatus());
+      }
     }
     it = refused_.erase(it);
   }
@@ -321,7 +365,9 @@ bool RoundManager::Stale(const v1::SyncHeader& header) const {
 
 void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {
   const std::string reason = absl::StrCat("refused: ", status.message());
-  if (round_.has_value()) {
+  if (sharded()) {
+    round_->sharded->Leave(member_id, reason, options_.clock());
+  } else if (round_.has_value()) {
     auto it = std::find(round_->members.begin(), round_->members.end(), member_id);
     if (it != round_->members.end()) {
       const int slot = static_cast<int>(it - round_->members.begin());
@@ -339,7 +385,14 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     if (!sessions_.count(session_id) || !round_.has_value()) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
-    engine = model_.engine;
+    if (!sharded()) engine = model_.engine;
+  }
+  if (engine == nullptr) {
+    absl::Status status = absl::InvalidArgumentError(
+        "chunk: in a sharded round deltas go to the range owners (DataPlane.Reduce), not to "
+        "the coordinator");
+    Leave(session_id, status);
+    return status;
   }
   // Checking and decoding run outside the lock, so members' chunks are decoded in parallel.
   // fp32 bytes are used in place; other codecs decode into a buffer reused across chunks.
@@ -391,8 +444,12 @@ void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || !round_.has_value()) return;
-    DropSlot(it->second.slot, absl::StrCat("stream ended: ", why.message()), why);
-    Advance();
+    if (sharded()) {
+      DropSession(session_id, why);
+    } else {
+      DropSlot(it->second.slot, absl::StrCat("stream ended: ", why.message()), why);
+      Advance();
+    }
   }
   FlushTouched();
 }
@@ -402,10 +459,16 @@ void RoundManager::EndOfInput(int64_t session_id) {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || !round_.has_value()) return;
-    if (it->second.chunks_received == model_.engine->layout().num_chunks()) return;
-    DropSlot(it->second.slot, "closed its stream before sending every chunk",
-             absl::InvalidArgumentError("stream closed before every chunk was sent"));
-    Advance();
+    if (sharded()) {
+      if (!it->second.delivered) {
+        DropSession(session_id, absl::InvalidArgumentError(
+                                    "closed its stream before it held the whole update"));
+      }
+    } else if (it->second.chunks_received != model_.engine->layout().num_chunks()) {
+      DropSlot(it->second.slot, "closed its stream before sending every chunk",
+               absl::InvalidArgumentError("stream closed before every chunk was sent"));
+      Advance();
+    }
   }
   FlushTouched();
 }
@@ -417,6 +480,14 @@ void RoundManager::Tick() {
     v1::RunInfo run = plane_->Run();
     if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
       Abort(absl::StrCat("the run is no longer running (", v1::RunState_Name(run.state()), ")"));
+    } else if (sharded()) {
+      std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
+      const absl::Time now = options_.clock();
+      for (const std::string& id : round_->members) {
+        if (!IsLeader(leaders, id)) round_->sharded->Leave(id, "lease expired or left", now);
+      }
+      round_->sharded->Tick(now);
+      AdvanceSharded();
     } else {
       std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
       const absl::Time now = options_.clock();
@@ -467,6 +538,10 @@ void RoundManager::DropSlot(int slot, const std::string& reason, const absl::Sta
 
 void RoundManager::Advance() {
   if (!round_.has_value()) return;
+  if (sharded()) {
+    AdvanceSharded();
+    return;
+  }
   Round& round = *round_;
   int workers = 0;
   for (size_t slot = 0; slot < round.members.size(); ++slot) {
@@ -529,44 +604,49 @@ void RoundManager::Commit() {
   if (absl::Status s = plane_->CommitRound(model_.run_id, round.number, step); !s.ok()) {
     LogError(absl::StrCat("round ", round.number, ": the run refused the commit: ", s.ToString()));
   }
-  auto response = std::make_shared<v1::SyncResponse>();
-  response->mutable_commit()->set_round(round.number);
-  response->mutable_commit()->set_global_step(step);
-  for (const std::string& id : included) response->mutable_commit()->add_members(id);
-  for (int64_t session : round.session_of_slot) {
-    auto it = sessions_.find(session);
-    if (it == sessions_.end()) continue;
-    it->second.member->Enqueue(response);
-    it->second.member->Close(absl::OkStatus());
-    Touch(it->second.member);
-    sessions_.erase(it);
-  }
+  SendCommit(included, step);
   v1::RoundRecord record = Record(v1::ROUND_OUTCOME_COMMITTED);
   LogInfo(absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
                        round.members.size(), " members (", absl::StrJoin(included, ", "),
                        "), global step ", step, ", ", record.duration_seconds(), " s, ",
                        record.bytes_received(), " B in, ", record.bytes_sent(), " B out"));
   plane_->RecordRound(std::move(record));
+  EndRound();
+}
+
+void RoundManager::SendCommit(const std::vector<std::string>& included, int64_t step) {
+  auto response = std::make_shared<v1::SyncResponse>();
+  response->mutable_commit()->set_round(round_->number);
+  response->mutable_commit()->set_global_step(step);
+  for (const std::string& id : included) response->mutable_commit()->add_members(id);
+  for (auto& [id, session] : sessions_) {
+    session.member->Enqueue(response);
+    session.member->Close(absl::OkStatus());
+    Touch(session.member);
+  }
+  sessions_.clear();
+}
+
+void RoundManager::EndRound() {
+  if (round_->sharded.has_value()) mean_scratch_ = std::move(round_->mean);
   round_.reset();
 }
 
 void RoundManager::Abort(const std::string& reason) {
   Round& round = *round_;
-  model_.engine->Abort();
-  for (int64_t session : round.session_of_slot) {
-    auto it = sessions_.find(session);
-    if (it == sessions_.end()) continue;
-    it->second.member->Close(absl::AbortedError(
+  if (!round.sharded.has_value()) model_.engine->Abort();
+  for (auto& [id, session] : sessions_) {
+    session.member->Close(absl::AbortedError(
         absl::StrCat("round ", round.number, " aborted: ", reason,
                      "; keep your local weights and sync at the next boundary")));
-    Touch(it->second.member);
-    sessions_.erase(it);
+    Touch(session.member);
   }
+  sessions_.clear();
   v1::RoundRecord record = Record(v1::ROUND_OUTCOME_ABORTED);
   record.set_reason(reason);
   LogWarning(absl::StrCat("round ", round.number, " aborted: ", reason));
   plane_->RecordRound(std::move(record));
-  round_.reset();
+  EndRound();
 }
 
 v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
@@ -574,7 +654,35 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   v1::RoundRecord record;
   record.set_round(round.number);
   record.set_outcome(outcome);
-  for (size_t slot = 0; slot < round.members.size(); ++slot) {
+  record.set_exchange(model_.spec.exchange());
+  if (round.sharded.has_value()) {
+    const ShardedRound& decided = *round.sharded;
+    for (const std::string& id : decided.Included()) record.add_members(id);
+    const int64_t members = static_cast<int64_t>(decided.members().size());
+    const ChunkLayout& layout = model_.engine->layout();
+    for (size_t s = 0; s < decided.shards().size(); ++s) {
+      const ShardedRound::Shard& shard = decided.shards()[s];
+      v1::ShardRecord* out = record.add_shards();
+      out->set_owner_id(shard.owner_id);
+      out->set_address(shard.address);
+      out->set_begin(layout.begin(shard.begin_chunk));
+      out->set_end(layout.begin(shard.end_chunk - 1) + layout.size(shard.end_chunk - 1));
+      const int64_t mean_bytes = s < round.mean_bytes.size() ? round.mean_bytes[s] : 0;
+      out->set_mean_bytes(mean_bytes);
+      out->set_bytes_received(
+          members * static_cast<int64_t>(EncodedBytes(model_.spec.codec(), out->end() - out->begin())));
+      out->set_bytes_sent((members + 1) * mean_bytes);
+    }
+    for (const auto& [id, reason] : decided.dropped()) {
+      v1::DroppedMember* dropped = record.add_dropped();
+      dropped->set_member_id(id);
+      dropped->set_reason(reason);
+    }
+    if (decided.SlowestWait() > absl::ZeroDuration()) {
+      record.set_slowest_wait_seconds(absl::ToDoubleSeconds(decided.SlowestWait()));
+    }
+  }
+  for (size_t slot = 0; slot < round.members.size() && !round.sharded.has_value(); ++slot) {
     if (!round.dropped[slot] && round.session_of_slot[slot] != -1) {
       record.add_members(round.members[slot]);
     }
@@ -596,6 +704,176 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   *record.mutable_start_time() = ToProtoTime(round.opened);
   record.set_global_step(model_.global_step);
   return record;
+}
+
+std::map<int64_t, RoundManager::Session>::iterator RoundManager::SessionOf(
+    const std::string& member_id) {
+  return std::find_if(sessions_.begin(), sessions_.end(),
+                      [&](const auto& entry) { return entry.second.member_id == member_id; });
+}
+
+void RoundManager::DropSession(int64_t session_id, const absl::Status& status) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;
+  const std::string member_id = it->second.member_id;
+  it->second.member->Close(status);
+  Touch(it->second.member);
+  sessions_.erase(it);
+  round_->sharded->Leave(member_id, absl::StrCat("stream ended: ", status.message()),
+                         options_.clock());
+  AdvanceSharded();
+}
+
+void RoundManager::AdvanceSharded() {
+  Round& round = *round_;
+  ShardedRound& decided = *round.sharded;
+  for (const auto& [id, reason] : decided.TakeDrops()) {
+    LogWarning(absl::StrCat("round ", round.number, ": dropped ", id, ": ", reason));
+    auto it = SessionOf(id);
+    if (it != sessions_.end()) {
+      it->second.member->Close(absl::AbortedError(absl::StrCat(
+          "dropped from round ", round.number, ": ", reason,
+          "; keep your local weights and fetch the model after the round commits")));
+      Touch(it->second.member);
+      sessions_.erase(it);
+    }
+    // Owners stop waiting for its delta.
+    auto notice = std::make_shared<v1::SyncResponse>();
+    notice->mutable_dropped()->set_member_id(id);
+    notice->mutable_dropped()->set_reason(reason);
+    for (auto& [session_id, session] : sessions_) {
+      session.member->Enqueue(notice);
+      Touch(session.member);
+    }
+  }
+  if (decided.TakeLaidOut()) {
+    const ChunkLayout& layout = model_.engine->layout();
+    auto response = std::make_shared<v1::SyncResponse>();
+    v1::RoundHeader* header = response->mutable_header();
+    header->set_round(round.number);
+    for (const std::string& id : decided.members()) header->add_members(id);
+    for (double weight : decided.weights()) header->add_weights(weight);
+    header->set_codec(model_.spec.codec());
+    header->set_num_chunks(layout.num_chunks());
+    header->set_chunk_values(layout.chunk_values);
+    header->set_exchange(v1::EXCHANGE_SHARDED);
+    for (const ShardedRound::Shard& shard : decided.shards()) {
+      v1::ShardRange* range = header->add_shards();
+      range->set_owner_id(shard.owner_id);
+      range->set_address(shard.address);
+      range->set_begin_chunk(shard.begin_chunk);
+      range->set_end_chunk(shard.end_chunk);
+    }
+    round.mean_bytes.assign(decided.shards().size(), 0);
+    for (auto& [session_id, session] : sessions_) {
+      session.member->Enqueue(response);
+      Touch(session.member);
+    }
+  }
+  if (decided.phase() == ShardedRound::Phase::kAborted) {
+    Abort(decided.abort_reason());
+  } else if (decided.phase() == ShardedRound::Phase::kCommitted) {
+    CommitSharded();
+  }
+}
+
+void RoundManager::CommitSharded() {
+  Round& round = *round_;
+  // Every member applies the same decoded mean through the same outer step; so does this copy.
+  if (absl::Status s = model_.engine->ApplyMean(round.mean); !s.ok()) {
+    Abort(std::string(s.message()));
+    return;
+  }
+  model_.snapshot = nullptr;
+  const std::vector<std::string> included = round.sharded->Included();
+  const int64_t step = std::max(model_.global_step, round.sharded->MaxStep());
+  model_.round = round.number;
+  model_.global_step = step;
+  SaveModel();
+  if (absl::Status s = plane_->CommitRound(model_.run_id, round.number, step); !s.ok()) {
+    LogError(absl::StrCat("round ", round.number, ": the run refused the commit: ", s.ToString()));
+  }
+  SendCommit(included, step);
+  v1::RoundRecord record = Record(v1::ROUND_OUTCOME_COMMITTED);
+  LogInfo(absl::StrCat("round ", round.number, " committed (sharded over ",
+                       round.sharded->shards().size(), " owners): ", included.size(), " of ",
+                       round.members.size(), " members (", absl::StrJoin(included, ", "),
+                       "), global step ", step, ", ", record.duration_seconds(), " s, ",
+                       record.bytes_received(), " B of averaged ranges in"));
+  plane_->RecordRound(std::move(record));
+  EndRound();
+}
+
+absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
+  ChunkLayout layout;
+  v1::Codec codec;
+  {
+    MutexLock lock(&mu_);
+    if (!sessions_.count(session_id) || !sharded()) {
+      return absl::FailedPreconditionError("mean: not in a sharded round");
+    }
+    layout = model_.engine->layout();
+    codec = model_.spec.codec();
+  }
+  // Decoded (and checked for NaN/Inf) outside the lock; copied in under it.
+  thread_local std::vector<float> decoded;
+  absl::Status status;
+  if (chunk.index() < 0 || chunk.index() >= layout.num_chunks()) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "mean.index: ", chunk.index(), " is out of range [0, ", layout.num_chunks(), ")"));
+  } else {
+    decoded.resize(static_cast<size_t>(layout.size(chunk.index())));
+    status = Decode(codec, chunk.data(), absl::MakeSpan(decoded));
+    if (!status.ok()) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("mean ", chunk.index(), ": ", status.message()));
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !sharded()) {
+      return absl::FailedPreconditionError("mean: not in a sharded round");
+    }
+    Round& round = *round_;
+    if (status.ok()) status = round.sharded->AddMean(it->second.member_id, chunk.index());
+    if (!status.ok()) {
+      DropSession(session_id, status);
+    } else {
+      std::copy(decoded.begin(), decoded.end(), round.mean.begin() + layout.begin(chunk.index()));
+      const int64_t bytes = static_cast<int64_t>(chunk.data().size());
+      round.bytes_received += bytes;
+      const auto& shards = round.sharded->shards();
+      for (size_t s = 0; s < shards.size(); ++s) {
+        if (chunk.index() >= shards[s].begin_chunk && chunk.index() < shards[s].end_chunk) {
+          round.mean_bytes[s] += bytes;
+        }
+      }
+      AdvanceSharded();
+    }
+  }
+  FlushTouched();
+  return status;
+}
+
+absl::Status RoundManager::Deliver(int64_t session_id) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !sharded()) {
+      return absl::FailedPreconditionError("delivered: not in a sharded round");
+    }
+    status = round_->sharded->Deliver(it->second.member_id, options_.clock());
+    if (status.ok()) {
+      it->second.delivered = true;
+      AdvanceSharded();
+    } else {
+      DropSession(session_id, status);
+    }
+  }
+  FlushTouched();
+  return status;
 }
 
 void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) {

@@ -17,6 +17,7 @@
 #include "common/chunking.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/model_store.h"
+#include "coordinator/sharded_round.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
@@ -33,12 +34,15 @@ class RoundMember {
   virtual void Flush() = 0;
 };
 
-// The sync rounds of the active run in star mode (DESIGN.md §2), over the aggregator engine:
-// it keeps global[r] and the outer optimizer state, opens a round when the first member's
-// header arrives (its members are the node leaders alive then), streams each update chunk to
-// every member as soon as it is averaged, drops members whose stream breaks, who send bad
-// input or who miss the deadline, and commits (advancing the run's round and global step) or,
-// when the quorum is lost, aborts. Knows nothing of gRPC.
+// The sync rounds of the active run (docs/design.md, "Round protocols"). It keeps global[r] and
+// the outer optimizer state and opens a round when the first member's header arrives (its
+// members are the node leaders alive then). Star rounds: it averages over the aggregator
+// engine, streams each update chunk to every member as soon as it is averaged, drops members
+// whose stream breaks, who send bad input or who miss the deadline, and commits (advancing the
+// run's round and global step) or, when the quorum is lost, aborts. Sharded rounds: a
+// ShardedRound decides; this class sends the layout, the drop notices and the commit, takes
+// each owner's averaged chunks and, on commit, applies the averaged mean through the outer
+// optimizer exactly as the members do. Knows nothing of gRPC.
 // Thread-safe. Lock order: this manager's lock, then the control plane's.
 class RoundManager {
  public:
@@ -72,6 +76,8 @@ class RoundManager {
     int64_t global_step = 0;
     ChunkLayout layout;
     std::shared_ptr<const std::vector<float>> values;
+    // The outer momentum buffer; null when the outer optimizer has none.
+    std::shared_ptr<const std::vector<float>> momentum;
   };
   // The committed global model of `run_id` (empty: the active run).
   absl::StatusOr<ModelSnapshot> FetchModel(const std::string& run_id);
@@ -85,8 +91,13 @@ class RoundManager {
   absl::Status AddChunk(int64_t session, const v1::Chunk& chunk);
   // The member's stream ended or broke: drop it from the round (if still in it).
   void Leave(int64_t session, const absl::Status& why);
-  // The member closed its side of the stream: fine once it sent every chunk, else a Leave.
+  // The member closed its side of the stream: fine once it sent every chunk (star) or
+  // delivered (sharded), else a Leave.
   void EndOfInput(int64_t session);
+  // Sharded rounds: an owner's averaged chunk, and a member's "I hold every chunk". Bad input
+  // drops the member (and closes its stream) as for AddChunk.
+  absl::Status AddMean(int64_t session, const v1::Chunk& chunk);
+  absl::Status Deliver(int64_t session);
   // Deadlines, expired leases and the run's state; the server calls it periodically.
   void Tick();
 
@@ -97,6 +108,7 @@ class RoundManager {
     std::shared_ptr<RoundMember> member;
     int64_t step = 0;
     int chunks_received = 0;
+    bool delivered = false;  // sharded
   };
   struct Round {
     int64_t number = 0;
@@ -113,6 +125,10 @@ class RoundManager {
     int64_t bytes_sent = 0;
     absl::Time first_done = absl::InfiniteFuture();
     absl::Time last_done = absl::InfinitePast();
+    // Sharded rounds: the decisions, the decoded averaged chunks, and each shard's bytes.
+    std::optional<ShardedRound> sharded;
+    std::vector<float> mean;
+    std::vector<int64_t> mean_bytes;
   };
   struct Model {
     std::string run_id;
@@ -121,6 +137,7 @@ class RoundManager {
     int64_t round = 0;                         // committed rounds
     int64_t global_step = 0;
     std::shared_ptr<const std::vector<float>> snapshot;  // cached copy of global, per round
+    std::shared_ptr<const std::vector<float>> momentum_snapshot;  // and of the momentum
   };
 
   // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
@@ -130,6 +147,23 @@ class RoundManager {
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool sharded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return round_.has_value() && round_->sharded.has_value();
+  }
+  // Sharded rounds: acts on what the ShardedRound decided (drops, layout, commit, abort).
+  void AdvanceSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommitSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the commit to the included members' sessions and closes every session.
+  void SendCommit(const std::vector<std::string>& included, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sharded rounds: the session's member leaves the round (stream ended, bad input); its
+  // stream is closed with `status`.
+  void DropSession(int64_t session, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the round (keeping the sharded mean buffer for the next one).
+  void EndRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session of a member in the round, or sessions_.end().
+  std::map<int64_t, Session>::iterator SessionOf(const std::string& member_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one).
@@ -161,6 +195,7 @@ class RoundManager {
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<float> mean_scratch_ ABSL_GUARDED_BY(mu_);  // Round::mean between rounds
   std::vector<std::shared_ptr<RoundMember>> touched_ ABSL_GUARDED_BY(mu_);
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);

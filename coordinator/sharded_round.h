@@ -106,7 +106,7 @@ class ShardedRound {
   bool AllMeans() const { return means_received_ == options_.layout.num_chunks(); }
   int ShardOf(int chunk) const;
 
-  const Options options_;
+  Options options_;
   std::vector<Member> expected_;
   Phase phase_ = Phase::kGathering;
   absl::Time laid_out_at_;

@@ -78,7 +78,8 @@ class AveragingTest : public ::testing::Test {
   void StartRun(const std::string& extra_spec) {
     v1::StartRunRequest request;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-        absl::StrCat("model { builtin: \"mlp\" } chunk_bytes: 65536 ", extra_spec),
+        absl::StrCat("model { builtin: \"mlp\" } chunk_bytes: 65536 exchange: EXCHANGE_STAR ",
+                     extra_spec),
         request.mutable_spec()));
     v1::StartRunResponse response;
     grpc::Status status = coordinator_->StartRun(Ctx().get(), request, &response);

@@ -12,6 +12,24 @@
 
 namespace localsgd {
 
+namespace {
+constexpr char kStaleRoundPayload[] = "type.googleapis.com/localsgd.v1.StaleRound";
+}  // namespace
+
+std::optional<v1::StaleRound> StaleRoundOf(const absl::Status& status) {
+  if (!absl::IsFailedPrecondition(status)) return std::nullopt;
+  absl::optional<absl::Cord> payload = status.GetPayload(kStaleRoundPayload);
+  v1::StaleRound stale;
+  if (!payload.has_value() || !stale.ParseFromString(std::string(*payload))) return std::nullopt;
+  return stale;
+}
+
+absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view message) {
+  absl::Status status = absl::FailedPreconditionError(message);
+  status.SetPayload(kStaleRoundPayload, absl::Cord(stale.SerializeAsString()));
+  return status;
+}
+
 AveragingClient::AveragingClient(std::shared_ptr<grpc::Channel> channel, std::string token)
     : stub_(v1::Averaging::NewStub(std::move(channel))), token_(std::move(token)) {}
 
@@ -45,8 +63,15 @@ absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
   // delta chunk is sent).
   v1::SyncResponse response;
   if (!stream->Read(&response) || !response.has_header()) {
+    std::optional<v1::StaleRound> stale;
+    if (response.has_stale()) {
+      stale = response.stale();
+    } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
+      context->TryCancel();  // not a message that can come first: do not wait for more
+    }
     stream->WritesDone();
     grpc::Status status = stream->Finish();
+    if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
     return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
   }
   const v1::RoundHeader round_header = response.header();
@@ -134,38 +159,48 @@ absl::Status AveragingClient::InitModel(const std::string& run_id, const std::st
 }
 
 absl::StatusOr<AveragingClient::Model> AveragingClient::FetchModel(const std::string& run_id,
-                                                                   absl::Duration timeout) {
+                                                                   absl::Duration timeout,
+                                                                   bool include_momentum) {
   auto context = Context(timeout);
   v1::FetchModelRequest request;
   request.set_run_id(run_id);
+  request.set_include_momentum(include_momentum);
   auto stream = stub_->FetchModel(context.get(), request);
   v1::FetchModelResponse response;
   Model model;
   std::optional<ChunkLayout> layout;
   int chunks = 0;
+  int momentum_chunks = 0;
+  bool has_momentum = false;
   while (stream->Read(&response)) {
     if (response.has_header()) {
       model.run_id = response.header().run_id();
       model.round = response.header().round();
       model.global_step = response.header().global_step();
       layout = ChunkLayout{response.header().vector_length(), response.header().chunk_values()};
+      if (layout->num_values < 0 || layout->chunk_values <= 0) break;
       model.values.resize(static_cast<size_t>(layout->num_values));
-    } else if (layout.has_value() && response.has_chunk()) {
-      const v1::Chunk& chunk = response.chunk();
+      has_momentum = response.header().has_momentum();
+      if (has_momentum) model.momentum.resize(model.values.size());
+    } else if (layout.has_value() && (response.has_chunk() || response.has_momentum())) {
+      const bool momentum = response.has_momentum();
+      const v1::Chunk& chunk = momentum ? response.momentum() : response.chunk();
       const size_t bytes = static_cast<size_t>(layout->size(chunk.index())) * sizeof(float);
       if (chunk.index() < 0 || chunk.index() >= layout->num_chunks() ||
-          chunk.data().size() != bytes) {
+          chunk.data().size() != bytes || (momentum && !has_momentum)) {
         context->TryCancel();
         stream->Finish();
         return absl::InternalError("malformed model chunk");
       }
-      std::memcpy(model.values.data() + layout->begin(chunk.index()), chunk.data().data(), bytes);
-      ++chunks;
+      std::vector<float>& into = momentum ? model.momentum : model.values;
+      std::memcpy(into.data() + layout->begin(chunk.index()), chunk.data().data(), bytes);
+      ++(momentum ? momentum_chunks : chunks);
     }
   }
   grpc::Status status = stream->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
-  if (!layout.has_value() || chunks != layout->num_chunks()) {
+  if (!layout.has_value() || chunks != layout->num_chunks() ||
+      momentum_chunks != (has_momentum ? layout->num_chunks() : 0)) {
     return absl::InternalError("incomplete model");
   }
   return model;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,11 @@
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 
 namespace localsgd {
+
+// A Sync refused because its round already committed carries the coordinator's StaleRound
+// (the committed round and global step) as a payload of its FAILED_PRECONDITION status.
+std::optional<v1::StaleRound> StaleRoundOf(const absl::Status& status);
+absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view message);
 
 // A node leader's side of the Averaging service, on flat float vectors (no LibTorch): the
 // initial upload, fetching the global model, and one sync round at a time.
@@ -38,9 +44,10 @@ class AveragingClient {
     std::vector<std::string> members;  // whose deltas are in the update
   };
 
-  // One round: streams the encoded delta `params - global` chunk by chunk while reading the
-  // update chunks, and on commit adds the decoded update to `global` (global[r-1] becomes
-  // global[r]). On any error, ABORTED included, `global` is unchanged.
+  // One star round: streams the encoded delta `params - global` chunk by chunk while reading
+  // the update chunks, and on commit adds the decoded update to `global` (global[r-1] becomes
+  // global[r]). On any error, ABORTED included, `global` is unchanged; a stale round's error
+  // carries the StaleRound (StaleRoundOf).
   absl::StatusOr<SyncResult> Sync(const Member& member, int64_t round, int64_t step,
                                   absl::Span<const float> params, absl::Span<float> global,
                                   absl::Duration timeout);
@@ -55,9 +62,13 @@ class AveragingClient {
     int64_t round = 0;
     int64_t global_step = 0;
     std::vector<float> values;
+    // The outer momentum (asked for, and the outer optimizer has momentum); else empty.
+    std::vector<float> momentum;
   };
-  // The committed global model of `run_id` (empty: the active run).
-  absl::StatusOr<Model> FetchModel(const std::string& run_id, absl::Duration timeout);
+  // The committed global model of `run_id` (empty: the active run), with the outer momentum
+  // when `include_momentum`.
+  absl::StatusOr<Model> FetchModel(const std::string& run_id, absl::Duration timeout,
+                                   bool include_momentum = false);
 
  private:
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;

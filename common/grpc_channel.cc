@@ -21,6 +21,28 @@ grpc::ChannelArguments StreamingChannelArguments() {
   return args;
 }
 
+namespace {
+
+class StreamingOptions : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* args) override {
+    grpc::ChannelArguments streaming = StreamingChannelArguments();
+    grpc_channel_args c_args = streaming.c_channel_args();
+    for (size_t i = 0; i < c_args.num_args; ++i) {
+      if (c_args.args[i].type == GRPC_ARG_INTEGER) {
+        args->SetInt(c_args.args[i].key, c_args.args[i].value.integer);
+      }
+    }
+  }
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*) override {}
+};
+
+}  // namespace
+
+void UseStreamingArguments(grpc::ServerBuilder* builder) {
+  builder->SetOption(std::make_unique<StreamingOptions>());
+}
+
 std::shared_ptr<grpc::Channel> CreateStreamingChannel(
     const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   return grpc::CreateCustomChannel(address, std::move(credentials), StreamingChannelArguments());

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/server_builder.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
@@ -21,6 +22,9 @@ grpc::ChannelArguments StreamingChannelArguments();
 
 // A channel to `address` with StreamingChannelArguments (plaintext unless `credentials` say
 // otherwise; see common/tls.h).
+// Applies StreamingChannelArguments to the server side of every connection of `builder`.
+void UseStreamingArguments(grpc::ServerBuilder* builder);
+
 std::shared_ptr<grpc::Channel> CreateStreamingChannel(
     const std::string& address,
     std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials());

@@ -19,21 +19,6 @@ namespace {
 constexpr char kServiceName[] = "localsgd.v1.Coordinator";
 constexpr char kAveragingServiceName[] = "localsgd.v1.Averaging";
 
-// Applies StreamingChannelArguments to the server's side of every connection.
-class StreamingOptions : public grpc::ServerBuilderOption {
- public:
-  void UpdateArguments(grpc::ChannelArguments* args) override {
-    grpc::ChannelArguments streaming = StreamingChannelArguments();
-    grpc_channel_args c_args = streaming.c_channel_args();
-    for (size_t i = 0; i < c_args.num_args; ++i) {
-      if (c_args.args[i].type == GRPC_ARG_INTEGER) {
-        args->SetInt(c_args.args[i].key, c_args.args[i].value.integer);
-      }
-    }
-  }
-  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*) override {}
-};
-
 std::chrono::system_clock::time_point Deadline(absl::Duration from_now) {
   return absl::ToChronoTime(absl::Now() + from_now);
 }
@@ -83,7 +68,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   builder.RegisterService(self->averaging_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  builder.SetOption(std::make_unique<StreamingOptions>());
+  UseStreamingArguments(&builder);
   self->grpc_server_ = builder.BuildAndStart();
   if (self->grpc_server_ == nullptr || port == 0) {
     return absl::UnavailableError(

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -35,7 +36,10 @@ absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id
 }  // namespace
 
 RoundManager::RoundManager(ControlPlane* plane, Options options)
-    : plane_(plane), options_(std::move(options)) {}
+    : plane_(plane), options_(std::move(options)) {
+  std::random_device random;
+  next_attempt_ = (uint64_t{random()} << 32) | random();
+}
 
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
   v1::RunInfo run = plane_->Run();
@@ -337,6 +341,7 @@ void RoundManager::OpenRound(int64_t number) {
       candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});
     }
     round.sharded.emplace(options, std::move(candidates));
+    round.attempt = next_attempt_++;
     // Reused round after round: a fresh model-sized buffer costs a page fault per 4 KiB.
     round.mean = std::move(mean_scratch_);
     round.mean.resize(static_cast<size_t>(options.layout.num_values));
@@ -727,6 +732,8 @@ void RoundManager::DropSession(int64_t session_id, const absl::Status& status) {
 void RoundManager::AdvanceSharded() {
   Round& round = *round_;
   ShardedRound& decided = *round.sharded;
+  // Drops before the layout need no notice: the layout leaves them out.
+  const bool notify = round.laid_out;
   for (const auto& [id, reason] : decided.TakeDrops()) {
     LogWarning(absl::StrCat("round ", round.number, ": dropped ", id, ": ", reason));
     auto it = SessionOf(id);
@@ -737,6 +744,7 @@ void RoundManager::AdvanceSharded() {
       Touch(it->second.member);
       sessions_.erase(it);
     }
+    if (!notify) continue;
     // Owners stop waiting for its delta.
     auto notice = std::make_shared<v1::SyncResponse>();
     notice->mutable_dropped()->set_member_id(id);
@@ -757,6 +765,7 @@ void RoundManager::AdvanceSharded() {
     header->set_num_chunks(layout.num_chunks());
     header->set_chunk_values(layout.chunk_values);
     header->set_exchange(v1::EXCHANGE_SHARDED);
+    header->set_attempt(round.attempt);
     for (const ShardedRound::Shard& shard : decided.shards()) {
       v1::ShardRange* range = header->add_shards();
       range->set_owner_id(shard.owner_id);
@@ -765,6 +774,7 @@ void RoundManager::AdvanceSharded() {
       range->set_end_chunk(shard.end_chunk);
     }
     round.mean_bytes.assign(decided.shards().size(), 0);
+    round.laid_out = true;
     for (auto& [session_id, session] : sessions_) {
       session.member->Enqueue(response);
       Touch(session.member);

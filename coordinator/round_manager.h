@@ -129,6 +129,8 @@ class RoundManager {
     std::optional<ShardedRound> sharded;
     std::vector<float> mean;
     std::vector<int64_t> mean_bytes;
+    uint64_t attempt = 0;
+    bool laid_out = false;  // the RoundHeader went out
   };
   struct Model {
     std::string run_id;
@@ -196,6 +198,9 @@ class RoundManager {
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<float> mean_scratch_ ABSL_GUARDED_BY(mu_);  // Round::mean between rounds
+  // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
+  // a restarted coordinator does not reuse an attempt its members saw.
+  uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<RoundMember>> touched_ ABSL_GUARDED_BY(mu_);
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace localsgd {
@@ -20,14 +19,20 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
 }
 
 absl::Status NodeLeader::Adopt(absl::Span<float> params) {
-  absl::StatusOr<AveragingClient::Model> model = client_->FetchModel(member_.run_id, round_timeout_);
+  const bool with_momentum = sharded_ != nullptr && outer_.momentum != 0;
+  absl::StatusOr<AveragingClient::Model> model =
+      client_->FetchModel(member_.run_id, round_timeout_, with_momentum);
   if (!model.ok()) return model.status();
   if (model->values.size() != params.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker's model has ", params.size(), " values, the run's global model has ",
         model->values.size(), ": every worker must train the same model"));
   }
+  if (with_momentum && model->momentum.size() != model->values.size()) {
+    return absl::FailedPreconditionError("the coordinator sent no outer momentum");
+  }
   global_ = std::move(model->values);
+  momentum_ = std::move(model->momentum);
   round_ = model->round;
   global_step_ = model->global_step;
   std::copy(global_.begin(), global_.end(), params.begin());
@@ -35,16 +40,19 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params) {
 }
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
-  absl::StatusOr<AveragingClient::SyncResult> result = client_->Sync(
-      member_, round_ + 1, step, params, absl::MakeSpan(global_), round_timeout_);
+  absl::StatusOr<AveragingClient::SyncResult> result =
+      sharded_ != nullptr
+          ? sharded_->Sync(member_, outer_, round_ + 1, step, params, absl::MakeSpan(global_),
+                           absl::MakeSpan(momentum_), round_timeout_)
+          : client_->Sync(member_, round_ + 1, step, params, absl::MakeSpan(global_),
+                          round_timeout_);
   if (result.ok()) {
     round_ = result->round;
     global_step_ = result->global_step;
     std::copy(global_.begin(), global_.end(), params.begin());
     return absl::OkStatus();
   }
-  if (absl::IsFailedPrecondition(result.status()) &&
-      absl::StrContains(result.status().message(), "stale")) {
+  if (StaleRoundOf(result.status()).has_value()) {
     // A round committed without this node: take the agreed model and go on from there.
     if (absl::Status adopted = Adopt(params); !adopted.ok()) return adopted;
   }

@@ -9,16 +9,27 @@
 #include "absl/types/span.h"
 #include "common/averaging_client.h"
 #include "common/chunking.h"
+#include "common/outer_step.h"
+#include "worker/sharded_client.h"
 
 namespace localsgd {
 
 // The node leader's side of the rounds, on flat float vectors (no LibTorch): it keeps
-// global[r-1], the last agreed model, and turns the node's parameters into global[r] through
-// one Averaging.Sync per round. Thread-compatible.
+// global[r-1], the last agreed model (and in sharded rounds the outer momentum, since every
+// member applies the outer step itself), and turns the node's parameters into global[r]
+// through one round per call: a star Sync with the coordinator, or a sharded exchange with the
+// other leaders. Thread-compatible.
 class NodeLeader {
  public:
   NodeLeader(AveragingClient* client, AveragingClient::Member member, ChunkLayout layout,
              absl::Duration round_timeout);
+
+  // Sharded rounds from now on (RunSpec.exchange EXCHANGE_SHARDED), through `client`, with the
+  // run's outer optimizer. Call before Start.
+  void UseShardedExchange(ShardedClient* client, OuterOptimizer outer) {
+    sharded_ = client;
+    outer_ = outer;
+  }
 
   // Start of training: offers `params` as global[0] (the first leader's upload wins), then
   // fetches the run's current global model into `params` and keeps it. FAILED_PRECONDITION
@@ -48,7 +59,10 @@ class NodeLeader {
   AveragingClient::Member member_;
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
+  ShardedClient* sharded_ = nullptr;
+  OuterOptimizer outer_;
   std::vector<float> global_;
+  std::vector<float> momentum_;  // sharded rounds with outer momentum
   int64_t round_ = 0;
   int64_t global_step_ = 0;
 };

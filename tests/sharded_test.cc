@@ -1,0 +1,476 @@
+// Sharded rounds end to end: a real coordinator on 127.0.0.1:0 and node leaders as threads,
+// each serving its own data plane on 127.0.0.1:0 and exchanging real encoded chunks with the
+// others. The reference is the star round on the same inputs.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/averaging_client.h"
+#include "common/codec.h"
+#include "coordinator/coordinator_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "tests/testutil/random_vector.h"
+#include "tests/testutil/status_matchers.h"
+#include "worker/data_plane_server.h"
+#include "worker/sharded_client.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::RandomVector;
+using ::localsgd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "shard-token";
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+constexpr char kDiloco[] = "outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true } ";
+
+using Vectors = std::vector<std::vector<float>>;
+
+// One node leader: its data plane and its client.
+struct Leader {
+  std::unique_ptr<DataPlaneServer> server;
+  std::unique_ptr<ShardedClient> client;
+  AveragingClient::Member member;
+};
+
+class ShardedTest : public ::testing::Test {
+ protected:
+  absl::Status StartServer() {
+    CoordinatorServer::Options options;
+    options.grpc_address = "127.0.0.1:0";
+    options.http_address = "";
+    options.token = kToken;
+    options.lease_timeout = absl::Seconds(60);
+    options.state_dir = state_dir_;
+    auto server = CoordinatorServer::Start(options);
+    if (!server.ok()) return server.status();
+    server_ = std::move(*server);
+    coordinator_ = v1::Coordinator::NewStub(Channel());
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<grpc::Channel> Channel() {
+    return grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
+  }
+  std::unique_ptr<grpc::ClientContext> Ctx() { return AuthorizedContext(kToken, kTimeout); }
+
+  // Joins node-i's leader; with a data plane of its own unless `serve` is false.
+  void JoinNode(int i, bool serve = true) {
+    Leader& leader = leaders_[i];
+    if (serve && leader.server == nullptr) {
+      DataPlaneServer::Options options;
+      options.token = kToken;
+      auto server = DataPlaneServer::Start(options);
+      ASSERT_THAT(server, IsOk());
+      leader.server = std::move(*server);
+    }
+    v1::JoinRequest request;
+    request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
+    request.mutable_identity()->set_local_rank(0);
+    request.mutable_identity()->set_local_world_size(1);
+    if (serve) request.set_data_address(leader.server->address());
+    v1::JoinResponse response;
+    grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ShardedClient::Options options;
+    options.coordinator = Channel();
+    options.token = kToken;
+    options.owner = serve ? leader.server->owner() : nullptr;
+    leader.client = std::make_unique<ShardedClient>(options);
+  }
+
+  void StartRun(const std::string& spec) {
+    v1::StartRunRequest request;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        absl::StrCat("model { builtin: \"mlp\" } chunk_bytes: 65536 ", spec),
+        request.mutable_spec()));
+    v1::StartRunResponse response;
+    grpc::Status status = coordinator_->StartRun(Ctx().get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    run_ = response.run();
+    for (auto& [i, leader] : leaders_) {
+      leader.member = AveragingClient::Member{run_.run_id(), absl::StrCat("node-", i, "/0"),
+                                              run_.spec().codec(), 1.0 + i, 1};
+    }
+  }
+
+  OuterOptimizer Outer() const {
+    const v1::OuterOptimizerSpec& outer = run_.spec().outer_optimizer();
+    return OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()};
+  }
+
+  ChunkLayout Layout(int64_t values) const {
+    return ChunkLayout::ForBytes(values, run_.spec().chunk_bytes());
+  }
+
+  AveragingClient Client() { return AveragingClient(Channel(), kToken); }
+
+  v1::CoordinatorStatus Status() {
+    v1::CoordinatorStatus status;
+    EXPECT_TRUE(coordinator_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+    return status;
+  }
+
+  // Every node in `nodes` syncs params[k] against its globals[k] / momenta[k] in a thread.
+  std::vector<absl::StatusOr<AveragingClient::SyncResult>> SyncAll(
+      const std::vector<int>& nodes, int64_t round, const Vectors& params, Vectors& globals,
+      Vectors& momenta) {
+    std::vector<absl::StatusOr<AveragingClient::SyncResult>> results(nodes.size(),
+                                                                      absl::UnknownError(""));
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      threads.emplace_back([&, k] {
+        Leader& leader = leaders_[nodes[k]];
+        results[k] = leader.client->Sync(leader.member, Outer(), round, round * 8, params[k],
+                                         absl::MakeSpan(globals[k]), absl::MakeSpan(momenta[k]),
+                                         kTimeout);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return results;
+  }
+
+  // params[k] = globals[k] + a small random step of node k in `round`.
+  static Vectors Steps(const Vectors& globals, int64_t round) {
+    Vectors params = globals;
+    for (size_t k = 0; k < params.size(); ++k) {
+      std::vector<float> step =
+          RandomVector(static_cast<int64_t>(params[k].size()), 1000 * round + k, 0.01f);
+      for (size_t i = 0; i < step.size(); ++i) params[k][i] += step[i];
+    }
+    return params;
+  }
+
+  std::string state_dir_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::map<int, Leader> leaders_;
+  v1::RunInfo run_;
+};
+
+
+class ShardedEquivalenceTest : public ShardedTest {
+ public:
+  // The star reference: the same deltas through AveragingClient::Sync.
+  std::vector<Vectors> Run(bool sharded, int nodes, int64_t values, int rounds,
+                           const std::string& codec = "CODEC_FP32") {
+    server_.reset();
+    leaders_.clear();
+    EXPECT_THAT(StartServer(), IsOk());
+    for (int i = 0; i < nodes; ++i) JoinNode(i);
+    StartRun(absl::StrCat(kDiloco, "codec: ", codec, " exchange: ",
+                          sharded ? "EXCHANGE_SHARDED" : "EXCHANGE_STAR"));
+    std::vector<float> global0 = RandomVector(values, 7);
+    EXPECT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+                IsOk());
+    Vectors globals(nodes, global0);
+    Vectors momenta(nodes, std::vector<float>(static_cast<size_t>(values), 0.0f));
+    std::vector<int> all;
+    for (int i = 0; i < nodes; ++i) all.push_back(i);
+    std::vector<Vectors> history;
+    for (int64_t round = 1; round <= rounds; ++round) {
+      Vectors params = Steps(globals, round);
+      if (sharded) {
+        for (auto& result : SyncAll(all, round, params, globals, momenta)) {
+          EXPECT_THAT(result, IsOk());
+        }
+      } else {
+        std::vector<std::thread> threads;
+        for (int k = 0; k < nodes; ++k) {
+          threads.emplace_back([&, k] {
+            EXPECT_THAT(Client().Sync(leaders_[k].member, round, round * 8, params[k],
+                                      absl::MakeSpan(globals[k]), kTimeout),
+                        IsOk());
+          });
+        }
+        for (auto& t : threads) t.join();
+      }
+      history.push_back(globals);
+    }
+    return history;
+  }
+};
+
+TEST_F(ShardedEquivalenceTest, ShardedGivesTheStarsModelAndEveryCopyIsBitIdentical) {
+  // 70,001 values in chunks of 16,384: 5 chunks, the last one short, over 2, 3 and 4 owners
+  // (4 owners of 5 chunks: ranges of 1, 1, 1 and 2 chunks).
+  constexpr int64_t kValues = 70'001;
+  for (int nodes : {2, 3, 4}) {
+    SCOPED_TRACE(absl::StrCat(nodes, " node leaders"));
+    std::vector<Vectors> star = Run(false, nodes, kValues, 3);
+    std::vector<Vectors> sharded = Run(true, nodes, kValues, 3);
+    ASSERT_EQ(sharded.size(), 3u);
+    for (int round = 0; round < 3; ++round) {
+      for (int k = 0; k < nodes; ++k) {
+        EXPECT_EQ(std::memcmp(sharded[round][k].data(), sharded[round][0].data(),
+                              kValues * sizeof(float)),
+                  0)
+            << "member " << k << " differs after round " << round + 1;
+      }
+      double max_diff = 0;
+      for (int64_t i = 0; i < kValues; ++i) {
+        max_diff = std::max<double>(max_diff, std::fabs(sharded[round][0][i] - star[round][0][i]));
+      }
+      EXPECT_LE(max_diff, 1e-6) << "round " << round + 1;
+    }
+    // The coordinator's copy (late joiners, restarts) is the members' copy, momentum included.
+    auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
+    ASSERT_THAT(fetched, IsOk());
+    EXPECT_EQ(fetched->round, 3);
+    EXPECT_EQ(std::memcmp(fetched->values.data(), sharded[2][0].data(), kValues * sizeof(float)),
+              0);
+    ASSERT_EQ(fetched->momentum.size(), static_cast<size_t>(kValues));
+    // The round's record says how it went.
+    v1::CoordinatorStatus status = Status();
+    const v1::RoundRecord& record = status.recent_rounds(status.recent_rounds_size() - 1);
+    EXPECT_EQ(record.exchange(), v1::EXCHANGE_SHARDED);
+    EXPECT_EQ(record.members_size(), nodes);
+    ASSERT_EQ(record.shards_size(), std::min(nodes, 5));
+    int64_t covered = 0;
+    for (const v1::ShardRecord& shard : record.shards()) {
+      EXPECT_EQ(shard.begin(), covered);
+      covered = shard.end();
+      EXPECT_EQ(shard.mean_bytes(), (shard.end() - shard.begin()) * 4);
+    }
+    EXPECT_EQ(covered, kValues);
+    // The coordinator received one model's bytes, whatever the number of members.
+    EXPECT_EQ(record.bytes_received(), kValues * 4);
+  }
+}
+
+TEST_F(ShardedEquivalenceTest, LossyCodecsKeepEveryCopyBitIdentical) {
+  constexpr int64_t kValues = 50'000;
+  for (const char* codec : {"CODEC_BF16", "CODEC_FP16", "CODEC_INT8"}) {
+    SCOPED_TRACE(codec);
+    std::vector<Vectors> sharded = Run(true, 3, kValues, 3, codec);
+    auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
+    ASSERT_THAT(fetched, IsOk());
+    for (int round = 0; round < 3; ++round) {
+      for (int k = 1; k < 3; ++k) {
+        EXPECT_EQ(std::memcmp(sharded[round][k].data(), sharded[round][0].data(),
+                              kValues * sizeof(float)),
+                  0);
+      }
+    }
+    EXPECT_EQ(std::memcmp(fetched->values.data(), sharded[2][0].data(), kValues * sizeof(float)),
+              0);
+    v1::CoordinatorStatus status = Status();
+    EXPECT_LT(status.recent_rounds(0).bytes_received(), kValues * 4 / 1.9);
+  }
+}
+
+TEST_F(ShardedTest, MembersWithoutADataPlaneTakePartAndOwnNothing) {
+  ASSERT_THAT(StartServer(), IsOk());
+  JoinNode(0);
+  JoinNode(1, /*serve=*/false);
+  StartRun("");
+  const int64_t values = 40'000;
+  std::vector<float> global0 = RandomVector(values, 3);
+  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+              IsOk());
+  Vectors globals(2, global0), momenta(2);
+  auto results = SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta);
+  for (auto& result : results) ASSERT_THAT(result, IsOk());
+  EXPECT_EQ(std::memcmp(globals[0].data(), globals[1].data(), values * sizeof(float)), 0);
+  v1::CoordinatorStatus status = Status();
+  ASSERT_EQ(status.recent_rounds(0).shards_size(), 1);
+  EXPECT_EQ(status.recent_rounds(0).shards(0).owner_id(), "node-0/0");
+}
+
+TEST_F(ShardedTest, AnOwnerThatDiesMidRoundAbortsItAndTheNextRoundCommitsWithoutIt) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i);
+  StartRun("round_deadline_seconds: 2");
+  const int64_t values = 70'000;
+  std::vector<float> global0 = RandomVector(values, 3);
+  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+              IsOk());
+  // node-2 sends its header, gets the layout (it owns a range) and dies: its data plane and
+  // its coordinator stream go away together.
+  leaders_[2].server->Shutdown();
+  auto stub = v1::Averaging::NewStub(Channel());
+  auto context = Ctx();
+  auto stream = stub->Sync(context.get());
+  std::thread dying([&] {
+    v1::SyncRequest request;
+    v1::SyncHeader* header = request.mutable_header();
+    header->set_run_id(run_.run_id());
+    header->set_round(1);
+    header->set_member_id("node-2/0");
+    header->set_vector_length(values);
+    header->set_codec(v1::CODEC_FP32);
+    header->set_weight(1);
+    header->set_num_workers(1);
+    ASSERT_TRUE(stream->Write(request));
+    v1::SyncResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_TRUE(response.has_header());
+    EXPECT_EQ(response.header().shards_size(), 3);
+    context->TryCancel();
+  });
+  Vectors globals(2, global0), momenta(2);
+  const absl::Time start = absl::Now();
+  auto results = SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta);
+  dying.join();
+  stream->Finish();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2 + 2));  // within the deadline (and a tick)
+  for (auto& result : results) EXPECT_FALSE(result.ok());
+  for (int k = 0; k < 2; ++k) {  // local weights kept
+    EXPECT_EQ(std::memcmp(globals[k].data(), global0.data(), values * sizeof(float)), 0);
+  }
+  v1::CoordinatorStatus status = Status();
+  ASSERT_GE(status.recent_rounds_size(), 1);
+  EXPECT_EQ(status.recent_rounds(0).outcome(), v1::ROUND_OUTCOME_ABORTED);
+  EXPECT_THAT(status.recent_rounds(0).reason(), HasSubstr("node-2/0"));
+  EXPECT_EQ(status.run().round(), 0);
+
+  // node-2 is still a live member (its lease has not expired), but never comes: the next
+  // round is laid out without it at the deadline and commits.
+  results = SyncAll({0, 1}, 1, Steps(globals, 2), globals, momenta);
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+  }
+  EXPECT_EQ(std::memcmp(globals[0].data(), globals[1].data(), values * sizeof(float)), 0);
+  status = Status();
+  EXPECT_EQ(status.run().round(), 1);
+  const v1::RoundRecord& committed = status.recent_rounds(status.recent_rounds_size() - 1);
+  EXPECT_EQ(committed.outcome(), v1::ROUND_OUTCOME_COMMITTED);
+  EXPECT_EQ(committed.shards_size(), 2);
+  ASSERT_EQ(committed.dropped_size(), 1);
+  EXPECT_EQ(committed.dropped(0).member_id(), "node-2/0");
+}
+
+TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 2; ++i) JoinNode(i);
+  StartRun(kDiloco);
+  const int64_t values = 30'000;
+  std::vector<float> global0 = RandomVector(values, 3);
+  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+              IsOk());
+  Vectors globals(2, global0), momenta(2, std::vector<float>(values, 0.0f));
+  for (int64_t round = 1; round <= 2; ++round) {
+    for (auto& result : SyncAll({0, 1}, round, Steps(globals, round), globals, momenta)) {
+      ASSERT_THAT(result, IsOk());
+    }
+  }
+  // A member offering a committed round gets the structured answer.
+  Vectors again = {globals[0]}, again_momentum = {momenta[0]};
+  auto stale = SyncAll({0}, 2, again, again, again_momentum);
+  ASSERT_THAT(stale[0], StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+  std::optional<v1::StaleRound> answer = StaleRoundOf(stale[0].status());
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->committed_round(), 2);
+  EXPECT_EQ(answer->global_step(), 16);
+  // A late joiner fetches global and momentum and takes part in the next round, which leaves
+  // all three copies identical.
+  JoinNode(2);
+  leaders_[2].member = AveragingClient::Member{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
+  auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[0].data(), values * sizeof(float)), 0);
+  globals.push_back(fetched->values);
+  momenta.push_back(fetched->momentum);
+  for (auto& result : SyncAll({0, 1, 2}, 3, Steps(globals, 3), globals, momenta)) {
+    ASSERT_THAT(result, IsOk());
+  }
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_EQ(std::memcmp(globals[k].data(), globals[0].data(), values * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(momenta[k].data(), momenta[0].data(), values * sizeof(float)), 0);
+  }
+}
+
+TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
+  state_dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/sharded-restart";
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 2; ++i) JoinNode(i);
+  StartRun(kDiloco);
+  const int64_t values = 30'000;
+  std::vector<float> global0 = RandomVector(values, 3);
+  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+              IsOk());
+  Vectors globals(2, global0), momenta(2, std::vector<float>(values, 0.0f));
+  for (auto& result : SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta)) {
+    ASSERT_THAT(result, IsOk());
+  }
+  server_->Shutdown();
+  server_.reset();
+  ASSERT_THAT(StartServer(), IsOk());  // members and the data-plane addresses are restored
+  for (auto& [i, leader] : leaders_) {
+    ShardedClient::Options options;
+    options.coordinator = Channel();
+    options.token = kToken;
+    options.owner = leader.server->owner();
+    leader.client = std::make_unique<ShardedClient>(options);
+  }
+  EXPECT_EQ(Status().members(0).data_address(), leaders_[0].server->address());
+  for (auto& result : SyncAll({0, 1}, 2, Steps(globals, 2), globals, momenta)) {
+    ASSERT_THAT(result, IsOk());
+  }
+  auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->round, 2);
+  EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), values * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[1].data(), values * sizeof(float)), 0);
+}
+
+TEST_F(ShardedTest, TheDataPlaneRefusesAMissingOrWrongToken) {
+  ASSERT_THAT(StartServer(), IsOk());
+  JoinNode(0);
+  auto stub = v1::DataPlane::NewStub(
+      grpc::CreateChannel(leaders_[0].server->address(), grpc::InsecureChannelCredentials()));
+  for (const char* token : {"", "wrong"}) {
+    auto context = AuthorizedContext(token, kTimeout);
+    auto stream = stub->Reduce(context.get());
+    v1::ReduceRequest request;
+    request.mutable_header()->set_run_id("r");
+    stream->Write(request);
+    v1::ReduceResponse response;
+    while (stream->Read(&response)) {
+    }
+    grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), *token == '\0' ? grpc::StatusCode::UNAUTHENTICATED
+                                                  : grpc::StatusCode::PERMISSION_DENIED);
+  }
+}
+
+TEST_F(ShardedTest, AJoinWithABadDataAddressIsRefusedNamingTheField) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (const char* bad : {"no-port", "host:0", "a b:1"}) {
+    v1::JoinRequest request;
+    request.mutable_identity()->set_node_name("node-9");
+    request.mutable_identity()->set_local_world_size(1);
+    request.set_data_address(bad);
+    v1::JoinResponse response;
+    grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(status.error_message(), HasSubstr("data_address")) << bad;
+  }
+  // A wildcard host becomes the address the Join came from.
+  v1::JoinRequest request;
+  request.mutable_identity()->set_node_name("node-9");
+  request.mutable_identity()->set_local_world_size(1);
+  request.set_data_address("0.0.0.0:4567");
+  v1::JoinResponse response;
+  ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
+  EXPECT_EQ(Status().members(0).data_address(), "127.0.0.1:4567");
+}
+
+}  // namespace
+}  // namespace localsgd

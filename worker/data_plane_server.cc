@@ -1,0 +1,178 @@
+#include "worker/data_plane_server.h"
+
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/address.h"
+#include "common/auth.h"
+#include "common/grpc_channel.h"
+#include "common/mutex.h"
+#include "common/status_util.h"
+#include "common/stream_outbox.h"
+
+namespace localsgd {
+namespace {
+
+using ReduceReactorBase = grpc::ServerBidiReactor<v1::ReduceRequest, v1::ReduceResponse>;
+
+// The ReduceStream side of a Reduce call: messages go out through an outbox into the reactor.
+// Resume may come from another thread at any time, so it and OnDone meet under a lock.
+class ReduceStreamAdapter : public ReduceStream {
+ public:
+  ReduceStreamAdapter(ReduceReactorBase* reactor, v1::ReduceRequest* request)
+      : reactor_(reactor),
+        request_(request),
+        outbox_([reactor](const v1::ReduceResponse* m) { reactor->StartWrite(m); },
+                [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
+
+  void Enqueue(std::shared_ptr<const v1::ReduceResponse> message) override {
+    outbox_.Enqueue(std::move(message));
+  }
+  void Close(const absl::Status& status) override {
+    {
+      MutexLock lock(&mu_);
+      closed_ = true;
+    }
+    outbox_.Close(ToGrpcStatus(status));
+  }
+  void Flush() override { outbox_.Flush(); }
+  void Resume() override {
+    MutexLock lock(&mu_);
+    if (reactor_ != nullptr && !closed_) reactor_->StartRead(request_);
+  }
+  // The reactor is going away: no more reads.
+  void Done() {
+    MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+  StreamOutbox<v1::ReduceResponse>& outbox() { return outbox_; }
+
+ private:
+  Mutex mu_;
+  ReduceReactorBase* reactor_ ABSL_GUARDED_BY(mu_);
+  v1::ReduceRequest* const request_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  StreamOutbox<v1::ReduceResponse> outbox_;
+};
+
+// One member's Reduce call: the header, then the chunks, handed to the owner.
+class ReduceReactor : public ReduceReactorBase {
+ public:
+  ReduceReactor(ShardOwner* owner, const absl::Status& auth)
+      : owner_(owner), stream_(std::make_shared<ReduceStreamAdapter>(this, &request_)) {
+    if (!auth.ok()) {
+      End(auth);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The member finished sending (the owner ends the stream once the range is averaged),
+      // or went away before its header.
+      if (session_ == 0) End(absl::InvalidArgumentError("the stream ended before a header"));
+      return;
+    }
+    if (session_ == 0) {
+      if (!request_.has_header()) {
+        End(absl::InvalidArgumentError("the first message must be a header"));
+        return;
+      }
+      bool waiting = false;
+      absl::StatusOr<int64_t> session = owner_->Attach(request_.header(), stream_, &waiting);
+      if (!session.ok()) {
+        End(session.status());
+        return;
+      }
+      session_ = *session;
+      if (waiting) return;  // Resume reads on once the layout is known
+    } else if (!request_.has_chunk()) {
+      End(absl::InvalidArgumentError("header sent twice; only chunks may follow it"));
+      return;
+    } else if (absl::Status s = owner_->AddChunk(session_, request_.chunk()); !s.ok()) {
+      End(s);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override { stream_->outbox().OnWriteDone(ok); }
+
+  void OnCancel() override {
+    if (session_ != 0) owner_->Detach(session_);
+    stream_->outbox().Abandon(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    stream_->Done();
+    delete this;
+  }
+
+ private:
+  void End(const absl::Status& status) {
+    if (session_ != 0) owner_->Detach(session_);
+    stream_->Close(status);
+    stream_->Flush();
+  }
+
+  ShardOwner* const owner_;
+  v1::ReduceRequest request_;
+  const std::shared_ptr<ReduceStreamAdapter> stream_;
+  int64_t session_ = 0;
+};
+
+class DataPlaneService final : public v1::DataPlane::CallbackService {
+ public:
+  DataPlaneService(ShardOwner* owner, std::string token)
+      : owner_(owner), token_(std::move(token)) {}
+
+  ReduceReactorBase* Reduce(grpc::CallbackServerContext* context) override {
+    return new ReduceReactor(owner_, CheckBearerToken(context->client_metadata(), token_));
+  }
+
+ private:
+  ShardOwner* const owner_;
+  const std::string token_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(Options options) {
+  absl::StatusOr<HostPort> address = ParseHostPort(options.address, "--data_address");
+  if (!address.ok()) return address.status();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<DataPlaneServer> self(new DataPlaneServer());
+  self->service_ = std::make_unique<DataPlaneService>(&self->owner_, options.token);
+  grpc::ServerBuilder builder;
+  UseStreamingArguments(&builder);
+  int port = 0;
+  builder.AddListeningPort(options.address, *credentials, &port);
+  builder.RegisterService(self->service_.get());
+  self->server_ = builder.BuildAndStart();
+  if (self->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--data_address: cannot listen on ", options.address));
+  }
+  address->port = port;
+  self->address_ = address->ToString();
+  return self;
+}
+
+DataPlaneServer::~DataPlaneServer() { Shutdown(); }
+
+void DataPlaneServer::Shutdown() {
+  if (server_ == nullptr) return;
+  // Open streams are cancelled after a short grace period.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace localsgd

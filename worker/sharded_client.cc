@@ -1,0 +1,330 @@
+#include "worker/sharded_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/codec.h"
+#include "common/grpc_channel.h"
+#include "common/status_util.h"
+
+namespace localsgd {
+namespace {
+
+using SyncStream = grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>;
+
+// The one writer of the coordinator stream once the layout is known: this node's averaged
+// chunks (as an owner) and its "delivered". Producers only queue, so the owner's reactors
+// never block on the coordinator.
+class Uploader : public MeanSink {
+ public:
+  Uploader(SyncStream* stream, grpc::ClientContext* context)
+      : stream_(stream), context_(context), thread_([this] { Run(); }) {}
+  ~Uploader() override { Stop(); }
+
+  void OnMean(int, std::shared_ptr<const v1::ReduceResponse> mean) override {
+    MutexLock lock(&mu_);
+    queue_.push_back(std::move(mean));
+  }
+  void OnFailure(const absl::Status& status) override {
+    {
+      MutexLock lock(&mu_);
+      if (failure_.ok()) failure_ = status;
+    }
+    context_->TryCancel();  // the coordinator sees this owner leave and aborts the round
+  }
+  void Deliver() {
+    MutexLock lock(&mu_);
+    deliver_ = true;
+  }
+  // Sends nothing more; waits for the write in flight.
+  void Stop() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  absl::Status failure() {
+    MutexLock lock(&mu_);
+    return failure_;
+  }
+
+ private:
+  void Run() {
+    v1::SyncRequest request;
+    while (true) {
+      std::shared_ptr<const v1::ReduceResponse> mean;
+      bool deliver = false;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Uploader* u) { return u->stop_ || !u->queue_.empty() || u->deliver_; }, this));
+        if (stop_) return;
+        if (!queue_.empty()) {
+          mean = std::move(queue_.front());
+          queue_.pop_front();
+        } else {
+          deliver = true;
+          deliver_ = false;
+        }
+      }
+      if (mean != nullptr) {
+        *request.mutable_mean() = mean->mean();
+      } else if (deliver) {
+        request.mutable_delivered();
+      }
+      if (!stream_->Write(request)) return;  // the stream ended: the reader sees why
+    }
+  }
+
+  SyncStream* const stream_;
+  grpc::ClientContext* const context_;
+  Mutex mu_;
+  std::deque<std::shared_ptr<const v1::ReduceResponse>> queue_ ABSL_GUARDED_BY(mu_);
+  bool deliver_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// The layout in a RoundHeader, checked against this member's vector.
+absl::Status CheckLayout(const v1::RoundHeader& header, const std::string& member_id,
+                         const ChunkLayout& layout) {
+  if (header.exchange() != v1::EXCHANGE_SHARDED) {
+    return absl::InternalError("the coordinator answered with a star round (the run's exchange "
+                               "is EXCHANGE_STAR)");
+  }
+  if (header.chunk_values() <= 0 || layout.num_chunks() != header.num_chunks() ||
+      header.weights_size() != header.members_size() || header.shards_size() == 0) {
+    return absl::InternalError("the round's layout does not match the vector");
+  }
+  if (std::find(header.members().begin(), header.members().end(), member_id) ==
+      header.members().end()) {
+    return absl::InternalError("the round's layout does not list this member");
+  }
+  int next = 0;
+  for (const v1::ShardRange& shard : header.shards()) {
+    if (shard.begin_chunk() != next || shard.end_chunk() <= shard.begin_chunk()) {
+      return absl::InternalError("the round's shards do not tile the vector");
+    }
+    next = shard.end_chunk();
+  }
+  if (next != layout.num_chunks()) {
+    return absl::InternalError("the round's shards do not tile the vector");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ShardedClient::ShardedClient(Options options)
+    : options_(std::move(options)), stub_(v1::Averaging::NewStub(options_.coordinator)) {}
+
+std::shared_ptr<grpc::Channel> ShardedClient::PeerChannel(const std::string& address) {
+  MutexLock lock(&mu_);
+  std::shared_ptr<grpc::Channel>& channel = peers_[address];
+  if (channel == nullptr) {
+    channel = CreateStreamingChannel(address, options_.peer_credentials != nullptr
+                                                  ? options_.peer_credentials
+                                                  : grpc::InsecureChannelCredentials());
+  }
+  return channel;
+}
+
+absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
+    const AveragingClient::Member& member, const OuterOptimizer& outer, int64_t round,
+    int64_t step, absl::Span<const float> params, absl::Span<float> global,
+    absl::Span<float> momentum, absl::Duration timeout) {
+  if (params.size() != global.size() ||
+      (outer.momentum != 0 && momentum.size() != global.size())) {
+    return absl::InvalidArgumentError("params, global and momentum differ in length");
+  }
+  auto context = AuthorizedContext(options_.token, timeout);
+  std::unique_ptr<SyncStream> stream = stub_->Sync(context.get());
+  v1::SyncRequest header_message;
+  v1::SyncHeader* header = header_message.mutable_header();
+  header->set_run_id(member.run_id);
+  header->set_round(round);
+  header->set_member_id(member.member_id);
+  header->set_vector_length(static_cast<int64_t>(params.size()));
+  header->set_codec(member.codec);
+  header->set_weight(member.weight);
+  header->set_step(step);
+  header->set_num_workers(member.num_workers);
+  if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
+
+  // The layout comes once every member has arrived (or at the deadline).
+  v1::SyncResponse response;
+  if (!stream->Read(&response) || !response.has_header()) {
+    std::optional<v1::StaleRound> stale;
+    if (response.has_stale()) {
+      stale = response.stale();
+    } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
+      context->TryCancel();  // not a message that can come first: do not wait for more
+    }
+    grpc::Status status = stream->Finish();
+    if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
+    return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
+  }
+  const v1::RoundHeader layout_header = response.header();
+  const ChunkLayout layout{static_cast<int64_t>(params.size()), layout_header.chunk_values()};
+  if (absl::Status s = CheckLayout(layout_header, member.member_id, layout); !s.ok()) {
+    context->TryCancel();
+    stream->Finish();
+    return s;
+  }
+
+  Uploader uploader(stream.get(), context.get());
+  bool owns = false;
+  for (const v1::ShardRange& shard : layout_header.shards()) {
+    if (shard.owner_id() != member.member_id) continue;
+    if (options_.owner == nullptr) {
+      context->TryCancel();
+      stream->Finish();
+      return absl::InternalError("the layout gives a range to a member without a data plane");
+    }
+    ShardOwner::Assignment assignment;
+    assignment.run_id = member.run_id;
+    assignment.round = layout_header.round();
+    assignment.attempt = layout_header.attempt();
+    assignment.members.assign(layout_header.members().begin(), layout_header.members().end());
+    assignment.weights.assign(layout_header.weights().begin(), layout_header.weights().end());
+    assignment.layout = layout;
+    assignment.begin_chunk = shard.begin_chunk();
+    assignment.end_chunk = shard.end_chunk();
+    assignment.codec = layout_header.codec();
+    if (absl::Status s = options_.owner->Install(std::move(assignment), &uploader); !s.ok()) {
+      uploader.Stop();
+      context->TryCancel();
+      stream->Finish();
+      return s;
+    }
+    owns = true;
+  }
+
+  // One exchange per owner: a writer sends this member's delta for the owner's range while a
+  // reader decodes the averaged chunks into `mean` (reused round after round: a fresh
+  // model-sized buffer costs a page fault per 4 KiB).
+  thread_local std::vector<float> mean_buffer;
+  mean_buffer.resize(params.size());
+  // (A thread_local is not captured by the lambdas below: they name it through this.)
+  const absl::Span<float> mean = absl::MakeSpan(mean_buffer);
+  const int shards = layout_header.shards_size();
+  std::atomic<int> received{0};
+  std::vector<absl::Status> shard_status(static_cast<size_t>(shards));
+  std::vector<std::unique_ptr<grpc::ClientContext>> shard_contexts;
+  for (int s = 0; s < shards; ++s) {
+    shard_contexts.push_back(AuthorizedContext(options_.token, timeout));
+  }
+  auto exchange = [&](int s) -> absl::Status {
+    const v1::ShardRange& shard = layout_header.shards(s);
+    auto data_plane = v1::DataPlane::NewStub(PeerChannel(shard.address()));
+    grpc::ClientContext* shard_context = shard_contexts[s].get();
+    auto reduce = data_plane->Reduce(shard_context);
+    std::thread writer([&] {
+      v1::ReduceRequest request;
+      v1::ReduceHeader* reduce_header = request.mutable_header();
+      reduce_header->set_run_id(member.run_id);
+      reduce_header->set_round(layout_header.round());
+      reduce_header->set_member_id(member.member_id);
+      reduce_header->set_attempt(layout_header.attempt());
+      if (!reduce->Write(request)) return;
+      for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
+        const size_t begin = static_cast<size_t>(layout.begin(c));
+        const size_t size = static_cast<size_t>(layout.size(c));
+        request.mutable_chunk()->set_index(c);
+        EncodeDifference(member.codec, params.subspan(begin, size),
+                         absl::MakeConstSpan(global).subspan(begin, size),
+                         request.mutable_chunk()->mutable_data());
+        if (!reduce->Write(request)) return;
+      }
+      reduce->WritesDone();
+    });
+    absl::Status problem;
+    std::vector<bool> got(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
+    v1::ReduceResponse reply;
+    while (reduce->Read(&reply)) {
+      const int c = reply.mean().index();
+      if (c < shard.begin_chunk() || c >= shard.end_chunk() || got[c - shard.begin_chunk()]) {
+        problem = absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
+                                                   " sent an unexpected chunk ", c));
+        break;
+      }
+      problem = Decode(layout_header.codec(), reply.mean().data(),
+                       absl::MakeSpan(mean.data() + layout.begin(c),
+                                      static_cast<size_t>(layout.size(c))));
+      if (!problem.ok()) break;
+      got[c - shard.begin_chunk()] = true;
+      if (++received == layout.num_chunks()) uploader.Deliver();
+    }
+    if (!problem.ok()) shard_context->TryCancel();
+    writer.join();
+    grpc::Status status = reduce->Finish();
+    if (!problem.ok()) return problem;
+    if (!status.ok()) {
+      absl::Status error = FromGrpcStatus(status);
+      return absl::Status(error.code(), absl::StrCat("owner ", shard.owner_id(), " at ",
+                                                     shard.address(), ": ", error.message()));
+    }
+    if (std::find(got.begin(), got.end(), false) != got.end()) {
+      return absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
+                                              " ended its stream before its whole range"));
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::thread> exchanges;
+  for (int s = 0; s < shards; ++s) {
+    exchanges.emplace_back([&, s] {
+      shard_status[s] = exchange(s);
+      // This member cannot complete the round: leave it, so the coordinator decides at once.
+      if (!shard_status[s].ok()) context->TryCancel();
+    });
+  }
+
+  // The coordinator's side: drop notices, then the commit (or the end of the round).
+  AveragingClient::SyncResult result;
+  bool committed = false;
+  while (stream->Read(&response)) {
+    if (response.has_dropped()) {
+      if (owns) options_.owner->Drop(response.dropped().member_id());
+    } else if (response.has_commit()) {
+      result.round = response.commit().round();
+      result.global_step = response.commit().global_step();
+      result.members.assign(response.commit().members().begin(),
+                            response.commit().members().end());
+      committed = true;
+    }
+  }
+  if (!committed) {
+    for (auto& shard_context : shard_contexts) shard_context->TryCancel();
+  }
+  for (std::thread& t : exchanges) t.join();
+  uploader.Stop();
+  if (owns) {
+    options_.owner->Finish(member.run_id, layout_header.round(), layout_header.attempt());
+  }
+  const grpc::Status status = stream->Finish();
+  if (absl::Status failure = uploader.failure(); !failure.ok()) return failure;
+  if (!committed) {
+    for (const absl::Status& s : shard_status) {
+      if (!s.ok() && !absl::IsCancelled(s)) return s;
+    }
+    return status.ok() ? absl::InternalError("the round ended without a commit")
+                       : FromGrpcStatus(status);
+  }
+  if (received.load() != layout.num_chunks()) {
+    // The coordinator committed without this member (it was dropped): it adopts the model.
+    return absl::AbortedError("the round committed without this member's whole update");
+  }
+  ApplyOuterStep(outer, mean, global, momentum);
+  return result;
+}
+
+}  // namespace localsgd

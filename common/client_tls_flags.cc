@@ -13,10 +13,13 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 
 namespace localsgd {
 
+ClientTls ClientTlsFromFlags() {
+  return ClientTls{absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                   absl::GetFlag(FLAGS_tls_key)};
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags() {
-  return MakeChannelCredentials(ClientTls{absl::GetFlag(FLAGS_tls_ca),
-                                          absl::GetFlag(FLAGS_tls_cert),
-                                          absl::GetFlag(FLAGS_tls_key)});
+  return MakeChannelCredentials(ClientTlsFromFlags());
 }
 
 }  // namespace localsgd

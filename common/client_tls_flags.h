@@ -6,12 +6,16 @@
 #include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
+#include "common/tls.h"
 
 namespace localsgd {
 
 // The --tls_ca, --tls_cert and --tls_key flags shared by the worker and localsgdctl, as
 // channel credentials (see MakeChannelCredentials).
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();
+
+// The same flags' values.
+ClientTls ClientTlsFromFlags();
 
 }  // namespace localsgd
 

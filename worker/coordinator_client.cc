@@ -58,6 +58,7 @@ absl::Status CoordinatorClient::Join() {
   *request.mutable_identity() = options_.identity;
   request.set_hostname(options_.hostname);
   request.set_pid(getpid());
+  request.set_data_address(options_.data_address);
   v1::JoinResponse response;
   grpc::Status status = stub_->Join(Context().get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);

@@ -30,6 +30,8 @@ class CoordinatorClient {
     std::string token;
     v1::WorkerIdentity identity;
     std::string hostname;
+    // Node leaders: where they serve the sharded data plane (JoinRequest.data_address).
+    std::string data_address;
     // How long to keep retrying an unreachable coordinator before giving up.
     absl::Duration connect_timeout = absl::Minutes(5);
   };

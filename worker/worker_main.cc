@@ -24,11 +24,13 @@
 #include "common/malloc_tuning.h"
 #include "common/run_spec.h"
 #include "worker/coordinator_client.h"
+#include "worker/data_plane_server.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
 #include "worker/node_group.h"
 #include "worker/node_leader.h"
+#include "worker/sharded_client.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
@@ -48,6 +50,16 @@ ABSL_FLAG(absl::Duration, connect_timeout, absl::Minutes(5),
 ABSL_FLAG(std::string, save_model, "",
           "Where global rank 0 writes the trained model at the end: a TorchScript file for "
           "TorchScript models, else a tensor archive of the named parameters. Empty: nowhere.");
+ABSL_FLAG(std::string, data_address, "0.0.0.0:0",
+          "Node leaders (local rank 0): HOST:PORT where this node serves the sharded data plane "
+          "to the other node leaders. Port 0 picks a free one; host 0.0.0.0 listens on every "
+          "interface and is advertised as the address the coordinator sees this worker join "
+          "from. Empty: serve none (the node still takes part but owns no range).");
+ABSL_FLAG(std::string, data_tls_cert, "",
+          "PEM certificate (chain) of this node's data plane, for the host it is reached at; "
+          "with --tls_ca the other node leaders verify it. Without it, under TLS, the node "
+          "serves no data plane.");
+ABSL_FLAG(std::string, data_tls_key, "", "PEM private key of --data_tls_cert.");
 ABSL_FLAG(std::string, dump_dir, "",
           "Testing aid: write each sync's flat parameters before and after averaging here.");
 
@@ -142,6 +154,36 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       localsgd::ChannelCredentialsFromFlags();
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  // A node leader serves the sharded data plane on its own port before it joins, so that the
+  // coordinator learns the address with the Join. Same rules as the coordinator's port: the
+  // bearer token, and TLS (mutual when this worker has a client certificate).
+  std::unique_ptr<localsgd::DataPlaneServer> data_plane;
+  const std::string data_address = absl::GetFlag(FLAGS_data_address);
+  const localsgd::ClientTls client_tls = localsgd::ClientTlsFromFlags();
+  const bool tls = !client_tls.ca_file.empty();
+  if (local_rank == 0 && !data_address.empty()) {
+    if (absl::GetFlag(FLAGS_data_tls_cert).empty() != absl::GetFlag(FLAGS_data_tls_key).empty()) {
+      return Fail("--data_tls_cert and --data_tls_key: give both or neither");
+    }
+    if (tls && absl::GetFlag(FLAGS_data_tls_cert).empty()) {
+      localsgd::LogWarning(
+          "no sharded data plane: under TLS a node leader needs --data_tls_cert and "
+          "--data_tls_key (this node takes part in rounds but owns no range)");
+    } else {
+      localsgd::DataPlaneServer::Options data_options;
+      data_options.address = data_address;
+      data_options.token = *token;
+      data_options.tls.cert_file = absl::GetFlag(FLAGS_data_tls_cert);
+      data_options.tls.key_file = absl::GetFlag(FLAGS_data_tls_key);
+      if (tls && !client_tls.cert_file.empty()) data_options.tls.client_ca_file = client_tls.ca_file;
+      absl::StatusOr<std::unique_ptr<localsgd::DataPlaneServer>> started =
+          localsgd::DataPlaneServer::Start(data_options);
+      if (!started.ok()) return Fail(std::string(started.status().message()));
+      data_plane = *std::move(started);
+      localsgd::LogInfo(absl::StrCat("data plane listening on ", data_plane->address()));
+    }
+  }
+
   localsgd::CoordinatorClient::Options client_options;
   client_options.address = absl::GetFlag(FLAGS_coordinator);
   client_options.credentials = *credentials;
@@ -150,6 +192,7 @@ int main(int argc, char** argv) {
   client_options.identity.set_local_rank(local_rank);
   client_options.identity.set_local_world_size(local_world);
   client_options.hostname = node;
+  if (data_plane != nullptr) client_options.data_address = data_plane->address();
   client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   absl::StatusOr<std::unique_ptr<localsgd::CoordinatorClient>> client =
       localsgd::CoordinatorClient::Connect(client_options);
@@ -197,7 +240,20 @@ int main(int argc, char** argv) {
     leader = std::make_unique<localsgd::NodeLeader>(
         &averaging, member,
         localsgd::ChunkLayout::ForBytes(localsgd::NumValues(tensors), spec->chunk_bytes()),
-        absl::Seconds(spec->round_deadline_seconds() + 30));
+        // Sharded rounds gather, then exchange, each within the deadline.
+        absl::Seconds(2 * spec->round_deadline_seconds() + 30));
+  }
+  std::unique_ptr<localsgd::ShardedClient> sharded;
+  if (leader != nullptr && spec->exchange() == localsgd::v1::EXCHANGE_SHARDED) {
+    localsgd::ShardedClient::Options sharded_options;
+    sharded_options.coordinator = coordinator.channel();
+    sharded_options.token = *token;
+    sharded_options.peer_credentials = *credentials;
+    sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
+    sharded = std::make_unique<localsgd::ShardedClient>(sharded_options);
+    const localsgd::v1::OuterOptimizerSpec& outer = spec->outer_optimizer();
+    leader->UseShardedExchange(sharded.get(), localsgd::OuterOptimizer{
+                                                  outer.lr(), outer.momentum(), outer.nesterov()});
   }
   localsgd::HierarchicalAverager hierarchical(group->get(), leader.get());
   int64_t first_step = 0;

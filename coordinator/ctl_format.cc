@@ -80,6 +80,17 @@ std::string FormatRound(const v1::RoundRecord& round) {
       round.members_size(), round.duration_seconds(), round.slowest_wait_seconds(),
       round.bytes_received() / 1e6, round.bytes_sent() / 1e6,
       EnumSuffix(v1::Codec_Name(round.codec()), "CODEC_"), round.compression_ratio());
+  if (round.exchange() == v1::EXCHANGE_SHARDED) {
+    absl::StrAppend(&line, ", SHARDED over ", round.shards_size(), " owners (");
+    for (int i = 0; i < round.shards_size(); ++i) {
+      const v1::ShardRecord& shard = round.shards(i);
+      absl::StrAppend(&line, i > 0 ? ", " : "",
+                      absl::StrFormat("%s %.2f MB", shard.owner_id(), shard.mean_bytes() / 1e6));
+    }
+    absl::StrAppend(&line, ")");
+  } else if (round.exchange() == v1::EXCHANGE_STAR) {
+    absl::StrAppend(&line, ", STAR");
+  }
   for (const v1::DroppedMember& dropped : round.dropped()) {
     absl::StrAppend(&line, "; dropped ", dropped.member_id(), " (", dropped.reason(), ")");
   }

@@ -40,6 +40,12 @@ v1::CoordinatorStatus Sample() {
   round->set_bytes_sent(2'000'000);
   round->set_codec(v1::CODEC_INT8);
   round->set_compression_ratio(3.94);
+  round->set_exchange(v1::EXCHANGE_SHARDED);
+  for (const char* owner : {"node-a/0", "node-b/0"}) {
+    v1::ShardRecord* shard = round->add_shards();
+    shard->set_owner_id(owner);
+    shard->set_mean_bytes(250'000);
+  }
   v1::DroppedMember* dropped = round->add_dropped();
   dropped->set_member_id("node-b/0");
   dropped->set_reason("missed the round deadline");
@@ -65,6 +71,8 @@ TEST(CtlFormatTest, StatusTable) {
   EXPECT_THAT(table, HasSubstr("0.2500"));
   EXPECT_THAT(table, HasSubstr("last round: round 3 COMMITTED, 1 members, 0.500 s"));
   EXPECT_THAT(table, HasSubstr("2.00 MB in, 2.00 MB out, INT8 x3.94"));
+  EXPECT_THAT(table,
+              HasSubstr("SHARDED over 2 owners (node-a/0 0.25 MB, node-b/0 0.25 MB)"));
   EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
   v1::CoordinatorStatus saved = Sample();

@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "absl/strings/strip.h"
 #include "coordinator/run_manager.h"
 
 namespace localsgd {
@@ -110,6 +111,20 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
     gauge("localsgd_last_round_compression_ratio", "fp32 bytes over encoded bytes.")
         .Add({})
         .Set(last.compression_ratio());
+    gauge("localsgd_last_round_exchange",
+          "How the latest round's deltas travelled (1 for its exchange mode).")
+        .Add({{"exchange",
+               std::string(absl::StripPrefix(v1::Exchange_Name(last.exchange()), "EXCHANGE_"))}})
+        .Set(1);
+    auto& shard_bytes = gauge("localsgd_last_round_shard_mean_bytes",
+                              "Latest sharded round: encoded bytes of each owner's averaged range.");
+    auto& shard_values = gauge("localsgd_last_round_shard_values",
+                               "Latest sharded round: values of the flat vector each owner averaged.");
+    for (const v1::ShardRecord& shard : last.shards()) {
+      const prometheus::Labels labels = {{"owner_id", shard.owner_id()}};
+      shard_bytes.Add(labels).Set(static_cast<double>(shard.mean_bytes()));
+      shard_values.Add(labels).Set(static_cast<double>(shard.end() - shard.begin()));
+    }
   }
   return prometheus::TextSerializer().Serialize(registry.Collect());
 }
@@ -134,8 +149,8 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 <th>heartbeat age (s)</th></tr></thead><tbody id="members"></tbody></table>
 <h2>Recent rounds</h2>
 <table><thead><tr><th>round</th><th>outcome</th><th>members</th><th>dropped</th>
-<th>duration (s)</th><th>slowest wait (s)</th><th>MB in</th><th>MB out</th><th>ratio</th>
-</tr></thead><tbody id="rounds"></tbody></table>
+<th>duration (s)</th><th>slowest wait (s)</th><th>MB in</th><th>MB out</th><th>codec</th>
+<th>ratio</th><th>exchange</th><th>owners (MB of averaged range)</th></tr></thead><tbody id="rounds"></tbody></table>
 <p><a href="/status">/status</a> (JSON) &middot; <a href="/metrics">/metrics</a> (Prometheus)
  &middot; <a href="/healthz">/healthz</a></p>
 <script>
@@ -171,7 +186,11 @@ async function refresh() {
                        Number(r.slowest_wait_seconds).toFixed(3),
                        (Number(r.bytes_received) / 1e6).toFixed(2),
                        (Number(r.bytes_sent) / 1e6).toFixed(2),
-                       Number(r.compression_ratio).toFixed(2)]) {
+                       (r.codec || '').replace('CODEC_', ''),
+                       Number(r.compression_ratio).toFixed(2),
+                       (r.exchange || '').replace('EXCHANGE_', ''),
+                       (r.shards || []).map(o => o.owner_id + ' ' +
+                           (Number(o.mean_bytes) / 1e6).toFixed(2)).join(', ')]) {
         const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
       }
       rounds.appendChild(tr);

@@ -34,6 +34,11 @@ v1::CoordinatorStatus Sample() {
   round->set_duration_seconds(0.25);
   round->set_bytes_received(4000);
   round->set_compression_ratio(3.9);
+  round->set_exchange(v1::EXCHANGE_SHARDED);
+  v1::ShardRecord* shard = round->add_shards();
+  shard->set_owner_id("node-a/0");
+  shard->set_end(1000);
+  shard->set_mean_bytes(4000);
   return status;
 }
 
@@ -63,6 +68,9 @@ TEST(StatusRenderTest, PrometheusTextFormat) {
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_duration_seconds 0.25"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_bytes_received 4000"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_compression_ratio 3.9"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_exchange{exchange=\"SHARDED\"} 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_shard_mean_bytes{owner_id=\"node-a/0\"} 4000"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_shard_values{owner_id=\"node-a/0\"} 1000"));
   // Label values are escaped.
   EXPECT_THAT(text, HasSubstr("name=\"fmnist \\\"quoted\\\"\""));
 }

@@ -1,14 +1,17 @@
 #!/usr/bin/python3
-"""Star-mode averaging round time against torch.distributed Gloo all_reduce, on loopback.
+"""Averaging round time, star and sharded, against torch.distributed Gloo all_reduce, on loopback.
 
 For each N (node leaders) and S (MB of fp32 parameters) it starts a real coordinator and N
-member processes (//bench:averaging_member) that sync S MB per round through the Averaging
-service, once per codec; then, in the same run, N torch.distributed processes with the Gloo
-backend doing all_reduce + divide on the same S MB (what Accelerate's LocalSGD does on CPUs).
-Round time is the slowest member's, median over the measured rounds (the first is a warm-up).
-GB/s is S / round time. The ratio is star round time / Gloo round time (lower is better).
+member processes (//bench:averaging_member, each serving its own data plane) that sync S MB per
+round, once per codec and exchange mode (star: every delta through the coordinator; sharded:
+the leaders average among themselves, each owning a range); then, in the same run, N
+torch.distributed processes with the Gloo backend doing all_reduce + divide on the same S MB
+(what Accelerate's LocalSGD does on CPUs). Round time is the slowest member's, median over the
+measured rounds (the first is a warm-up). Ratios are round time / Gloo round time (lower is
+better).
 
 Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 100] [--rounds 5]
+       [--codecs CODEC_FP32 ...] [--exchanges EXCHANGE_STAR EXCHANGE_SHARDED]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -30,7 +33,7 @@ def bazel_bin():
                           capture_output=True, text=True).stdout.strip()
 
 
-def star_round_seconds(bin_dir, work, nodes, size_mb, codec, rounds):
+def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds):
     token_file = os.path.join(work, "token")
     with open(token_file, "w") as f:
         f.write("bench-token")
@@ -55,7 +58,8 @@ def star_round_seconds(bin_dir, work, nodes, size_mb, codec, rounds):
         spec = os.path.join(work, "spec.textproto")
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} codec: {codec} '
-                    f'round_deadline_seconds: 600 total_steps: 1000000000\n')
+                    f'round_deadline_seconds: 600 total_steps: 1000000000 '
+                    f'exchange: {exchange}\n')
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -116,19 +120,22 @@ def main():
     parser.add_argument("--sizes_mb", type=float, nargs="+", default=[10, 100])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--codecs", nargs="+", default=CODECS)
+    parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_STAR", "EXCHANGE_SHARDED"])
     args = parser.parse_args()
     bin_dir = bazel_bin()
-    print(f"{'N':>2} {'MB':>6} {'codec':<6} {'star s':>9} {'star GB/s':>9} "
-          f"{'gloo s':>9} {'gloo GB/s':>9} {'star/gloo':>9}")
+    names = [e[len("EXCHANGE_"):].lower() for e in args.exchanges]
+    print(f"{'N':>2} {'MB':>6} {'codec':<6} " + " ".join(f"{n + ' s':>10}" for n in names) +
+          f" {'gloo s':>9} " + " ".join(f"{n + '/gloo':>12}" for n in names))
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             for size_mb in args.sizes_mb:
                 gloo = gloo_round_seconds(work, nodes, size_mb, args.rounds)
                 for codec in args.codecs:
-                    star = star_round_seconds(bin_dir, work, nodes, size_mb, codec, args.rounds)
-                    print(f"{nodes:>2} {size_mb:>6g} {codec[6:].lower():<6} {star:>9.4f} "
-                          f"{size_mb / 1e3 / star:>9.3f} {gloo:>9.4f} "
-                          f"{size_mb / 1e3 / gloo:>9.3f} {star / gloo:>9.2f}", flush=True)
+                    times = [round_seconds(bin_dir, work, nodes, size_mb, codec, exchange,
+                                           args.rounds) for exchange in args.exchanges]
+                    print(f"{nodes:>2} {size_mb:>6g} {codec[6:].lower():<6} " +
+                          " ".join(f"{t:>10.4f}" for t in times) + f" {gloo:>9.4f} " +
+                          " ".join(f"{t / gloo:>12.2f}" for t in times), flush=True)
 
 
 if __name__ == "__main__":

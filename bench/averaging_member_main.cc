@@ -1,6 +1,7 @@
-// One node leader for bench/averaging_bench.py: joins the coordinator, waits for the run,
-// uploads (node 0) or fetches the initial model, then syncs --rounds rounds of a random delta
-// and prints one line per round: "round R seconds T".
+// One node leader for bench/averaging_bench.py: serves a sharded data plane, joins the
+// coordinator, waits for the run, uploads (node 0) or fetches the initial model, then syncs
+// --rounds rounds of a random delta in the run's exchange mode and prints one line per round:
+// "round R seconds T" (an aborted round is tried again: "round R aborted: ...").
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <unistd.h>
@@ -22,12 +23,16 @@
 #include "common/grpc_channel.h"
 #include "common/status_util.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "worker/data_plane_server.h"
+#include "worker/sharded_client.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator gRPC HOST:PORT.");
 ABSL_FLAG(std::string, token, "", "Bearer token.");
 ABSL_FLAG(std::string, node, "node-0", "Node name; node-0 uploads the initial model.");
 ABSL_FLAG(int64_t, values, 1 << 20, "Floats in the parameter vector.");
 ABSL_FLAG(int, rounds, 4, "Sync rounds to run.");
+ABSL_FLAG(std::string, data_address, "127.0.0.1:0",
+          "Where to serve the sharded data plane; empty: none.");
 ABSL_FLAG(int, stall_in_round, 0,
           "Fault injection for tests: in this round send the header and one chunk, print "
           "\"stalled\" and hang (to be killed mid-round). 0: never.");
@@ -56,11 +61,22 @@ int main(int argc, char** argv) {
     return c;
   };
 
+  std::unique_ptr<localsgd::DataPlaneServer> data_plane;
+  if (!absl::GetFlag(FLAGS_data_address).empty()) {
+    localsgd::DataPlaneServer::Options options;
+    options.address = absl::GetFlag(FLAGS_data_address);
+    options.token = token;
+    auto started = localsgd::DataPlaneServer::Start(options);
+    if (!started.ok()) return Fail("data plane", started.status());
+    data_plane = *std::move(started);
+  }
+
   localsgd::v1::JoinRequest join;
   join.mutable_identity()->set_node_name(absl::GetFlag(FLAGS_node));
   join.mutable_identity()->set_local_rank(0);
   join.mutable_identity()->set_local_world_size(1);
   join.set_pid(getpid());
+  if (data_plane != nullptr) join.set_data_address(data_plane->address());
   localsgd::v1::JoinResponse joined;
   grpc::Status status = coordinator->Join(context().get(), join, &joined);
   if (!status.ok()) return Fail("join", localsgd::FromGrpcStatus(status));
@@ -105,7 +121,7 @@ int main(int argc, char** argv) {
   } else {
     while (true) {
       absl::StatusOr<localsgd::AveragingClient::Model> model =
-          client.FetchModel(run.run_id(), absl::Seconds(120));
+          client.FetchModel(run.run_id(), absl::Seconds(120), /*include_momentum=*/true);
       if (model.ok()) {
         global = std::move(model->values);
         break;
@@ -117,6 +133,16 @@ int main(int argc, char** argv) {
 
   localsgd::AveragingClient::Member member{run.run_id(), joined.worker_id(), run.spec().codec(),
                                            1.0, 1};
+  const bool sharded = run.spec().exchange() == localsgd::v1::EXCHANGE_SHARDED;
+  const localsgd::v1::OuterOptimizerSpec& outer_spec = run.spec().outer_optimizer();
+  const localsgd::OuterOptimizer outer{outer_spec.lr(), outer_spec.momentum(),
+                                       outer_spec.nesterov()};
+  std::vector<float> momentum(outer.momentum != 0 ? global.size() : 0, 0.0f);
+  localsgd::ShardedClient::Options sharded_options;
+  sharded_options.coordinator = channel;
+  sharded_options.token = token;
+  sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
+  localsgd::ShardedClient sharded_client(sharded_options);
   // The "training" between rounds is a fixed random step, drawn once: drawing it anew each
   // round would keep this member's CPU busy while the others are already in the round.
   std::vector<float> params(global.size()), step(global.size());
@@ -140,7 +166,12 @@ int main(int argc, char** argv) {
       header->set_num_workers(1);
       stream->Write(request);
       localsgd::v1::SyncResponse response;
-      stream->Read(&response);  // in the round now
+      stream->Read(&response);  // in the round now (sharded: with the layout)
+      if (sharded) {
+        std::printf("stalled\n");  // an owner that never averages its range
+        std::fflush(stdout);
+        while (true) pause();
+      }
       const localsgd::ChunkLayout layout{n, response.header().chunk_values()};
       request.mutable_chunk()->set_index(0);
       localsgd::Encode(run.spec().codec(),
@@ -153,9 +184,24 @@ int main(int argc, char** argv) {
     }
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
-    absl::StatusOr<localsgd::AveragingClient::SyncResult> result = client.Sync(
-        member, round, round * 8, params, absl::MakeSpan(global), absl::Seconds(300));
-    if (!result.ok()) return Fail(absl::StrCat("round ", round), result.status());
+    absl::StatusOr<localsgd::AveragingClient::SyncResult> result =
+        sharded ? sharded_client.Sync(member, outer, round, round * 8, params,
+                                      absl::MakeSpan(global), absl::MakeSpan(momentum),
+                                      absl::Seconds(300))
+                : client.Sync(member, round, round * 8, params, absl::MakeSpan(global),
+                              absl::Seconds(300));
+    if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
+      // The round ended without an update (an owner died): keep the weights, try again.
+      std::printf("round %d aborted: %s\n", round, result.status().ToString().c_str());
+      std::fflush(stdout);
+      --round;
+      continue;
+    }
+    if (!result.ok()) {
+      stop.store(true);
+      heartbeat.join();
+      return Fail(absl::StrCat("round ", round), result.status());
+    }
     std::printf("round %d seconds %.6f\n", round, absl::ToDoubleSeconds(absl::Now() - start));
     std::fflush(stdout);
   }

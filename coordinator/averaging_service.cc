@@ -72,6 +72,8 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
       status = rounds_->AddMean(session_, request_.mean());
     } else if (request_.has_delivered()) {
       status = rounds_->Deliver(session_);
+    } else if (request_.has_unreachable()) {
+      status = rounds_->Unreachable(session_, request_.unreachable());
     } else {
       status = absl::InvalidArgumentError("header sent twice; only chunks may follow it");
       rounds_->Leave(session_, status);

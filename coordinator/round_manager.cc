@@ -39,6 +39,47 @@ RoundManager::RoundManager(ControlPlane* plane, Options options)
     : plane_(plane), options_(std::move(options)) {
   std::random_device random;
   next_attempt_ = (uint64_t{random()} << 32) | random();
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+RoundManager::~RoundManager() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  writer_.join();
+}
+
+void RoundManager::WriterLoop() {
+  while (true) {
+    PendingCommit* commit = nullptr;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return m->pending_.has_value() || m->stopping_;
+          },
+          this));
+      if (!pending_.has_value()) return;
+      commit = &*pending_;  // stays until this thread resets it
+    }
+    // Nothing changes the engine's model while the commit is pending (no other commit starts;
+    // a new run installs a new engine), so it is read here without the lock.
+    if (options_.before_save) options_.before_save();
+    absl::Status saved = store_->Save(commit->run_id, commit->round, commit->global_step,
+                                      commit->engine->global(), commit->engine->momentum());
+    {
+      MutexLock lock(&mu_);
+      if (!saved.ok()) {
+        LogError(absl::StrCat("run ", commit->run_id, ": cannot save the global model of round ",
+                              commit->round, ": ", saved.ToString()));
+      }
+      FinishCommit(*pending_);
+      pending_.reset();
+      Advance();  // a commit that waited for this one
+    }
+    FlushTouched();
+  }
 }
 
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
@@ -120,6 +161,10 @@ absl::Status RoundManager::InstallModel(std::vector<float> global,
 
 void RoundManager::SaveModel() {
   if (!store_.has_value() || model_.engine == nullptr) return;
+  // After a commit still being saved (of an earlier run), never before it.
+  mu_.Await(absl::Condition(
+      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+      this));
   if (absl::Status s = store_->Save(model_.run_id, model_.round, model_.global_step,
                                     model_.engine->global(), model_.engine->momentum());
       !s.ok()) {
@@ -182,6 +227,9 @@ absl::Status RoundManager::Restore() {
 
 absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::string& run_id) {
   MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+      this));
   v1::RunInfo run = plane_->Run();
   const std::string id = run_id.empty() ? run.run_id() : run_id;
   if (id.empty() || (id != model_.run_id && id != run.run_id())) {
@@ -587,7 +635,7 @@ void RoundManager::Advance() {
       round.bytes_sent += bytes;
     }
   }
-  if (model_.engine->AllComplete()) Commit();
+  if (model_.engine->AllComplete() && !pending_.has_value()) Commit();
 }
 
 void RoundManager::Commit() {
@@ -602,34 +650,54 @@ void RoundManager::Commit() {
     included.push_back(round.members[slot]);
     step = std::max(step, it->second.step);
   }
-  model_.round = round.number;
-  model_.global_step = step;
-  // The model first: a crash between the two saves is finished by Restore.
-  SaveModel();
-  if (absl::Status s = plane_->CommitRound(model_.run_id, round.number, step); !s.ok()) {
-    LogError(absl::StrCat("round ", round.number, ": the run refused the commit: ", s.ToString()));
-  }
-  SendCommit(included, step);
-  v1::RoundRecord record = Record(v1::ROUND_OUTCOME_COMMITTED);
-  LogInfo(absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
-                       round.members.size(), " members (", absl::StrJoin(included, ", "),
-                       "), global step ", step, ", ", record.duration_seconds(), " s, ",
-                       record.bytes_received(), " B in, ", record.bytes_sent(), " B out"));
-  plane_->RecordRound(std::move(record));
-  EndRound();
+  Publish(included, step,
+          absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
+                       round.members.size(), " members (", absl::StrJoin(included, ", "), ")"));
 }
 
-void RoundManager::SendCommit(const std::vector<std::string>& included, int64_t step) {
-  auto response = std::make_shared<v1::SyncResponse>();
-  response->mutable_commit()->set_round(round_->number);
-  response->mutable_commit()->set_global_step(step);
-  for (const std::string& id : included) response->mutable_commit()->add_members(id);
-  for (auto& [id, session] : sessions_) {
-    session.member->Enqueue(response);
-    session.member->Close(absl::OkStatus());
-    Touch(session.member);
-  }
+void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
+                           std::string log) {
+  Round& round = *round_;
+  model_.round = round.number;
+  model_.global_step = step;
+  PendingCommit commit;
+  commit.engine = model_.engine;
+  commit.run_id = model_.run_id;
+  commit.round = round.number;
+  commit.global_step = step;
+  commit.included = included;
+  for (auto& [id, session] : sessions_) commit.members.push_back(session.member);
   sessions_.clear();
+  commit.record = Record(v1::ROUND_OUTCOME_COMMITTED);
+  commit.log = absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(),
+                            " s, ", commit.record.bytes_received(), " B in, ",
+                            commit.record.bytes_sent(), " B out");
+  EndRound();
+  if (store_.has_value()) {
+    pending_ = std::move(commit);  // the writer saves it, then finishes it
+  } else {
+    FinishCommit(commit);
+  }
+}
+
+void RoundManager::FinishCommit(PendingCommit& commit) {
+  // The model is on disk (or there is no disk): the run record follows, then the members hear
+  // of the commit. A crash between the two saves is finished by Restore.
+  if (absl::Status s = plane_->CommitRound(commit.run_id, commit.round, commit.global_step);
+      !s.ok()) {
+    LogError(absl::StrCat("round ", commit.round, ": the run refused the commit: ", s.ToString()));
+  }
+  auto response = std::make_shared<v1::SyncResponse>();
+  response->mutable_commit()->set_round(commit.round);
+  response->mutable_commit()->set_global_step(commit.global_step);
+  for (const std::string& id : commit.included) response->mutable_commit()->add_members(id);
+  for (const std::shared_ptr<RoundMember>& member : commit.members) {
+    member->Enqueue(response);
+    member->Close(absl::OkStatus());
+    Touch(member);
+  }
+  LogInfo(commit.log);
+  plane_->RecordRound(std::move(commit.record));
 }
 
 void RoundManager::EndRound() {
@@ -782,7 +850,7 @@ void RoundManager::AdvanceSharded() {
   }
   if (decided.phase() == ShardedRound::Phase::kAborted) {
     Abort(decided.abort_reason());
-  } else if (decided.phase() == ShardedRound::Phase::kCommitted) {
+  } else if (decided.phase() == ShardedRound::Phase::kCommitted && !pending_.has_value()) {
     CommitSharded();
   }
 }
@@ -796,22 +864,10 @@ void RoundManager::CommitSharded() {
   }
   model_.snapshot = nullptr;
   const std::vector<std::string> included = round.sharded->Included();
-  const int64_t step = std::max(model_.global_step, round.sharded->MaxStep());
-  model_.round = round.number;
-  model_.global_step = step;
-  SaveModel();
-  if (absl::Status s = plane_->CommitRound(model_.run_id, round.number, step); !s.ok()) {
-    LogError(absl::StrCat("round ", round.number, ": the run refused the commit: ", s.ToString()));
-  }
-  SendCommit(included, step);
-  v1::RoundRecord record = Record(v1::ROUND_OUTCOME_COMMITTED);
-  LogInfo(absl::StrCat("round ", round.number, " committed (sharded over ",
-                       round.sharded->shards().size(), " owners): ", included.size(), " of ",
+  Publish(included, std::max(model_.global_step, round.sharded->MaxStep()),
+          absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
                        round.members.size(), " members (", absl::StrJoin(included, ", "),
-                       "), global step ", step, ", ", record.duration_seconds(), " s, ",
-                       record.bytes_received(), " B of averaged ranges in"));
-  plane_->RecordRound(std::move(record));
-  EndRound();
+                       "), sharded over ", round.sharded->shards().size(), " owners"));
 }
 
 absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
@@ -860,6 +916,27 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
         }
       }
       AdvanceSharded();
+    }
+  }
+  FlushTouched();
+  return status;
+}
+
+absl::Status RoundManager::Unreachable(int64_t session_id,
+                                       const v1::OwnerUnreachable& unreachable) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !sharded()) {
+      return absl::FailedPreconditionError("unreachable: not in a sharded round");
+    }
+    status = round_->sharded->Unreachable(it->second.member_id, unreachable.owner_id(),
+                                          unreachable.reason());
+    if (status.ok()) {
+      AdvanceSharded();
+    } else {
+      DropSession(session_id, status);
     }
   }
   FlushTouched();

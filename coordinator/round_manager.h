@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -51,9 +52,13 @@ class RoundManager {
     // Where the global model and outer optimizer state are saved after the initial model and
     // every committed round (model.bin); empty keeps nothing.
     std::string state_dir;
+    // Testing: called on the writer thread before it saves a commit.
+    std::function<void()> before_save;
   };
 
   RoundManager(ControlPlane* plane, Options options);
+  // Waits for a commit being saved.
+  ~RoundManager();
 
   // Loads the saved model of the control plane's (restored) run, so that a restarted
   // coordinator resumes from the last committed round. A model saved just before a crash
@@ -79,7 +84,8 @@ class RoundManager {
     // The outer momentum buffer; null when the outer optimizer has none.
     std::shared_ptr<const std::vector<float>> momentum;
   };
-  // The committed global model of `run_id` (empty: the active run).
+  // The committed global model of `run_id` (empty: the active run). Waits while a commit is
+  // being saved, so a model handed out is always on disk.
   absl::StatusOr<ModelSnapshot> FetchModel(const std::string& run_id);
 
   // --- Sync ---
@@ -98,6 +104,7 @@ class RoundManager {
   // drops the member (and closes its stream) as for AddChunk.
   absl::Status AddMean(int64_t session, const v1::Chunk& chunk);
   absl::Status Deliver(int64_t session);
+  absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
   // Deadlines, expired leases and the run's state; the server calls it periodically.
   void Tick();
 
@@ -155,9 +162,26 @@ class RoundManager {
   // Sharded rounds: acts on what the ShardedRound decided (drops, layout, commit, abort).
   void AdvanceSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the commit to the included members' sessions and closes every session.
-  void SendCommit(const std::vector<std::string>& included, int64_t step)
+  // A commit whose model is applied but not yet saved: what to do once it is on disk.
+  struct PendingCommit {
+    std::shared_ptr<AggregatorEngine> engine;  // not changed until the commit is out
+    std::string run_id;
+    int64_t round = 0;
+    int64_t global_step = 0;
+    std::vector<std::string> included;
+    std::vector<std::shared_ptr<RoundMember>> members;  // waiting for the RoundCommit
+    v1::RoundRecord record;
+    std::string log;
+  };
+  // The update is applied to model_.engine: records round and step, then (after the save, on
+  // the writer thread when there is a state folder) commits the run, sends the RoundCommit and
+  // ends the round's streams. `log` describes the round.
+  void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishCommit(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves pending commits off the lock (heartbeats, joins, status and the members' chunks
+  // never wait for the disk).
+  void WriterLoop();
   // Sharded rounds: the session's member leaves the round (stream ended, bad input); its
   // stream is closed with `status`.
   void DropSession(int64_t session, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -202,6 +226,10 @@ class RoundManager {
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<RoundMember>> touched_ ABSL_GUARDED_BY(mu_);
+  // The commit being saved; while it is, no other commit starts and FetchModel waits.
+  std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
 };

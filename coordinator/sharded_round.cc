@@ -29,6 +29,11 @@ absl::Status ShardedRound::Arrive(const std::string& member_id, double weight, i
         absl::StrCat("round ", options_.number, " opened without member ", member_id,
                      "; keep training and fetch the model after it commits"));
   }
+  if (phase_ == Phase::kAborted) {
+    return absl::AbortedError(absl::StrCat("round ", options_.number, " aborted: ", abort_reason_,
+                                           "; keep your local weights and sync at the next "
+                                           "boundary"));
+  }
   if (phase_ != Phase::kGathering) {
     return absl::FailedPreconditionError(absl::StrCat(
         "round ", options_.number, " was laid out without member ", member_id,
@@ -106,6 +111,22 @@ absl::Status ShardedRound::AddMean(const std::string& member_id, int chunk) {
   return absl::OkStatus();
 }
 
+absl::Status ShardedRound::Unreachable(const std::string& member_id,
+                                       const std::string& owner_id, const std::string& reason) {
+  if (phase_ != Phase::kExchanging) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", options_.number, " is not exchanging"));
+  }
+  if (std::none_of(shards_.begin(), shards_.end(),
+                   [&](const Shard& shard) { return shard.owner_id == owner_id; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unreachable.owner_id: ", owner_id, " owns no range in this round"));
+  }
+  AbortWith(absl::StrCat(member_id, " could not exchange with owner ", owner_id, ": ",
+                         reason.substr(0, 300)));
+  return absl::OkStatus();
+}
+
 absl::Status ShardedRound::Deliver(const std::string& member_id, absl::Time now) {
   Member* member = Find(member_id);
   if (phase_ != Phase::kExchanging || member == nullptr || member->slot < 0 || member->dropped) {
@@ -166,7 +187,8 @@ void ShardedRound::LayOut(absl::Time now) {
   phase_ = Phase::kExchanging;
   if (owners.empty()) {
     if (!members_.empty()) {
-      AbortWith("no member of the round serves a data plane (give node leaders --data_address)");
+      AbortWith("no member of the round serves a data plane (give node leaders --data_address, and "
+                 "under TLS --data_tls_cert and --data_tls_key)");
     }
     return;
   }

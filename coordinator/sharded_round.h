@@ -61,6 +61,10 @@ class ShardedRound {
   // An owner sent averaged chunk `chunk`. INVALID_ARGUMENT when it does not own it or sent it
   // before, FAILED_PRECONDITION outside the exchange.
   absl::Status AddMean(const std::string& member_id, int chunk);
+  // The member's exchange with an owner failed: the owner's range cannot reach everyone, so
+  // the round aborts naming both. INVALID_ARGUMENT when that member owns nothing here.
+  absl::Status Unreachable(const std::string& member_id, const std::string& owner_id,
+                           const std::string& reason);
   // The member holds every averaged chunk (at `now`).
   absl::Status Deliver(const std::string& member_id, absl::Time now);
   // Deadlines.

@@ -173,6 +173,16 @@ TEST_F(ShardedRoundTest, AnOwnerLeavingAfterItsRangeIsAveragedIsOnlyDropped) {
   EXPECT_EQ(round.MaxStep(), 24);
 }
 
+TEST_F(ShardedRoundTest, AnOwnerAMemberCannotReachAbortsTheRoundNamingBoth) {
+  ShardedRound round = Make(3, 6);
+  ArriveAll(round, 3);
+  EXPECT_THAT(round.Unreachable("m0", "nobody", "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "owns no range"));
+  ASSERT_THAT(round.Unreachable("m0", "m2", "connection refused"), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_EQ(round.abort_reason(), "m0 could not exchange with owner m2: connection refused");
+}
+
 TEST_F(ShardedRoundTest, AStalledOwnerAbortsAtTheDeadlineCountedFromTheLayout) {
   ShardedRound round = Make(2, 4);
   clock_.Advance(absl::Seconds(9));  // gathering took most of the deadline
@@ -204,6 +214,10 @@ TEST_F(ShardedRoundTest, AMemberThatMissesTheUpdateIsDroppedAtTheDeadline) {
 TEST_F(ShardedRoundTest, QuorumIsCheckedInEveryPhase) {
   ShardedRound empty = Make(0, 4);
   EXPECT_EQ(empty.phase(), Phase::kAborted);
+  ShardedRound alone = Make(1, 4, /*min_workers=*/2);
+  EXPECT_EQ(alone.phase(), Phase::kAborted);
+  EXPECT_THAT(alone.Arrive("m0", 1, 0, clock_.Now()),
+              StatusIs(absl::StatusCode::kAborted, "quorum lost: 1 of min_workers 2"));
   ShardedRound round = Make(3, 6, /*min_workers=*/3);
   ArriveAll(round, 3);
   SendAllMeans(round);

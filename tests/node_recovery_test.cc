@@ -57,7 +57,8 @@ class NodeRecoveryTest : public ::testing::TestWithParam<int> {
     ASSERT_TRUE(stub->Join(Ctx().get(), join, &joined).ok());
     v1::StartRunRequest start;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-        R"(model { builtin: "mlp" } chunk_bytes: 65536 min_workers: 1)", start.mutable_spec()));
+        R"(model { builtin: "mlp" } chunk_bytes: 65536 min_workers: 1 exchange: EXCHANGE_STAR)",
+        start.mutable_spec()));
     v1::StartRunResponse started;
     ASSERT_TRUE(stub->StartRun(Ctx().get(), start, &started).ok());
     run_id_ = started.run().run_id();

@@ -7,6 +7,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "common/auth.h"
 #include "common/averaging_client.h"
 #include "common/codec.h"
+#include "common/tls.h"
 #include "coordinator/coordinator_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -448,6 +450,44 @@ TEST_F(ShardedTest, TheDataPlaneRefusesAMissingOrWrongToken) {
     EXPECT_EQ(status.error_code(), *token == '\0' ? grpc::StatusCode::UNAUTHENTICATED
                                                   : grpc::StatusCode::PERMISSION_DENIED);
   }
+}
+
+// Under mutual TLS a client without a certificate never reaches the data plane; one with a
+// certificate from the CA gets through the handshake to the token and request checks.
+TEST_F(ShardedTest, TheDataPlaneUnderMutualTlsRefusesAClientWithoutACertificate) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/certs");
+  const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
+                                          std::getenv("TEST_WORKSPACE"),
+                                          "/tests/testutil/make_certs.sh");
+  ASSERT_EQ(std::system(absl::StrCat("bash ", script, " ", dir).c_str()), 0);
+  auto file = [&](const char* name) { return absl::StrCat(dir, "/", name); };
+  DataPlaneServer::Options options;
+  options.token = kToken;
+  options.tls = ServerTls{file("server.pem"), file("server.key"), file("ca.pem")};
+  auto server = DataPlaneServer::Start(options);
+  ASSERT_THAT(server, IsOk());
+  auto call = [&](const ClientTls& tls) {
+    auto credentials = MakeChannelCredentials(tls);
+    EXPECT_THAT(credentials, IsOk());
+    auto stub = v1::DataPlane::NewStub(grpc::CreateChannel((*server)->address(), *credentials));
+    auto context = AuthorizedContext(kToken, absl::Seconds(10));
+    auto stream = stub->Reduce(context.get());
+    v1::ReduceRequest request;
+    request.mutable_chunk()->set_index(0);  // not a header: refused past TLS and the token
+    stream->Write(request);
+    stream->WritesDone();
+    v1::ReduceResponse response;
+    while (stream->Read(&response)) {
+    }
+    return stream->Finish();
+  };
+  grpc::Status without = call(ClientTls{file("ca.pem"), "", ""});
+  EXPECT_EQ(without.error_code(), grpc::StatusCode::UNAVAILABLE) << without.error_message();
+  grpc::Status rogue = call(ClientTls{file("ca.pem"), file("rogue-client.pem"), file("rogue-client.key")});
+  EXPECT_EQ(rogue.error_code(), grpc::StatusCode::UNAVAILABLE) << rogue.error_message();
+  grpc::Status with = call(ClientTls{file("ca.pem"), file("client.pem"), file("client.key")});
+  EXPECT_EQ(with.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << with.error_message();
+  EXPECT_THAT(with.error_message(), HasSubstr("header"));
 }
 
 TEST_F(ShardedTest, AJoinWithABadDataAddressIsRefusedNamingTheField) {

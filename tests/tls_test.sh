@@ -37,6 +37,7 @@ workers=()
 for node in 0 1; do
   "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
     --node_rank=$node --num_nodes=2 --rendezvous_dir="$WORK" "${good[@]}" \
+    --data_address=127.0.0.1:0 --data_tls_cert="$C/server.pem" --data_tls_key="$C/server.key" \
     >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
   pids+=($!)
   workers+=($!)
@@ -51,6 +52,8 @@ SPEC
 ctl "${good[@]}" start --spec="$WORK/spec.textproto" >/dev/null
 for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed"; done
 ctl "${good[@]}" status | grep -q "COMPLETED round 6" || fail "run not completed over mutual TLS"
+# Every round was sharded: the node leaders' data planes served each other over mutual TLS.
+ctl "${good[@]}" status | grep -q "SHARDED over 1 owners" || fail "the rounds were not sharded"
 kill "$coord_pid"
 wait "$coord_pid" || true
 

@@ -11,7 +11,7 @@
 
 namespace localsgd {
 
-// DESIGN.md §2 on one rank: the node's ranks average (Gloo/NCCL), the node leader syncs the
+// docs/design.md ("One round, both modes") on one rank: the node's ranks average (Gloo/NCCL), the node leader syncs the
 // node's mean with the coordinator, and broadcasts the result (global[r], or the node's mean
 // when the round failed) to its ranks.
 //

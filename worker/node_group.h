@@ -12,7 +12,7 @@
 
 namespace localsgd {
 
-// The ranks of one node as a group that outlives the death of some of them (DESIGN.md §2).
+// The ranks of one node as a group that outlives the death of some of them (docs/design.md, "One round, both modes").
 //
 // The ranks meet in a node-local folder. Each holds an exclusive flock(2) on alive.<rank> for
 // as long as it lives; the kernel drops it when the process dies, however it dies, so the

@@ -43,6 +43,14 @@ class Uploader : public MeanSink {
     MutexLock lock(&mu_);
     deliver_ = true;
   }
+  // Tells the coordinator this member's exchange with `owner_id` failed (it aborts the round).
+  void Unreachable(const std::string& owner_id, const absl::Status& why) {
+    auto message = std::make_shared<v1::SyncRequest>();
+    message->mutable_unreachable()->set_owner_id(owner_id);
+    message->mutable_unreachable()->set_reason(why.ToString());
+    MutexLock lock(&mu_);
+    reports_.push_back(std::move(message));
+  }
   // Sends nothing more; waits for the write in flight.
   void Stop() {
     {
@@ -65,9 +73,15 @@ class Uploader : public MeanSink {
       {
         MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
-            +[](Uploader* u) { return u->stop_ || !u->queue_.empty() || u->deliver_; }, this));
+            +[](Uploader* u) {
+              return u->stop_ || !u->queue_.empty() || u->deliver_ || !u->reports_.empty();
+            },
+            this));
         if (stop_) return;
-        if (!queue_.empty()) {
+        if (!reports_.empty()) {
+          request = *reports_.front();
+          reports_.pop_front();
+        } else if (!queue_.empty()) {
           mean = std::move(queue_.front());
           queue_.pop_front();
         } else {
@@ -79,7 +93,7 @@ class Uploader : public MeanSink {
         *request.mutable_mean() = mean->mean();
       } else if (deliver) {
         request.mutable_delivered();
-      }
+      }  // else: a report, copied above
       if (!stream_->Write(request)) return;  // the stream ended: the reader sees why
     }
   }
@@ -88,6 +102,7 @@ class Uploader : public MeanSink {
   grpc::ClientContext* const context_;
   Mutex mu_;
   std::deque<std::shared_ptr<const v1::ReduceResponse>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
   bool deliver_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
@@ -283,8 +298,11 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   for (int s = 0; s < shards; ++s) {
     exchanges.emplace_back([&, s] {
       shard_status[s] = exchange(s);
-      // This member cannot complete the round: leave it, so the coordinator decides at once.
-      if (!shard_status[s].ok()) context->TryCancel();
+      // This member cannot complete the round: the coordinator aborts it, naming the owner
+      // (unless the round already ended, which cancelled this exchange).
+      if (!shard_status[s].ok() && !absl::IsCancelled(shard_status[s])) {
+        uploader.Unreachable(layout_header.shards(s).owner_id(), shard_status[s]);
+      }
     });
   }
 
@@ -313,8 +331,17 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   const grpc::Status status = stream->Finish();
   if (absl::Status failure = uploader.failure(); !failure.ok()) return failure;
   if (!committed) {
+    // The coordinator's verdict first (ABORTED: an owner died, ...); when this member left the
+    // round itself because an owner failed it, the round is over for it all the same: keep
+    // the local weights and sync at the next boundary.
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      return FromGrpcStatus(status);
+    }
     for (const absl::Status& s : shard_status) {
-      if (!s.ok() && !absl::IsCancelled(s)) return s;
+      if (!s.ok() && !absl::IsCancelled(s)) {
+        return absl::AbortedError(absl::StrCat("round ", layout_header.round(),
+                                               " aborted for this member: ", s.message()));
+      }
     }
     return status.ok() ? absl::InternalError("the round ended without a commit")
                        : FromGrpcStatus(status);

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Star and sharded averaging rounds against Gloo all_reduce across shaped links.
+
+For each N it makes N + 1 hosts with deploy/netns/hosts.sh (network namespaces joined through a
+bridge, every link shaped with tc tbf to --rate in both directions): the coordinator in host 0
+and one node leader (//bench:averaging_member) in each of hosts 1..N, which syncs S MB of fp32
+per round in the star mode and in the sharded mode; then, in the same namespaces, N
+torch.distributed processes with the Gloo backend doing all_reduce + divide on the same S MB.
+Round time is the slowest member's, median over the measured rounds (the first is a warm-up).
+`bound` is the ring's lower bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and
+round time / Gloo.
+
+Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
+              [--rate 200mbit] [--rounds 4]
+(builds with `bazel build -c opt` first; run from the repository root.)
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from localsgd_cluster import build
+
+PREFIX = "lsgds"
+
+
+def host(i):
+    return ["ip", "netns", "exec", f"{PREFIX}-h{i}"]
+
+
+def address(i):
+    return f"10.77.0.{i + 1}"
+
+
+def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds):
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write("bench-token")
+    coordinator = subprocess.Popen(
+        host(0) + [f"{bin_dir}/coordinator/coordinator", f"--grpc_address={address(0)}:50051",
+                   "--http_address=", f"--token_file={token_file}", "--lease_timeout=600s",
+                   "--heartbeat_interval=1s"],
+        stdout=subprocess.PIPE, stderr=open(os.path.join(work, "coordinator.log"), "w"), text=True)
+    try:
+        for line in coordinator.stdout:
+            if line.startswith("grpc listening on"):
+                break
+        values = int(size_mb * 1e6 / 4)
+        members = [subprocess.Popen(
+            host(i + 1) + [f"{bin_dir}/bench/averaging_member",
+                           f"--coordinator={address(0)}:50051", "--token=bench-token",
+                           f"--node=node-{i}", f"--values={values}", f"--rounds={rounds}",
+                           f"--data_address={address(i + 1)}:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nodes)]
+        spec = os.path.join(work, "spec.textproto")
+        with open(spec, "w") as f:
+            f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} round_deadline_seconds: 600 '
+                    f'total_steps: 1000000000 exchange: {exchange}\n')
+        subprocess.run(host(0) + [f"{bin_dir}/coordinator/localsgdctl",
+                                  f"--coordinator={address(0)}:50051",
+                                  f"--token_file={token_file}", "start", f"--spec={spec}"],
+                       check=True, stdout=subprocess.DEVNULL)
+        per_round = {}
+        for member in members:
+            out, err = member.communicate(timeout=3600)
+            if member.returncode != 0:
+                raise RuntimeError(f"member failed: {err}")
+            for r, t in re.findall(r"round (\d+) seconds ([\d.]+)", out):
+                per_round.setdefault(int(r), []).append(float(t))
+        return statistics.median(max(per_round[r]) for r in sorted(per_round) if r > 1)
+    finally:
+        coordinator.terminate()
+        coordinator.wait()
+
+
+def gloo_worker(rank, nodes, numel, rounds, master, out_path):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+    dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=nodes)
+    tensor = torch.randn(numel)
+    times = []
+    for _ in range(rounds):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        tensor /= nodes
+        times.append(time.perf_counter() - start)
+    gathered = [None] * nodes
+    dist.all_gather_object(gathered, times)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            for r in range(1, rounds):
+                f.write(f"{max(g[r] for g in gathered)}\n")
+    dist.destroy_process_group()
+
+
+def gloo_round_seconds(work, nodes, size_mb, rounds):
+    out_path = os.path.join(work, "gloo.txt")
+    master = f"{address(1)}:29500"
+    procs = [subprocess.Popen(host(i + 1) + [sys.executable, os.path.abspath(__file__),
+                                             "--gloo_worker", str(i), str(nodes),
+                                             str(int(size_mb * 1e6 / 4)), str(rounds), master,
+                                             out_path])
+             for i in range(nodes)]
+    for p in procs:
+        if p.wait(timeout=3600) != 0:
+            raise RuntimeError("a Gloo worker failed")
+    with open(out_path) as f:
+        return statistics.median(float(line) for line in f)
+
+
+def rate_bytes_per_second(rate):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(k|m|g)bit", rate)
+    if not m:
+        raise ValueError(f"--rate: {rate} is not like 200mbit")
+    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--gloo_worker":
+        rank, nodes, numel, rounds, master, out_path = sys.argv[2:8]
+        gloo_worker(int(rank), int(nodes), int(numel), int(rounds), master, out_path)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--size_mb", type=float, default=25)
+    parser.add_argument("--rate", default="200mbit")
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//bench:averaging_member"])
+    bandwidth = rate_bytes_per_second(args.rate)
+    print(f"{'N':>2} {'bound s':>8} {'star s':>8} {'sharded s':>9} {'gloo s':>8} "
+          f"{'star/bound':>10} {'sharded/bound':>13} {'sharded/gloo':>12} {'star/gloo':>9}")
+    with tempfile.TemporaryDirectory() as work:
+        for nodes in args.nodes:
+            hosts = nodes + 1
+            subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(hosts), args.rate],
+                           check=True)
+            try:
+                star = exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                              "EXCHANGE_STAR", args.rounds)
+                sharded = exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                                 "EXCHANGE_SHARDED", args.rounds)
+                gloo = gloo_round_seconds(work, nodes, args.size_mb, args.rounds)
+            finally:
+                subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
+            bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
+            print(f"{nodes:>2} {bound:>8.3f} {star:>8.3f} {sharded:>9.3f} {gloo:>8.3f} "
+                  f"{star / bound:>10.2f} {sharded / bound:>13.2f} {sharded / gloo:>12.2f} "
+                  f"{star / gloo:>9.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

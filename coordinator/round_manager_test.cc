@@ -1,0 +1,181 @@
+// The round manager without a network: a control plane with a fake clock, members as fakes of
+// the RoundMember interface.
+#include "coordinator/round_manager.h"
+
+#include <cstdlib>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/fake_clock.h"
+#include "tests/testutil/status_matchers.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::FakeClock;
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::StatusIs;
+
+constexpr int64_t kValues = 1000;
+
+class FakeMember : public RoundMember {
+ public:
+  void Enqueue(std::shared_ptr<const v1::SyncResponse> message) override {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) messages_.push_back(*message);
+  }
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) end_ = status;
+    closed_ = true;
+  }
+  void Flush() override {}
+  bool closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+  bool committed() {
+    absl::MutexLock lock(&mu_);
+    for (const v1::SyncResponse& m : messages_) {
+      if (m.has_commit()) return true;
+    }
+    return false;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::SyncResponse> messages_;
+  bool closed_ = false;
+  absl::Status end_;
+};
+
+class RoundManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ControlPlane::Options plane_options;
+    plane_options.clock = clock_.AsFunction();
+    plane_ = *ControlPlane::Create(plane_options);
+    v1::JoinRequest join;
+    join.mutable_identity()->set_node_name("n");
+    join.mutable_identity()->set_local_world_size(1);
+    ASSERT_THAT(plane_->Join(join), IsOk());
+  }
+
+  void Start(RoundManager::Options options, const std::string& exchange) {
+    options.clock = clock_.AsFunction();
+    rounds_ = std::make_unique<RoundManager>(plane_.get(), options);
+    ASSERT_THAT(rounds_->Restore(), IsOk());
+    v1::StartRunRequest start;
+    start.mutable_spec()->mutable_model()->set_builtin("mlp");
+    start.mutable_spec()->set_exchange(exchange == "star" ? v1::EXCHANGE_STAR
+                                                          : v1::EXCHANGE_SHARDED);
+    absl::StatusOr<v1::RunInfo> run = plane_->StartRun(start);
+    ASSERT_THAT(run, IsOk());
+    run_id_ = run->run_id();
+    v1::InitModelHeader init;
+    init.set_run_id(run_id_);
+    init.set_member_id("n/0");
+    init.set_vector_length(kValues);
+    ASSERT_THAT(rounds_->BeginInit(init), IsOk());
+    ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
+  }
+
+  v1::SyncHeader Header(int64_t round) {
+    v1::SyncHeader header;
+    header.set_run_id(run_id_);
+    header.set_round(round);
+    header.set_member_id("n/0");
+    header.set_vector_length(kValues);
+    header.set_codec(v1::CODEC_FP32);
+    header.set_weight(1);
+    header.set_step(8 * round);
+    header.set_num_workers(1);
+    return header;
+  }
+
+  // One star round of the single member: the header and its one chunk.
+  std::shared_ptr<FakeMember> StarRound(int64_t round) {
+    auto member = std::make_shared<FakeMember>();
+    absl::StatusOr<int64_t> session = rounds_->Join(Header(round), member);
+    EXPECT_THAT(session, IsOk());
+    v1::Chunk chunk;
+    chunk.set_index(0);
+    Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+    EXPECT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
+    return member;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<ControlPlane> plane_;
+  std::unique_ptr<RoundManager> rounds_;
+  std::string run_id_;
+};
+
+// Saving a commit happens off the round lock: while the disk is slow, the round manager and
+// the control plane keep answering, and the members hear of the commit only once it is saved.
+TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
+  absl::Notification saving, release;
+  RoundManager::Options options;
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/slow-disk";
+  options.before_save = [&] {
+    if (!saving.HasBeenNotified()) saving.Notify();
+    release.WaitForNotification();
+  };
+  Start(options, "star");
+  std::shared_ptr<FakeMember> member = StarRound(1);
+  saving.WaitForNotification();
+  // The disk is "busy": the member has no commit yet, the run record still says round 0, and
+  // everything that takes the locks answers.
+  EXPECT_FALSE(member->committed());
+  EXPECT_EQ(plane_->Run().round(), 0);
+  rounds_->Tick();
+  plane_->Tick();
+  EXPECT_EQ(plane_->Status().run().round(), 0);
+  // A member offering round 1 again is told it is stale at once ...
+  auto late = std::make_shared<FakeMember>();
+  EXPECT_THAT(rounds_->Join(Header(1), late), StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+  // ... but the model it would fetch is handed out only once it is on disk.
+  std::thread fetch([&] {
+    absl::StatusOr<RoundManager::ModelSnapshot> model = rounds_->FetchModel("");
+    ASSERT_THAT(model, IsOk());
+    EXPECT_EQ(model->round, 1);
+    EXPECT_FLOAT_EQ((*model->values)[0], 1.5f);
+  });
+  absl::SleepFor(absl::Milliseconds(50));  // give a wrong FetchModel time to return early
+  EXPECT_FALSE(member->committed());
+  release.Notify();
+  fetch.join();
+  for (int i = 0; i < 500 && !member->committed(); ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(member->committed());
+  EXPECT_EQ(plane_->Run().round(), 1);
+  // And it is on disk: a new manager on the same folder restores round 1.
+  rounds_.reset();
+  RoundManager::Options again;
+  again.state_dir = options.state_dir;
+  RoundManager restored(plane_.get(), again);
+  ASSERT_THAT(restored.Restore(), IsOk());
+  absl::StatusOr<RoundManager::ModelSnapshot> model = restored.FetchModel("");
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ(model->round, 1);
+}
+
+TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructuredAnswer) {
+  Start(RoundManager::Options(), "sharded");
+  auto member = std::make_shared<FakeMember>();
+  // The only live leader serves no data plane: the round is laid out and aborts with a hint.
+  EXPECT_THAT(rounds_->Join(Header(1), member), IsOk());
+  EXPECT_TRUE(member->closed());
+  v1::CoordinatorStatus status = plane_->Status();
+  ASSERT_EQ(status.recent_rounds_size(), 1);
+  EXPECT_EQ(status.recent_rounds(0).outcome(), v1::ROUND_OUTCOME_ABORTED);
+  EXPECT_THAT(status.recent_rounds(0).reason(), ::testing::HasSubstr("--data_address"));
+  EXPECT_EQ(status.recent_rounds(0).exchange(), v1::EXCHANGE_SHARDED);
+}
+
+}  // namespace
+}  // namespace localsgd

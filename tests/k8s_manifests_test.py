@@ -138,7 +138,16 @@ check(wflags["coordinator"] == f"localsgd-coordinator:{service_ports['grpc']['po
 check(int(wflags["num_nodes"]) == wspec["completions"] == wspec["parallelism"],
       "workers: --num_nodes, completions and parallelism differ")
 check(wflags["node_rank"] == "$JOB_COMPLETION_INDEX", "workers: node rank not from the index")
-check_tls("workers", wspec["template"]["spec"], wflags, ["tls_ca", "tls_cert", "tls_key"])
+check_tls("workers", wspec["template"]["spec"], wflags,
+          ["tls_ca", "tls_cert", "tls_key", "data_tls_cert", "data_tls_key"])
+# The sharded data plane: each leader is reached at its pod's name under the headless Service.
+data_service = get("Service", "localsgd-workers")
+check(data_service["spec"].get("clusterIP") == "None", "workers' Service must be headless")
+check(wspec["template"]["spec"].get("subdomain") == "localsgd-workers",
+      "workers: pods need subdomain localsgd-workers for their data-plane names")
+data_port = {p["name"]: p["port"] for p in data_service["spec"]["ports"]}["data"]
+check(wflags["data_address"] == f"$(hostname).localsgd-workers:{data_port}",
+      "workers: --data_address is not the pod's name under the Service, on its data port")
 env = {e["name"]: e for e in wcontainer["env"]}
 gpus = wcontainer["resources"]["limits"]["nvidia.com/gpu"]
 check(int(env["LOCAL_WORLD_SIZE"]["value"]) == int(gpus), "workers: one worker per GPU")

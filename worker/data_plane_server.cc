@@ -41,13 +41,24 @@ class ReduceStreamAdapter : public ReduceStream {
   }
   void Flush() override { outbox_.Flush(); }
   void Resume() override {
+    ReduceReactorBase* reactor;
+    {
+      MutexLock lock(&mu_);
+      if (reactor_ == nullptr || closed_) return;
+      reactor = reactor_;
+      ++resuming_;  // Done waits: the reactor stays alive until StartRead returns
+    }
+    // Not under the lock: gRPC may run OnReadDone inline, which can Close this stream.
+    reactor->StartRead(request_);
     MutexLock lock(&mu_);
-    if (reactor_ != nullptr && !closed_) reactor_->StartRead(request_);
+    --resuming_;
   }
-  // The reactor is going away: no more reads.
+  // The reactor is going away: no more reads (waits for a Resume in progress).
   void Done() {
     MutexLock lock(&mu_);
     reactor_ = nullptr;
+    mu_.Await(absl::Condition(
+        +[](int* resuming) { return *resuming == 0; }, &resuming_));
   }
   StreamOutbox<v1::ReduceResponse>& outbox() { return outbox_; }
 
@@ -56,6 +67,7 @@ class ReduceStreamAdapter : public ReduceStream {
   ReduceReactorBase* reactor_ ABSL_GUARDED_BY(mu_);
   v1::ReduceRequest* const request_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int resuming_ ABSL_GUARDED_BY(mu_) = 0;
   StreamOutbox<v1::ReduceResponse> outbox_;
 };
 

@@ -265,12 +265,9 @@ void AggregatorEngine::Commit() {
 
 void AggregatorEngine::Abort() { num_members_ = 0; }
 
-absl::Status AggregatorEngine::ApplyMean(absl::Span<const float> mean) {
-  if (absl::Status s = CheckOuterStep(options_.outer, mean, global_, momentum_); !s.ok()) {
-    return s;
-  }
-  ApplyOuterStep(options_.outer, mean, absl::MakeSpan(global_), absl::MakeSpan(momentum_));
-  return absl::OkStatus();
+void AggregatorEngine::InstallNext(std::vector<float>* global, std::vector<float>* momentum) {
+  global_.swap(*global);
+  if (!momentum_.empty()) momentum_.swap(*momentum);
 }
 
 }  // namespace localsgd

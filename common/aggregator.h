@@ -93,10 +93,10 @@ class AggregatorEngine {
   // Forgets the round; global and optimizer state stay as they were.
   void Abort();
 
-  // Sharded rounds: the owners averaged; applies the decoded weighted mean of the whole vector
-  // through the outer optimizer (as every member does), outside any round of this engine.
-  // OUT_OF_RANGE (nothing changed) when the update would overflow fp32.
-  absl::Status ApplyMean(absl::Span<const float> mean);
+  // Sharded rounds: the next global model and momentum, computed chunk by chunk with
+  // OuterStepInto as the averaged chunks arrived, become this engine's (swapped in: `global`
+  // and `momentum` get the old buffers, to be reused). Sizes must match.
+  void InstallNext(std::vector<float>* global, std::vector<float>* momentum);
 
   absl::Span<const float> global() const { return global_; }
   // The outer momentum buffer; empty when the outer optimizer has no momentum.

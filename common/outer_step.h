@@ -36,6 +36,14 @@ absl::Status CheckOuterStep(const OuterOptimizer& outer, absl::Span<const float>
 void ApplyOuterStep(const OuterOptimizer& outer, absl::Span<const float> mean,
                     absl::Span<float> global, absl::Span<float> momentum);
 
+// The same step written elsewhere, for a range computed as its mean arrives and installed at
+// the commit: `mean_then_next` holds the mean on entry and global + update on return (the very
+// value ApplyOuterStep would leave in global); `next_momentum` gets the advanced momentum.
+// Returns false when a value is not finite (the update overflows fp32).
+bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next,
+                   absl::Span<const float> global, absl::Span<const float> momentum,
+                   absl::Span<float> next_momentum);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COMMON_OUTER_STEP_H_

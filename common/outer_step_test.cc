@@ -47,5 +47,21 @@ TEST(OuterStepTest, OverflowIsRefusedBeforeAnythingChanges) {
               StatusIs(absl::StatusCode::kInvalidArgument, "differ in size"));
 }
 
+TEST(OuterStepTest, IntoGivesExactlyTheValuesOfApply) {
+  const OuterOptimizer outer{0.7, 0.9, true};
+  std::vector<float> global = {0.1f, -3.25f, 7.0f}, momentum = {0.5f, 0.0f, -1.0f};
+  const std::vector<float> mean = {0.013f, 1.7f, -0.2f};
+  std::vector<float> next = mean, next_momentum(3);
+  ASSERT_TRUE(OuterStepInto(outer, absl::MakeSpan(next), global, momentum,
+                            absl::MakeSpan(next_momentum)));
+  ApplyOuterStep(outer, mean, absl::MakeSpan(global), absl::MakeSpan(momentum));
+  EXPECT_EQ(next, global);  // bit for bit
+  EXPECT_EQ(next_momentum, momentum);
+  const float big = std::numeric_limits<float>::max();
+  std::vector<float> overflow = {big};
+  EXPECT_FALSE(OuterStepInto({1, 0, false}, absl::MakeSpan(overflow), std::vector<float>{big},
+                             {}, {}));
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -390,9 +390,9 @@ void RoundManager::OpenRound(int64_t number) {
     }
     round.sharded.emplace(options, std::move(candidates));
     round.attempt = next_attempt_++;
-    // Reused round after round: a fresh model-sized buffer costs a page fault per 4 KiB.
-    round.mean = std::move(mean_scratch_);
-    round.mean.resize(static_cast<size_t>(options.layout.num_values));
+    round.next = next_scratch_ != nullptr ? std::move(next_scratch_) : std::make_shared<NextModel>();
+    round.next->global.resize(static_cast<size_t>(options.layout.num_values));
+    round.next->momentum.resize(model_.engine->momentum().size());
   } else {
     model_.engine->BeginRound(static_cast<int>(round.members.size()));
   }
@@ -701,7 +701,10 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
 }
 
 void RoundManager::EndRound() {
-  if (round_->sharded.has_value()) mean_scratch_ = std::move(round_->mean);
+  // Not while a late AddMean still writes into it (it holds a reference).
+  if (round_->next != nullptr && round_->next.use_count() == 1) {
+    next_scratch_ = std::move(round_->next);
+  }
   round_.reset();
 }
 
@@ -850,18 +853,17 @@ void RoundManager::AdvanceSharded() {
   }
   if (decided.phase() == ShardedRound::Phase::kAborted) {
     Abort(decided.abort_reason());
-  } else if (decided.phase() == ShardedRound::Phase::kCommitted && !pending_.has_value()) {
+  } else if (decided.phase() == ShardedRound::Phase::kCommitted && !pending_.has_value() &&
+             round.means_done == model_.engine->layout().num_chunks()) {
     CommitSharded();
   }
 }
 
 void RoundManager::CommitSharded() {
   Round& round = *round_;
-  // Every member applies the same decoded mean through the same outer step; so does this copy.
-  if (absl::Status s = model_.engine->ApplyMean(round.mean); !s.ok()) {
-    Abort(std::string(s.message()));
-    return;
-  }
+  // Every member applies the same decoded mean through the same outer step; so did this copy,
+  // chunk by chunk, into round.next.
+  model_.engine->InstallNext(&round.next->global, &round.next->momentum);
   model_.snapshot = nullptr;
   const std::vector<std::string> included = round.sharded->Included();
   Publish(included, std::max(model_.global_step, round.sharded->MaxStep()),
@@ -871,42 +873,61 @@ void RoundManager::CommitSharded() {
 }
 
 absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
-  ChunkLayout layout;
-  v1::Codec codec;
-  {
-    MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !sharded()) {
-      return absl::FailedPreconditionError("mean: not in a sharded round");
-    }
-    layout = model_.engine->layout();
-    codec = model_.spec.codec();
-  }
-  // Decoded (and checked for NaN/Inf) outside the lock; copied in under it.
-  thread_local std::vector<float> decoded;
+  std::shared_ptr<NextModel> next;
+  std::shared_ptr<AggregatorEngine> engine;
+  v1::Codec codec = v1::CODEC_FP32;
+  OuterOptimizer outer;
   absl::Status status;
-  if (chunk.index() < 0 || chunk.index() >= layout.num_chunks()) {
-    status = absl::InvalidArgumentError(absl::StrCat(
-        "mean.index: ", chunk.index(), " is out of range [0, ", layout.num_chunks(), ")"));
-  } else {
-    decoded.resize(static_cast<size_t>(layout.size(chunk.index())));
-    status = Decode(codec, chunk.data(), absl::MakeSpan(decoded));
-    if (!status.ok()) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("mean ", chunk.index(), ": ", status.message()));
-    }
-  }
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || !sharded()) {
       return absl::FailedPreconditionError("mean: not in a sharded round");
     }
-    Round& round = *round_;
-    if (status.ok()) status = round.sharded->AddMean(it->second.member_id, chunk.index());
+    // Claims the chunk (its owner, once) before it is decoded.
+    status = round_->sharded->AddMean(it->second.member_id, chunk.index());
     if (!status.ok()) {
       DropSession(session_id, status);
     } else {
-      std::copy(decoded.begin(), decoded.end(), round.mean.begin() + layout.begin(chunk.index()));
+      next = round_->next;
+      engine = model_.engine;
+      codec = model_.spec.codec();
+      const v1::OuterOptimizerSpec& spec = model_.spec.outer_optimizer();
+      outer = OuterOptimizer{spec.lr(), spec.momentum(), spec.nesterov()};
+    }
+  }
+  if (status.ok()) {
+    // Outside the lock: the chunk's range of `next` is this call's alone (claimed above), and
+    // the engine's model does not change before the round commits, which waits for this chunk.
+    // The outer step runs here, as the chunks arrive, rather than all at once at the commit.
+    const ChunkLayout& layout = engine->layout();
+    const size_t begin = static_cast<size_t>(layout.begin(chunk.index()));
+    const size_t size = static_cast<size_t>(layout.size(chunk.index()));
+    absl::Span<float> region = absl::MakeSpan(next->global).subspan(begin, size);
+    absl::Span<const float> momentum = engine->momentum();
+    status = Decode(codec, chunk.data(), region);
+    if (!status.ok()) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("mean ", chunk.index(), ": ", status.message()));
+    } else if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
+                              momentum.empty() ? momentum : momentum.subspan(begin, size),
+                              next->momentum.empty()
+                                  ? absl::Span<float>()
+                                  : absl::MakeSpan(next->momentum).subspan(begin, size))) {
+      status = absl::OutOfRangeError(absl::StrCat(
+          "the update of chunk ", chunk.index(), " overflows fp32 (the deltas are too large)"));
+    }
+    MutexLock lock(&mu_);
+    if (!sharded() || round_->next != next) {
+      return absl::FailedPreconditionError("mean: the round ended");
+    }
+    Round& round = *round_;
+    if (absl::IsOutOfRange(status)) {
+      Abort(std::string(status.message()));
+    } else if (!status.ok()) {
+      DropSession(session_id, status);  // a bad range: its owner leaves, the round aborts
+    } else {
+      ++round.means_done;
       const int64_t bytes = static_cast<int64_t>(chunk.data().size());
       round.bytes_received += bytes;
       const auto& shards = round.sharded->shards();

@@ -117,6 +117,10 @@ class RoundManager {
     int chunks_received = 0;
     bool delivered = false;  // sharded
   };
+  struct NextModel {
+    std::vector<float> global;
+    std::vector<float> momentum;  // empty without outer momentum
+  };
   struct Round {
     int64_t number = 0;
     absl::Time opened;
@@ -132,9 +136,11 @@ class RoundManager {
     int64_t bytes_sent = 0;
     absl::Time first_done = absl::InfiniteFuture();
     absl::Time last_done = absl::InfinitePast();
-    // Sharded rounds: the decisions, the decoded averaged chunks, and each shard's bytes.
+    // Sharded rounds: the decisions, the next model (computed chunk by chunk as the averaged
+    // chunks arrive, installed at the commit), how many chunks are in it, each shard's bytes.
     std::optional<ShardedRound> sharded;
-    std::vector<float> mean;
+    std::shared_ptr<NextModel> next;
+    int means_done = 0;
     std::vector<int64_t> mean_bytes;
     uint64_t attempt = 0;
     bool laid_out = false;  // the RoundHeader went out
@@ -221,7 +227,9 @@ class RoundManager {
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
-  std::vector<float> mean_scratch_ ABSL_GUARDED_BY(mu_);  // Round::mean between rounds
+  // Round::next between rounds (reused: a fresh model-sized buffer costs a page fault per
+  // 4 KiB).
+  std::shared_ptr<NextModel> next_scratch_ ABSL_GUARDED_BY(mu_);
   // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);

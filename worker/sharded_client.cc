@@ -109,6 +109,46 @@ class Uploader : public MeanSink {
   std::thread thread_;
 };
 
+// This member's exchange with its own ShardOwner, in process: no serialisation, no socket.
+class LocalReduceStream : public ReduceStream {
+ public:
+  void Enqueue(std::shared_ptr<const v1::ReduceResponse> message) override {
+    MutexLock lock(&mu_);
+    if (!closed_) queue_.push_back(std::move(message));
+  }
+  void Close(const absl::Status& status) override {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    status_ = status;
+  }
+  void Flush() override {}
+  void Resume() override {}
+  // The next averaged chunk; null once the stream is closed and drained.
+  std::shared_ptr<const v1::ReduceResponse> Next() {
+    MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](LocalReduceStream* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return s->closed_ || !s->queue_.empty();
+        },
+        this));
+    if (queue_.empty()) return nullptr;
+    std::shared_ptr<const v1::ReduceResponse> next = std::move(queue_.front());
+    queue_.pop_front();
+    return next;
+  }
+  absl::Status status() {
+    MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  Mutex mu_;
+  std::deque<std::shared_ptr<const v1::ReduceResponse>> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
 // The layout in a RoundHeader, checked against this member's vector.
 absl::Status CheckLayout(const v1::RoundHeader& header, const std::string& member_id,
                          const ChunkLayout& layout) {
@@ -227,10 +267,15 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   // One exchange per owner: a writer sends this member's delta for the owner's range while a
   // reader decodes the averaged chunks into `mean` (reused round after round: a fresh
   // model-sized buffer costs a page fault per 4 KiB).
-  thread_local std::vector<float> mean_buffer;
-  mean_buffer.resize(params.size());
-  // (A thread_local is not captured by the lambdas below: they name it through this.)
-  const absl::Span<float> mean = absl::MakeSpan(mean_buffer);
+  // Each averaged chunk goes through the outer step as it arrives, into `next` (and the
+  // advanced momentum into `next_momentum`); the commit installs them. Reused round after
+  // round: a fresh model-sized buffer costs a page fault per 4 KiB. (A thread_local is not
+  // captured by the lambdas below: they name the buffers through these spans.)
+  thread_local std::vector<float> next_buffer, next_momentum_buffer;
+  next_buffer.resize(params.size());
+  next_momentum_buffer.resize(momentum.size());
+  const absl::Span<float> next = absl::MakeSpan(next_buffer);
+  const absl::Span<float> next_momentum = absl::MakeSpan(next_momentum_buffer);
   const int shards = layout_header.shards_size();
   std::atomic<int> received{0};
   std::vector<absl::Status> shard_status(static_cast<size_t>(shards));
@@ -238,18 +283,78 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   for (int s = 0; s < shards; ++s) {
     shard_contexts.push_back(AuthorizedContext(options_.token, timeout));
   }
+  std::vector<std::shared_ptr<LocalReduceStream>> local_streams(static_cast<size_t>(shards));
+  v1::ReduceHeader reduce_header;
+  reduce_header.set_run_id(member.run_id);
+  reduce_header.set_round(layout_header.round());
+  reduce_header.set_member_id(member.member_id);
+  reduce_header.set_attempt(layout_header.attempt());
+  // Decodes one averaged chunk of `shard` into `mean`; `got` marks the chunks already here.
+  auto take_mean = [&](const v1::ShardRange& shard, const v1::Chunk& chunk,
+                       std::vector<bool>& got) -> absl::Status {
+    const int c = chunk.index();
+    if (c < shard.begin_chunk() || c >= shard.end_chunk() || got[c - shard.begin_chunk()]) {
+      return absl::InternalError(
+          absl::StrCat("owner ", shard.owner_id(), " sent an unexpected chunk ", c));
+    }
+    const size_t begin = static_cast<size_t>(layout.begin(c));
+    const size_t size = static_cast<size_t>(layout.size(c));
+    absl::Span<float> region = next.subspan(begin, size);
+    if (absl::Status s = Decode(layout_header.codec(), chunk.data(), region); !s.ok()) return s;
+    // Not finite: the coordinator, which computes the same, aborts the round.
+    OuterStepInto(outer, region, absl::MakeConstSpan(global).subspan(begin, size),
+                  momentum.empty() ? absl::Span<const float>() : momentum.subspan(begin, size),
+                  next_momentum.empty() ? next_momentum : next_momentum.subspan(begin, size));
+    got[c - shard.begin_chunk()] = true;
+    if (++received == layout.num_chunks()) uploader.Deliver();
+    return absl::OkStatus();
+  };
+  auto all_got = [](const v1::ShardRange& shard, const std::vector<bool>& got) {
+    return std::find(got.begin(), got.end(), false) == got.end()
+               ? absl::OkStatus()
+               : absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
+                                                  " ended its stream before its whole range"));
+  };
+  // This member's own range, with its own ShardOwner in process.
+  auto exchange_locally = [&](int s) -> absl::Status {
+    const v1::ShardRange& shard = layout_header.shards(s);
+    std::shared_ptr<LocalReduceStream> stream = local_streams[s];
+    bool waiting = false;
+    absl::StatusOr<int64_t> session = options_.owner->Attach(reduce_header, stream, &waiting);
+    if (!session.ok()) return session.status();
+    std::thread writer([&] {
+      v1::Chunk chunk;
+      for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
+        const size_t begin = static_cast<size_t>(layout.begin(c));
+        const size_t size = static_cast<size_t>(layout.size(c));
+        chunk.set_index(c);
+        EncodeDifference(member.codec, params.subspan(begin, size),
+                         absl::MakeConstSpan(global).subspan(begin, size), chunk.mutable_data());
+        if (!options_.owner->AddChunk(*session, chunk).ok()) return;
+      }
+    });
+    absl::Status problem;
+    std::vector<bool> got(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
+    while (std::shared_ptr<const v1::ReduceResponse> reply = stream->Next()) {
+      problem = take_mean(shard, reply->mean(), got);
+      if (!problem.ok()) break;
+    }
+    if (!problem.ok()) stream->Close(absl::CancelledError("stopped reading"));
+    writer.join();
+    options_.owner->Detach(*session);
+    if (!problem.ok()) return problem;
+    if (absl::Status status = stream->status(); !status.ok()) return status;
+    return all_got(shard, got);
+  };
   auto exchange = [&](int s) -> absl::Status {
     const v1::ShardRange& shard = layout_header.shards(s);
+    if (local_streams[s] != nullptr) return exchange_locally(s);
     auto data_plane = v1::DataPlane::NewStub(PeerChannel(shard.address()));
     grpc::ClientContext* shard_context = shard_contexts[s].get();
     auto reduce = data_plane->Reduce(shard_context);
     std::thread writer([&] {
       v1::ReduceRequest request;
-      v1::ReduceHeader* reduce_header = request.mutable_header();
-      reduce_header->set_run_id(member.run_id);
-      reduce_header->set_round(layout_header.round());
-      reduce_header->set_member_id(member.member_id);
-      reduce_header->set_attempt(layout_header.attempt());
+      *request.mutable_header() = reduce_header;
       if (!reduce->Write(request)) return;
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
         const size_t begin = static_cast<size_t>(layout.begin(c));
@@ -266,18 +371,8 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     std::vector<bool> got(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
     v1::ReduceResponse reply;
     while (reduce->Read(&reply)) {
-      const int c = reply.mean().index();
-      if (c < shard.begin_chunk() || c >= shard.end_chunk() || got[c - shard.begin_chunk()]) {
-        problem = absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
-                                                   " sent an unexpected chunk ", c));
-        break;
-      }
-      problem = Decode(layout_header.codec(), reply.mean().data(),
-                       absl::MakeSpan(mean.data() + layout.begin(c),
-                                      static_cast<size_t>(layout.size(c))));
+      problem = take_mean(shard, reply.mean(), got);
       if (!problem.ok()) break;
-      got[c - shard.begin_chunk()] = true;
-      if (++received == layout.num_chunks()) uploader.Deliver();
     }
     if (!problem.ok()) shard_context->TryCancel();
     writer.join();
@@ -288,12 +383,13 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
       return absl::Status(error.code(), absl::StrCat("owner ", shard.owner_id(), " at ",
                                                      shard.address(), ": ", error.message()));
     }
-    if (std::find(got.begin(), got.end(), false) != got.end()) {
-      return absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
-                                              " ended its stream before its whole range"));
-    }
-    return absl::OkStatus();
+    return all_got(shard, got);
   };
+  for (int s = 0; s < shards; ++s) {
+    if (owns && layout_header.shards(s).owner_id() == member.member_id) {
+      local_streams[s] = std::make_shared<LocalReduceStream>();
+    }
+  }
   std::vector<std::thread> exchanges;
   for (int s = 0; s < shards; ++s) {
     exchanges.emplace_back([&, s] {
@@ -322,6 +418,9 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   }
   if (!committed) {
     for (auto& shard_context : shard_contexts) shard_context->TryCancel();
+    for (auto& local : local_streams) {
+      if (local != nullptr) local->Close(absl::CancelledError("the round ended"));
+    }
   }
   for (std::thread& t : exchanges) t.join();
   uploader.Stop();
@@ -350,7 +449,8 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     // The coordinator committed without this member (it was dropped): it adopts the model.
     return absl::AbortedError("the round committed without this member's whole update");
   }
-  ApplyOuterStep(outer, mean, global, momentum);
+  std::copy(next.begin(), next.end(), global.begin());
+  std::copy(next_momentum.begin(), next_momentum.end(), momentum.begin());
   return result;
 }
 

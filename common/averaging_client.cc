@@ -30,6 +30,34 @@ absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view mess
   return status;
 }
 
+absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContext* context,
+                                          const SyncMember& member, int64_t round, int64_t step,
+                                          int64_t vector_length) {
+  v1::SyncRequest header_message;
+  v1::SyncHeader* header = header_message.mutable_header();
+  header->set_run_id(member.run_id);
+  header->set_round(round);
+  header->set_member_id(member.member_id);
+  header->set_vector_length(vector_length);
+  header->set_codec(member.codec);
+  header->set_weight(member.weight);
+  header->set_step(step);
+  header->set_num_workers(member.num_workers);
+  if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
+  v1::SyncResponse response;
+  if (stream->Read(&response) && response.has_header()) return response.header();
+  std::optional<v1::StaleRound> stale;
+  if (response.has_stale()) {
+    stale = response.stale();
+  } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
+    context->TryCancel();  // not a message that can come first: do not wait for more
+  }
+  stream->WritesDone();
+  grpc::Status status = stream->Finish();
+  if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
+  return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
+}
+
 AveragingClient::AveragingClient(std::shared_ptr<grpc::Channel> channel, std::string token)
     : stub_(v1::Averaging::NewStub(std::move(channel))), token_(std::move(token)) {}
 
@@ -45,36 +73,15 @@ absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
   }
   auto context = Context(timeout);
   auto stream = stub_->Sync(context.get());
-
-  v1::SyncRequest header_message;
-  v1::SyncHeader* header = header_message.mutable_header();
-  header->set_run_id(member.run_id);
-  header->set_round(round);
-  header->set_member_id(member.member_id);
-  header->set_vector_length(static_cast<int64_t>(params.size()));
-  header->set_codec(member.codec);
-  header->set_weight(member.weight);
-  header->set_step(step);
-  header->set_num_workers(member.num_workers);
-  if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
-
   // The first reply says how the vector is chunked; then a writer thread streams the delta
   // while this thread reads the update chunks as they come (they may come before the last
   // delta chunk is sent).
+  absl::StatusOr<v1::RoundHeader> begun =
+      BeginSync(stream.get(), context.get(), member, round, step,
+                static_cast<int64_t>(params.size()));
+  if (!begun.ok()) return begun.status();
   v1::SyncResponse response;
-  if (!stream->Read(&response) || !response.has_header()) {
-    std::optional<v1::StaleRound> stale;
-    if (response.has_stale()) {
-      stale = response.stale();
-    } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
-      context->TryCancel();  // not a message that can come first: do not wait for more
-    }
-    stream->WritesDone();
-    grpc::Status status = stream->Finish();
-    if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
-    return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
-  }
-  const v1::RoundHeader round_header = response.header();
+  const v1::RoundHeader& round_header = *begun;
   const ChunkLayout layout{static_cast<int64_t>(params.size()), round_header.chunk_values()};
   if (round_header.chunk_values() <= 0 || layout.num_chunks() != round_header.num_chunks()) {
     context->TryCancel();

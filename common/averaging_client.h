@@ -22,6 +22,24 @@ namespace localsgd {
 std::optional<v1::StaleRound> StaleRoundOf(const absl::Status& status);
 absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view message);
 
+// Who is syncing: the fields of the SyncHeader besides round and vector length.
+struct SyncMember {
+  std::string run_id;
+  std::string member_id;
+  v1::Codec codec = v1::CODEC_FP32;
+  double weight = 1;
+  int num_workers = 1;
+};
+
+using SyncStream = grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>;
+
+// The start of every Sync, star or sharded: writes the member's header and reads the
+// coordinator's first answer. On anything but a RoundHeader the stream is finished and its
+// error returned (a stale round's carrying the StaleRound).
+absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContext* context,
+                                          const SyncMember& member, int64_t round, int64_t step,
+                                          int64_t vector_length);
+
 // A node leader's side of the Averaging service, on flat float vectors (no LibTorch): the
 // initial upload, fetching the global model, and one sync round at a time.
 // Thread-safe (each call has its own stream).
@@ -29,14 +47,7 @@ class AveragingClient {
  public:
   AveragingClient(std::shared_ptr<grpc::Channel> channel, std::string token);
 
-  // Who is syncing: the fields of the SyncHeader besides round and vector length.
-  struct Member {
-    std::string run_id;
-    std::string member_id;
-    v1::Codec codec = v1::CODEC_FP32;
-    double weight = 1;
-    int num_workers = 1;
-  };
+  using Member = SyncMember;
 
   struct SyncResult {
     int64_t round = 0;

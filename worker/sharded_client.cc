@@ -17,8 +17,6 @@
 namespace localsgd {
 namespace {
 
-using SyncStream = grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>;
-
 // The one writer of the coordinator stream once the layout is known: this node's averaged
 // chunks (as an owner) and its "delivered". Producers only queue, so the owner's reactors
 // never block on the coordinator.
@@ -203,32 +201,12 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   }
   auto context = AuthorizedContext(options_.token, timeout);
   std::unique_ptr<SyncStream> stream = stub_->Sync(context.get());
-  v1::SyncRequest header_message;
-  v1::SyncHeader* header = header_message.mutable_header();
-  header->set_run_id(member.run_id);
-  header->set_round(round);
-  header->set_member_id(member.member_id);
-  header->set_vector_length(static_cast<int64_t>(params.size()));
-  header->set_codec(member.codec);
-  header->set_weight(member.weight);
-  header->set_step(step);
-  header->set_num_workers(member.num_workers);
-  if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
-
   // The layout comes once every member has arrived (or at the deadline).
+  absl::StatusOr<v1::RoundHeader> begun = BeginSync(stream.get(), context.get(), member, round,
+                                                    step, static_cast<int64_t>(params.size()));
+  if (!begun.ok()) return begun.status();
+  const v1::RoundHeader& layout_header = *begun;
   v1::SyncResponse response;
-  if (!stream->Read(&response) || !response.has_header()) {
-    std::optional<v1::StaleRound> stale;
-    if (response.has_stale()) {
-      stale = response.stale();
-    } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
-      context->TryCancel();  // not a message that can come first: do not wait for more
-    }
-    grpc::Status status = stream->Finish();
-    if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
-    return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
-  }
-  const v1::RoundHeader layout_header = response.header();
   const ChunkLayout layout{static_cast<int64_t>(params.size()), layout_header.chunk_values()};
   if (absl::Status s = CheckLayout(layout_header, member.member_id, layout); !s.ok()) {
     context->TryCancel();

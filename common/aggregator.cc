@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,8 +57,9 @@ void AggregatorEngine::BeginRound(int num_members) {
 
 absl::Status AggregatorEngine::SetWeight(int slot, double weight) {
   if (slot < 0 || slot >= num_members_) return absl::InvalidArgumentError("member: no such slot");
-  if (!std::isfinite(weight) || weight <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("weight: must be finite and > 0, got ", weight));
+  if (!std::isfinite(weight) || weight <= 0 || weight > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight: must be > 0 and at most the largest float, got ", weight));
   }
   weights_[slot] = weight;
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 #include "coordinator/averaging_service.h"
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -145,8 +146,8 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
       absl::StatusOr<ChunkLayout> layout = rounds_->BeginInit(header_);
       if (!layout.ok()) return layout.status();
       layout_ = *layout;
-      values_.resize(static_cast<size_t>(layout_->num_values));
-      received_.assign(static_cast<size_t>(layout_->num_chunks()), false);
+      // Nothing is allocated for the claimed length: chunks are kept as they arrive, so
+      // memory follows the bytes actually sent.
       return absl::OkStatus();
     }
     if (!request_.has_chunk()) return absl::InvalidArgumentError("header sent twice");
@@ -156,7 +157,7 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
                                                      " is out of range [0, ",
                                                      layout_->num_chunks(), ")"));
     }
-    if (received_[chunk.index()]) {
+    if (chunks_.count(chunk.index())) {
       return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(), " sent twice"));
     }
     const size_t bytes = static_cast<size_t>(layout_->size(chunk.index())) * sizeof(float);
@@ -165,20 +166,24 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
                                                      chunk.data().size(), " bytes, expected ",
                                                      bytes, " (fp32)"));
     }
-    std::memcpy(values_.data() + layout_->begin(chunk.index()), chunk.data().data(), bytes);
-    received_[chunk.index()] = true;
-    ++chunks_;
+    chunks_[chunk.index()] = std::move(*request_.mutable_chunk()->mutable_data());
     return absl::OkStatus();
   }
 
   absl::Status Complete() {
     if (!layout_.has_value()) return absl::InvalidArgumentError("the stream ended before a header");
-    if (chunks_ != layout_->num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat("got ", chunks_, " of ",
+    if (static_cast<int64_t>(chunks_.size()) != layout_->num_chunks()) {
+      return absl::InvalidArgumentError(absl::StrCat("got ", chunks_.size(), " of ",
                                                      layout_->num_chunks(), " chunks"));
     }
+    // Every byte is here: the vector can be allocated now.
+    std::vector<float> values(static_cast<size_t>(layout_->num_values));
+    for (auto& [index, bytes] : chunks_) {
+      std::memcpy(values.data() + layout_->begin(index), bytes.data(), bytes.size());
+      std::string().swap(bytes);
+    }
     response_->set_vector_length(layout_->num_values);
-    return rounds_->FinishInit(header_, std::move(values_));
+    return rounds_->FinishInit(header_, std::move(values));
   }
 
   void End(const absl::Status& status) {
@@ -193,9 +198,7 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
   v1::InitModelRequest request_;
   v1::InitModelHeader header_;
   std::optional<ChunkLayout> layout_;
-  std::vector<float> values_;
-  std::vector<bool> received_;
-  int chunks_ = 0;
+  std::map<int, std::string> chunks_;  // fp32 bytes by chunk index, as they arrive
   Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

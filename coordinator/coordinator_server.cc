@@ -49,12 +49,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   if (!plane.ok()) return plane.status();
   self->plane_ = *std::move(plane);
   self->watchers_ = std::make_unique<StatusWatchHub>(self->plane_.get(), options.clock);
-  self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->watchers_.get(),
-                                                        options.token);
-
-  self->rounds_ = std::make_unique<RoundManager>(
-      self->plane_.get(), RoundManager::Options{options.clock, options.state_dir});
+  RoundManager::Options round_options;
+  round_options.clock = options.clock;
+  round_options.state_dir = options.state_dir;
+  self->rounds_ = std::make_unique<RoundManager>(self->plane_.get(), round_options);
   if (absl::Status s = self->rounds_->Restore(); !s.ok()) return s;
+  self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->rounds_.get(),
+                                                        self->watchers_.get(), options.token);
   self->averaging_ = std::make_unique<AveragingService>(self->rounds_.get(), options.token);
 
   grpc::EnableDefaultHealthCheckService(true);

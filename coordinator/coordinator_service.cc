@@ -22,9 +22,9 @@ class RefusedWatch : public grpc::ServerWriteReactor<v1::CoordinatorStatus> {
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(ControlPlane* plane, StatusWatchHub* watchers,
-                                       std::string token)
-    : plane_(plane), watchers_(watchers), token_(std::move(token)) {}
+CoordinatorService::CoordinatorService(ControlPlane* plane, RoundManager* rounds,
+                                       StatusWatchHub* watchers, std::string token)
+    : plane_(plane), rounds_(rounds), watchers_(watchers), token_(std::move(token)) {}
 
 template <typename Body>
 grpc::ServerUnaryReactor* CoordinatorService::Unary(grpc::CallbackServerContext* context,
@@ -83,7 +83,7 @@ grpc::ServerUnaryReactor* CoordinatorService::StopRun(grpc::CallbackServerContex
                                                       const v1::StopRunRequest* request,
                                                       v1::StopRunResponse* response) {
   return Unary(context, true, [&] {
-    absl::StatusOr<v1::RunInfo> run = plane_->StopRun(*request);
+    absl::StatusOr<v1::RunInfo> run = rounds_->StopRun(*request);
     if (run.ok()) *response->mutable_run() = *std::move(run);
     return run.status();
   });

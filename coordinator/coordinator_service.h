@@ -5,17 +5,20 @@
 
 #include "absl/status/status.h"
 #include "coordinator/control_plane.h"
+#include "coordinator/round_manager.h"
 #include "coordinator/status_watch.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 namespace localsgd {
 
 // The Coordinator gRPC service (callback API): checks the bearer token where the API asks
-// for one, hands the request to the ControlPlane and maps its Status to gRPC.
-// Thread-safe; the plane and hub must outlive it.
+// for one, hands the request to the ControlPlane (StopRun to the RoundManager, which closes
+// the open round first) and maps its Status to gRPC.
+// Thread-safe; the plane, round manager and hub must outlive it.
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  CoordinatorService(ControlPlane* plane, StatusWatchHub* watchers, std::string token);
+  CoordinatorService(ControlPlane* plane, RoundManager* rounds, StatusWatchHub* watchers,
+                     std::string token);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -45,6 +48,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                   Body body);
 
   ControlPlane* const plane_;
+  RoundManager* const rounds_;
   StatusWatchHub* const watchers_;
   const std::string token_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -283,9 +284,12 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
 
 absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
                                                  const std::shared_ptr<RoundMember>& member) {
-  if (!std::isfinite(header.weight()) || header.weight() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight: must be finite and > 0, got ", header.weight()));
+  // The weight becomes a float: refused at the door when a float cannot hold it.
+  if (!std::isfinite(header.weight()) || header.weight() <= 0 ||
+      header.weight() > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight: must be > 0 and at most ", std::numeric_limits<float>::max(), ", got ",
+        header.weight()));
   }
   if (header.num_workers() < 1 || header.num_workers() > kMaxMemberWorkers) {
     return absl::InvalidArgumentError(
@@ -566,6 +570,20 @@ void RoundManager::Tick() {
     }
   }
   FlushTouched();
+}
+
+absl::StatusOr<v1::RunInfo> RoundManager::StopRun(const v1::StopRunRequest& request) {
+  absl::StatusOr<v1::RunInfo> run;
+  {
+    MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+        this));
+    run = plane_->StopRun(request);
+    if (run.ok() && round_.has_value()) Abort("the run was stopped");
+  }
+  FlushTouched();
+  return run;
 }
 
 void RoundManager::DropSlot(int slot, const std::string& reason, const absl::Status& status) {

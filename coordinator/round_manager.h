@@ -108,6 +108,12 @@ class RoundManager {
   // Deadlines, expired leases and the run's state; the server calls it periodically.
   void Tick();
 
+  // Stops the active run (ControlPlane::StopRun) with its round closed first, under this
+  // manager's lock so that no round commits in between: a commit being saved is finished and
+  // recorded before the stop, and a round still open is aborted. So the saved model and the
+  // run record never disagree about the last committed round.
+  absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
+
  private:
   struct Session {
     int slot = -1;

@@ -164,6 +164,63 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   EXPECT_EQ(model->round, 1);
 }
 
+// Issue 12, finding 1: StopRun racing a commit. Whichever comes first, the model file and the
+// run record agree afterwards, and a coordinator restarts from the folder.
+TEST_F(RoundManagerTest, AStopWhileACommitIsBeingSavedRecordsTheCommitFirst) {
+  absl::Notification saving, release;
+  RoundManager::Options options;
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/stop-during-save";
+  options.before_save = [&] {
+    if (!saving.HasBeenNotified()) saving.Notify();
+    release.WaitForNotification();
+  };
+  Start(options, "star");
+  std::shared_ptr<FakeMember> member = StarRound(1);
+  saving.WaitForNotification();
+  absl::StatusOr<v1::RunInfo> stopped = absl::UnknownError("");
+  std::thread stop([&] { stopped = rounds_->StopRun(v1::StopRunRequest()); });
+  absl::SleepFor(absl::Milliseconds(50));  // a stop that did not wait would land now
+  release.Notify();
+  stop.join();
+  ASSERT_THAT(stopped, IsOk());
+  EXPECT_EQ(stopped->state(), v1::RUN_STATE_STOPPED);
+  EXPECT_EQ(stopped->round(), 1);  // the commit was recorded before the stop
+  EXPECT_TRUE(member->committed());
+  rounds_.reset();
+  RoundManager::Options again;
+  again.state_dir = options.state_dir;
+  RoundManager restored(plane_.get(), again);
+  EXPECT_THAT(restored.Restore(), IsOk());
+}
+
+TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
+  RoundManager::Options options;
+  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/stop-open-round";
+  Start(options, "star");
+  auto member = std::make_shared<FakeMember>();
+  absl::StatusOr<int64_t> session = rounds_->Join(Header(1), member);
+  ASSERT_THAT(session, IsOk());
+  ASSERT_THAT(rounds_->StopRun(v1::StopRunRequest()), IsOk());
+  EXPECT_TRUE(member->closed());
+  v1::Chunk chunk;
+  chunk.set_index(0);
+  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  EXPECT_FALSE(rounds_->AddChunk(*session, chunk).ok());  // the last chunk, too late
+  EXPECT_FALSE(member->committed());
+  EXPECT_EQ(plane_->Run().round(), 0);
+  v1::CoordinatorStatus status = plane_->Status();
+  ASSERT_EQ(status.recent_rounds_size(), 1);
+  EXPECT_EQ(status.recent_rounds(0).reason(), "the run was stopped");
+  rounds_.reset();
+  RoundManager::Options again;
+  again.state_dir = options.state_dir;
+  RoundManager restored(plane_.get(), again);
+  EXPECT_THAT(restored.Restore(), IsOk());
+  absl::StatusOr<RoundManager::ModelSnapshot> model = restored.FetchModel("");
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ(model->round, 0);
+}
+
 TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructuredAnswer) {
   Start(RoundManager::Options(), "sharded");
   auto member = std::make_shared<FakeMember>();

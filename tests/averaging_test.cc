@@ -431,6 +431,10 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
        grpc::StatusCode::INVALID_ARGUMENT, "weight"},
       {"negative weight", [](v1::SyncHeader& h) { h.set_weight(-2); }, {},
        grpc::StatusCode::INVALID_ARGUMENT, "weight"},
+      // Issue 12, finding 5: finite as a double, infinite as a float. Before the check it
+      // aborted the round for every member; now only this member is refused.
+      {"weight beyond float", [](v1::SyncHeader& h) { h.set_weight(1e39); }, {},
+       grpc::StatusCode::INVALID_ARGUMENT, "weight"},
       {"chunk out of range", nullptr, {{999, good_chunk}}, grpc::StatusCode::INVALID_ARGUMENT,
        "out of range"},
       {"duplicate chunk", nullptr, {{0, good_chunk}, {0, good_chunk}},
@@ -663,6 +667,38 @@ TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
   EXPECT_THAT(Client().FetchModel(run_id_, kTimeout), IsOk());
   EXPECT_THAT(Client().Sync(Member(0), 1, 8, params, absl::MakeSpan(global), kTimeout),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not running"));
+}
+
+// Issue 12, finding 4: an InitModel header claiming a huge vector allocates nothing before
+// the bytes arrive (it used to allocate vector_length x 4 bytes per stream at once).
+TEST_F(AveragingTest, AnInitModelClaimAllocatesNothingBeforeItsBytes) {
+  Start(2);
+  auto resident_mb = [] {
+    std::string status = *ReadFile("/proc/self/status");
+    size_t at = status.find("VmRSS:");
+    return std::atol(status.c_str() + at + 6) / 1024;
+  };
+  const long before = resident_mb();
+  auto stub = v1::Averaging::NewStub(Channel());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::InitModelRequest>>> streams;
+  v1::InitModelResponse response;
+  for (int i = 0; i < 4; ++i) {  // 4 streams x 2^28 values: 4 GiB if allocated
+    contexts.push_back(Ctx());
+    streams.push_back(stub->InitModel(contexts.back().get(), &response));
+    v1::InitModelRequest request;
+    request.mutable_header()->set_run_id(run_id_);
+    request.mutable_header()->set_member_id("node-0/0");
+    request.mutable_header()->set_vector_length(int64_t{1} << 28);
+    ASSERT_TRUE(streams.back()->Write(request));
+  }
+  // The server has read the headers once a FetchModel behind them is answered.
+  EXPECT_THAT(Client().FetchModel("", kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "no model"));
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LT(resident_mb() - before, 256) << "the claimed vectors were allocated";
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& stream : streams) stream->Finish();
 }
 
 TEST_F(AveragingTest, DisabledRunsDoNotAverage) {

@@ -1,5 +1,7 @@
 #include "worker/dataset.h"
 
+#include <sys/stat.h>
+
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <zlib.h>
@@ -56,6 +58,7 @@ absl::StatusOr<Dataset> IdxPair(const std::string& dir, const std::string& prefi
 }
 
 absl::StatusOr<DataSplits> TensorFile(const std::string& path) {
+  if (absl::Status s = CheckDatasetFile(path); !s.ok()) return s;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("dataset.path: cannot open ", path));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -109,25 +112,51 @@ absl::StatusOr<DataSplits> TensorFile(const std::string& path) {
 
 }  // namespace
 
+absl::Status CheckDatasetFile(const std::string& path, int64_t max_bytes) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return absl::NotFoundError(absl::StrCat("dataset.path: cannot open ", path));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset.path: ", path, " is not a regular file"));
+  }
+  if (info.st_size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", path, " holds ",
+                                                   info.st_size, " bytes, more than the ",
+                                                   max_bytes, " a dataset file may hold"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path) {
   std::string actual = path;
+  if (!CheckDatasetFile(actual).ok()) actual = path + ".gz";
+  if (absl::Status s = CheckDatasetFile(actual); !s.ok()) {
+    if (absl::IsNotFound(s)) {
+      return absl::NotFoundError(absl::StrCat("dataset.path: cannot open ", path, "[.gz]"));
+    }
+    return s;
+  }
   gzFile file = gzopen(actual.c_str(), "rb");  // reads raw files transparently too
   if (file == nullptr) {
-    actual = path + ".gz";
-    file = gzopen(actual.c_str(), "rb");
+    return absl::NotFoundError(absl::StrCat("dataset.path: cannot open ", actual));
   }
-  if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat("dataset.path: cannot open ", path, "[.gz]"));
-  }
-  std::vector<unsigned char> data;
-  unsigned char buffer[1 << 16];
-  int n;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) data.insert(data.end(), buffer, buffer + n);
-  const bool read_error = n < 0;
-  gzclose(file);
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", actual, ": ", why));
   };
+  std::vector<unsigned char> data;
+  unsigned char buffer[1 << 16];
+  int n;
+  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) {
+    if (static_cast<int64_t>(data.size()) + n > kMaxDatasetFileBytes) {
+      gzclose(file);
+      return bad(absl::StrCat("decompresses to more than ", kMaxDatasetFileBytes, " bytes"));
+    }
+    data.insert(data.end(), buffer, buffer + n);
+  }
+  const bool read_error = n < 0;
+  gzclose(file);
   if (read_error) return bad("corrupt gzip data");
   if (data.size() < 4 || data[0] != 0 || data[1] != 0 || data[2] != 0x08) {
     return bad("not an IDX file of unsigned bytes");

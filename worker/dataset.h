@@ -39,6 +39,15 @@ Dataset Shard(const Dataset& data, int rank, int world, bool shuffle, uint64_t s
 // Reads one IDX file (gzip or raw) as a uint8 tensor of its dimensions.
 absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path);
 
+// Dataset files (tensor files, IDX files after decompression) hold at most this many bytes;
+// a worker reads a whole file into memory before it parses it.
+inline constexpr int64_t kMaxDatasetFileBytes = int64_t{8} << 30;
+
+// OK when `path` is a regular file (symbolic links followed) of at most `max_bytes`;
+// otherwise INVALID_ARGUMENT naming dataset.path (NOT_FOUND when it cannot be opened), so that
+// a device such as /dev/zero or an oversized file is refused with one line.
+absl::Status CheckDatasetFile(const std::string& path, int64_t max_bytes = kMaxDatasetFileBytes);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_WORKER_DATASET_H_

@@ -53,6 +53,25 @@ TEST(DatasetTest, MissingOrMalformedFilesNameThePath) {
               StatusIs(absl::StatusCode::kInvalidArgument, "not a tensor file"));
 }
 
+// Issue 12, finding 8: a tensor file at /dev/zero used to grow the worker without bound.
+TEST(DatasetTest, DevicesAndOversizedFilesAreRefusedWithOneLine) {
+  v1::DatasetSpec spec;
+  spec.set_kind(v1::DATASET_KIND_TENSOR_FILE);
+  spec.set_path("/dev/zero");
+  absl::StatusOr<DataSplits> zero = LoadData(spec, 0);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(zero.status().message(), "dataset.path: /dev/zero is not a regular file");
+  const std::string big = TempPath("big.pt");
+  { std::ofstream(big) << std::string(2000, 'x'); }
+  absl::Status status = CheckDatasetFile(big, 1000);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("holds 2000 bytes, more than the 1000"), std::string::npos);
+  EXPECT_TRUE(CheckDatasetFile(big).ok());
+  spec.set_kind(v1::DATASET_KIND_FASHION_MNIST);
+  spec.set_path("/dev");  // /dev/train-images-idx3-ubyte does not exist
+  EXPECT_EQ(LoadData(spec, 0).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(DatasetTest, SyntheticTaskIsDeterministic) {
   v1::DatasetSpec spec;
   spec.set_synthetic_samples(300);

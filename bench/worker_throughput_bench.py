@@ -3,9 +3,10 @@
 against the same worker with local_sgd_steps = 8, each in a 4-worker run (4 nodes x 1 rank,
 real coordinator and worker processes on loopback, the embedded synthetic task and the MLP).
 samples/s covers the whole training, sync rounds included. Ratio = K=8 / disabled; target
->= 0.95.
+>= 0.95. The K=8 runs use each --exchanges mode (sharded and star by default), interleaved.
 
 Usage: /usr/bin/python3 bench/worker_throughput_bench.py [--steps 400] [--repeats 2]
+       [--exchanges EXCHANGE_SHARDED EXCHANGE_STAR]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -15,12 +16,14 @@ import tempfile
 from localsgd_cluster import Cluster, build, done_line
 
 
-def run(bin_dir, work, enabled, steps, workers=4):
+def run(bin_dir, work, exchange, steps, workers=4):
+    """exchange None: averaging disabled."""
     with Cluster(bin_dir, work) as cluster:
         cluster.workers(workers)
         cluster.start(f'model {{ builtin: "mlp" }} dataset {{ synthetic_samples: 16384 }} '
                       f'total_steps: {steps} batch_size: 64 min_workers: {workers} '
-                      f'local_sgd_steps: 8 enabled: {"true" if enabled else "false"}')
+                      f'local_sgd_steps: 8 enabled: {"false" if exchange is None else "true"} '
+                      f'exchange: {exchange or "EXCHANGE_SHARDED"}')
         return statistics.mean(done_line(out)["samples_per_second"] for out in cluster.wait())
 
 
@@ -29,17 +32,22 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_SHARDED", "EXCHANGE_STAR"])
     args = parser.parse_args()
     bin_dir = build()
-    disabled, enabled = [], []
+    runs = {None: []}
+    runs.update({exchange: [] for exchange in args.exchanges})
     with tempfile.TemporaryDirectory() as work:
-        for _ in range(args.repeats):  # interleaved, so drift on a shared machine hits both
-            disabled.append(run(bin_dir, work, False, args.steps))
-            enabled.append(run(bin_dir, work, True, args.steps))
-    d, e = statistics.median(disabled), statistics.median(enabled)
-    print(f"samples/s per worker, 4 workers: disabled {d:.1f}, local_sgd_steps=8 {e:.1f}, "
-          f"ratio {e / d:.3f} (runs: disabled {[round(x, 1) for x in disabled]}, "
-          f"K=8 {[round(x, 1) for x in enabled]})")
+        for _ in range(args.repeats):  # interleaved, so drift on a shared machine hits all
+            for exchange in runs:
+                runs[exchange].append(run(bin_dir, work, exchange, args.steps))
+    d = statistics.median(runs[None])
+    print(f"samples/s per worker, 4 workers: disabled {d:.1f} "
+          f"(runs {[round(x, 1) for x in runs[None]]})")
+    for exchange in args.exchanges:
+        e = statistics.median(runs[exchange])
+        print(f"local_sgd_steps=8, {exchange}: {e:.1f}, ratio {e / d:.3f} "
+              f"(runs {[round(x, 1) for x in runs[exchange]]})")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,25 @@
 #include "common/status_util.h"
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
 #include <string>
 
 namespace localsgd {
 
+std::string Quoted(absl::string_view text) {
+  if (text.size() <= kMaxEchoedBytes) return absl::StrCat("\"", absl::CHexEscape(text), "\"");
+  return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kMaxEchoedBytes)), "\"... (",
+                      text.size(), " bytes)");
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  std::string message(status.message().substr(0, kMaxStatusMessageBytes));
+  if (status.message().size() > kMaxStatusMessageBytes) {
+    absl::StrAppend(&message, "... (", status.message().size(), " bytes)");
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::move(message));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

@@ -29,5 +29,20 @@ TEST(StatusUtilTest, NamedCodesAgree) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+// Issue 12, finding 7: a 9,000-byte id echoed in an error made the status exceed gRPC's
+// metadata limit (the client saw RESOURCE_EXHAUSTED instead of the real code).
+TEST(StatusUtilTest, EchoedIdsAndLongMessagesAreCut) {
+  EXPECT_EQ(Quoted("node-1/0"), "\"node-1/0\"");
+  EXPECT_EQ(Quoted("a\nb"), "\"a\\nb\"");
+  const std::string id(9000, 'x');
+  const std::string quoted = Quoted(id);
+  EXPECT_LT(quoted.size(), 200u);
+  EXPECT_NE(quoted.find("(9000 bytes)"), std::string::npos);
+  grpc::Status status = ToGrpcStatus(absl::NotFoundError(std::string(5000, 'm')));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(status.error_message().size(), 1100u);
+  EXPECT_NE(status.error_message().find("(5000 bytes)"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -138,6 +138,13 @@ TEST_F(CoordinatorServerTest, ErrorCodes) {
   grpc::Status unknown = stub_->Heartbeat(Ctx().get(), ghost, &beat_response);
   EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(unknown.error_message(), HasSubstr("ghost/0"));
+  // Issue 12, finding 7: a 9,000-byte id is echoed cut short, so the answer still fits gRPC's
+  // metadata (it used to arrive as RESOURCE_EXHAUSTED).
+  ghost.set_worker_id(std::string(9000, 'g'));
+  grpc::Status long_id = stub_->Heartbeat(Ctx().get(), ghost, &beat_response);
+  EXPECT_EQ(long_id.error_code(), grpc::StatusCode::NOT_FOUND) << long_id.error_message();
+  EXPECT_THAT(long_id.error_message(), HasSubstr("(9000 bytes)"));
+  ghost.set_worker_id("ghost/0");
 
   v1::LeaveRequest leave;
   leave.set_worker_id("ghost/0");

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 
+#include "common/status_util.h"
+
 namespace localsgd {
 namespace {
 
@@ -25,8 +27,8 @@ absl::Status ValidateIdentity(const v1::JoinRequest& request) {
   for (char c : id.node_name()) {
     if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') {
       return absl::InvalidArgumentError(absl::StrCat(
-          "identity.node_name: \"", absl::CHexEscape(id.node_name()),
-          "\" may only hold letters, digits, '.', '_' and '-'"));
+          "identity.node_name: ", Quoted(id.node_name()),
+          " may only hold letters, digits, '.', '_' and '-'"));
     }
   }
   if (id.local_world_size() < 1 || id.local_world_size() > kMaxLocalWorldSize) {
@@ -117,8 +119,8 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   auto it = members_.find(request.worker_id());
   if (it == members_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id: \"", absl::CHexEscape(request.worker_id()),
-                                            "\" is not a member (lease expired?); join again"));
+    return absl::NotFoundError(absl::StrCat("worker_id: ", Quoted(request.worker_id()),
+                                            " is not a member (lease expired?); join again"));
   }
   Member& member = it->second;
   member.step = request.step();
@@ -134,7 +136,7 @@ absl::Status Membership::Leave(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
   if (members_.erase(worker_id) == 0) {
     return absl::NotFoundError(
-        absl::StrCat("worker_id: \"", absl::CHexEscape(worker_id), "\" is not a member"));
+        absl::StrCat("worker_id: ", Quoted(worker_id), " is not a member"));
   }
   return absl::OkStatus();
 }

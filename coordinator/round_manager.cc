@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
 #include "common/log.h"
+#include "common/status_util.h"
 #include "common/proto_time.h"
 
 namespace localsgd {
@@ -28,8 +29,8 @@ bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::strin
 absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
   if (!IsLeader(plane.LiveLeaders(), member_id)) {
-    return absl::NotFoundError(absl::StrCat("member_id: \"", absl::CHexEscape(member_id),
-                                            "\" is not a live node leader (join first)"));
+    return absl::NotFoundError(absl::StrCat("member_id: ", Quoted(member_id),
+                                            " is not a live node leader (join first)"));
   }
   return absl::OkStatus();
 }
@@ -86,8 +87,8 @@ void RoundManager::WriterLoop() {
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
   v1::RunInfo run = plane_->Run();
   if (run_id.empty() || run_id != run.run_id()) {
-    return absl::NotFoundError(absl::StrCat("run_id: \"", absl::CHexEscape(run_id),
-                                            "\" is not the active run"));
+    return absl::NotFoundError(absl::StrCat("run_id: ", Quoted(run_id),
+                                            " is not the active run"));
   }
   if (run.state() != v1::RUN_STATE_RUNNING) {
     return absl::FailedPreconditionError(
@@ -234,7 +235,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
   v1::RunInfo run = plane_->Run();
   const std::string id = run_id.empty() ? run.run_id() : run_id;
   if (id.empty() || (id != model_.run_id && id != run.run_id())) {
-    return absl::NotFoundError(absl::StrCat("run_id: no run \"", absl::CHexEscape(id), "\""));
+    return absl::NotFoundError(absl::StrCat("run_id: no run ", Quoted(id)));
   }
   if (id != model_.run_id || model_.engine == nullptr) {
     return absl::FailedPreconditionError(

@@ -8,6 +8,8 @@
 #include "common/proto_time.h"
 #include "common/run_spec.h"
 
+#include "common/status_util.h"
+
 namespace localsgd {
 
 RunManager::RunManager(std::function<absl::Time()> clock) : clock_(std::move(clock)) {
@@ -53,8 +55,8 @@ absl::StatusOr<v1::RunInfo> RunManager::Start(const v1::RunSpec& spec, int live_
 absl::StatusOr<v1::RunInfo> RunManager::Stop(const std::string& run_id,
                                              const std::string& reason) {
   if (!run_id.empty() && run_id != info_.run_id()) {
-    return absl::NotFoundError(absl::StrCat("run_id: no run \"", absl::CHexEscape(run_id),
-                                            "\" (the latest run is \"", info_.run_id(), "\")"));
+    return absl::NotFoundError(absl::StrCat("run_id: no run ", Quoted(run_id),
+                                            " (the latest run is \"", info_.run_id(), "\")"));
   }
   if (!active()) {
     if (info_.run_id().empty()) return absl::FailedPreconditionError("no run to stop");

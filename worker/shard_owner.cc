@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 
+#include "common/status_util.h"
+
 namespace localsgd {
 
 absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
@@ -116,9 +118,9 @@ absl::Status ShardOwner::AttachLocked(int64_t session_id, Session& session) {
   const std::vector<std::string>& members = round_->assignment.members;
   auto it = std::find(members.begin(), members.end(), session.header.member_id());
   if (it == members.end()) {
-    return absl::NotFoundError(absl::StrCat("member_id: \"",
-                                            absl::CHexEscape(session.header.member_id()),
-                                            "\" is not in round ", round_->assignment.round));
+    return absl::NotFoundError(absl::StrCat("member_id: ",
+                                            Quoted(session.header.member_id()),
+                                            " is not in round ", round_->assignment.round));
   }
   const int slot = static_cast<int>(it - members.begin());
   if (round_->session_of_slot[slot] != -1) {

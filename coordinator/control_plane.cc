@@ -1,6 +1,7 @@
 #include "coordinator/control_plane.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,18 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
     LogInfo(absl::StrCat("run ", runs_.info().run_id(), ": trained model saved to ",
                          request.model_path(), " by ", request.worker_id()));
     run_changed = true;
+  }
+  if (!std::isfinite(request.loss()) && runs_.info().state() == v1::RUN_STATE_RUNNING) {
+    std::vector<Member> members = membership_.Members();
+    if (std::all_of(members.begin(), members.end(),
+                    [](const Member& m) { return !std::isfinite(m.loss); })) {
+      runs_.Fail("every worker reports a non-finite training loss (NaN or infinity): training "
+                 "diverged (lower optimizer.lr, or check the data)")
+          .IgnoreError();
+      LogError(absl::StrCat("run ", runs_.info().run_id(), ": RUNNING -> FAILED (",
+                            runs_.info().reason(), ")"));
+      run_changed = true;
+    }
   }
   if (request.finished() && runs_.info().state() == v1::RUN_STATE_RUNNING) {
     std::vector<Member> members = membership_.Members();

@@ -1,6 +1,8 @@
 #include "coordinator/control_plane.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -95,6 +97,26 @@ TEST_F(ControlPlaneTest, StatusShowsMembersWithHeartbeatAge) {
   EXPECT_DOUBLE_EQ(status.uptime_seconds(), 5.5);
   EXPECT_EQ(status.joins_total(), 1);
   EXPECT_EQ(status.heartbeats_total(), 1);
+}
+
+// Issue 12, finding 6: a NaN loss used to be reported as 0.0 and the run completed.
+TEST_F(ControlPlaneTest, NonFiniteLossesShowAndFailTheRunWhenEveryWorkerReportsOne) {
+  auto plane = Make();
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("a/0");
+  beat.set_step(40);
+  beat.set_loss(std::nan(""));
+  ASSERT_THAT(plane->Heartbeat(beat), IsOk());
+  EXPECT_TRUE(std::isnan(plane->Status().members(0).loss()));
+  EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_RUNNING);  // b still trains
+  beat.set_worker_id("b/0");
+  beat.set_loss(std::numeric_limits<double>::infinity());
+  ASSERT_THAT(plane->Heartbeat(beat), IsOk());
+  EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(plane->Run().reason(), ::testing::HasSubstr("non-finite training loss"));
 }
 
 TEST_F(ControlPlaneTest, TickExpiresLeasesAndFailsTheRunAfterQuorumTimeout) {

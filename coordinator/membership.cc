@@ -108,9 +108,6 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   if (request.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step: must be >= 0, got ", request.step()));
   }
-  if (!std::isfinite(request.loss())) {
-    return absl::InvalidArgumentError("loss: must be a finite number");
-  }
   if (!std::isfinite(request.samples_per_second()) || request.samples_per_second() < 0) {
     return absl::InvalidArgumentError("samples_per_second: must be finite and >= 0");
   }

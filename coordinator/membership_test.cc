@@ -150,10 +150,6 @@ TEST_F(MembershipTest, WorldSizeMustAgreeWithinANode) {
 
 TEST_F(MembershipTest, BadHeartbeatsChangeNothing) {
   ASSERT_THAT(membership_.Join(JoinAs("n", 0)), IsOk());
-  v1::HeartbeatRequest nan_loss = Beat("n/0", 5);
-  nan_loss.set_loss(std::nan(""));
-  EXPECT_THAT(membership_.Heartbeat(nan_loss),
-              StatusIs(absl::StatusCode::kInvalidArgument, "loss"));
   EXPECT_THAT(membership_.Heartbeat(Beat("n/0", -1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "step"));
   v1::HeartbeatRequest bad_rate = Beat("n/0", 5);

@@ -115,7 +115,7 @@ void CoordinatorClient::Report(int64_t step, double loss, double samples_per_sec
                                bool finished, double test_accuracy) {
   absl::MutexLock lock(&mu_);
   progress_.set_step(step);
-  progress_.set_loss(std::isfinite(loss) ? loss : 0.0);
+  progress_.set_loss(loss);  // NaN and infinity too: status shows a diverged worker as such
   progress_.set_samples_per_second(samples_per_second);
   progress_.set_finished(finished);
   progress_.set_test_accuracy(test_accuracy);

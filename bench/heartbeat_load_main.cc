@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials(), args)));
   }
   std::vector<std::string> ids(workers);
+  const absl::Time joins_start = absl::Now();
   for (int w = 0; w < workers; ++w) {
     localsgd::v1::JoinRequest join;
     join.mutable_identity()->set_node_name(absl::StrCat("sim-", w));
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
     }
     ids[w] = response.worker_id();
   }
+  std::printf("joins %d seconds %.3f\n", workers,
+              absl::ToDoubleSeconds(absl::Now() - joins_start));
+  std::fflush(stdout);
 
   const absl::Duration interval = absl::GetFlag(FLAGS_interval);
   const absl::Time start = absl::Now();

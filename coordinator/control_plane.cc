@@ -51,7 +51,10 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
                                                 member.worker_id(), ": ", s.message()));
       }
     }
-    plane->saved_state_ = saved->SerializeAsString();
+    {
+      MutexLock lock(&plane->save_mu_);
+      plane->saved_state_ = saved->SerializeAsString();
+    }
     LogInfo(absl::StrCat("restored run ", run.run_id(), " (", RunStateName(run.state()),
                          ", round ", run.round(), ", global step ", run.global_step(), ", ",
                          saved->members_size(), " members on fresh leases) from ",
@@ -66,7 +69,59 @@ ControlPlane::ControlPlane(Options options, std::optional<RunStore> store)
       store_(std::move(store)),
       membership_(Membership::Options{options_.lease_timeout, options_.max_members},
                   options_.clock),
-      runs_(options_.clock) {}
+      runs_(options_.clock) {
+  if (store_.has_value()) writer_ = std::thread([this] { WriterLoop(); });
+}
+
+ControlPlane::~ControlPlane() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+void ControlPlane::WriterLoop() {
+  while (true) {
+    std::pair<int64_t, std::string> snapshot;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ControlPlane* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return p->members_dirty_ || p->stopping_;
+          },
+          this));
+      if (!members_dirty_) return;  // stopping, nothing left to save
+      members_dirty_ = false;
+      snapshot = Snapshot();
+    }
+    Save(snapshot.first, std::move(snapshot.second));
+  }
+}
+
+std::pair<int64_t, std::string> ControlPlane::Snapshot() {
+  v1::SavedState state;
+  *state.mutable_run() = runs_.info();
+  for (const Member& member : membership_.Members()) *state.add_members() = MemberIdentity(member);
+  return {++snapshots_, state.SerializeAsString()};
+}
+
+void ControlPlane::Save(int64_t sequence, std::string serialized) {
+  MutexLock lock(&save_mu_);
+  if (sequence <= saved_snapshot_ || serialized == saved_state_) return;
+  v1::SavedState state;
+  state.ParseFromString(serialized);
+  if (absl::Status status = store_->Save(state); !status.ok()) {
+    LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
+    return;
+  }
+  saved_snapshot_ = sequence;
+  saved_state_ = std::move(serialized);
+}
+
+ControlPlane::Persist ControlPlane::RunOrMembers(v1::RunState before) const {
+  return runs_.info().state() != before ? Persist::kRun : Persist::kMembers;
+}
 
 absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& request) {
   MutexLock lock(&mu_);
@@ -76,8 +131,9 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   ++joins_total_;
   LogInfo(absl::StrCat("worker ", member->worker_id, " joined (generation ", member->generation,
                        ", host ", member->hostname, ", pid ", member->pid, ")"));
+  const v1::RunState before = runs_.info().state();
   UpdateRun();
-  Changed();
+  Changed(RunOrMembers(before));
   v1::JoinResponse response;
   response.set_worker_id(member->worker_id);
   response.set_generation(member->generation);
@@ -126,7 +182,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
       run_changed = true;
     }
   }
-  Changed(run_changed);
+  Changed(run_changed ? Persist::kRun : Persist::kNothing);
   v1::HeartbeatResponse response;
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   *response.mutable_run() = runs_.info();
@@ -141,8 +197,9 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   if (absl::Status status = membership_.Leave(request.worker_id()); !status.ok()) return status;
   LogInfo(absl::StrCat("worker ", request.worker_id(), " left",
                        request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
+  const v1::RunState before = runs_.info().state();
   UpdateRun();
-  Changed();
+  Changed(RunOrMembers(before));
   return absl::OkStatus();
 }
 
@@ -155,7 +212,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
   LogInfo(absl::StrCat("run ", run->run_id(), " started: ", RunStateName(run->state()),
                        " (min_workers ", run->spec().min_workers(), ", ", membership_.size(),
                        " joined)"));
-  Changed();
+  Changed(Persist::kRun);
   return run;
 }
 
@@ -170,7 +227,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& requ
   absl::StatusOr<v1::RunInfo> run = runs_.Stop(request.run_id(), request.reason());
   if (!run.ok()) return run.status();
   LogInfo(absl::StrCat("run ", run->run_id(), " stopped: ", run->reason()));
-  Changed();
+  Changed(Persist::kRun);
   return run;
 }
 
@@ -218,7 +275,7 @@ void ControlPlane::Tick() {
   leases_expired_total_ += static_cast<int64_t>(expired.size());
   v1::RunState before = runs_.info().state();
   UpdateRun();
-  if (!expired.empty() || runs_.info().state() != before) Changed();
+  if (!expired.empty() || runs_.info().state() != before) Changed(RunOrMembers(before));
 }
 
 int64_t ControlPlane::AwaitChange(int64_t seen, absl::Duration timeout) const {
@@ -236,7 +293,7 @@ int64_t ControlPlane::version() const {
 void ControlPlane::Drain() {
   MutexLock lock(&mu_);
   draining_ = true;
-  Changed(/*run_changed=*/false);
+  Changed(Persist::kNothing);
 }
 
 bool ControlPlane::draining() const {
@@ -269,7 +326,7 @@ absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
     LogInfo(absl::StrCat("run ", run_id, ": ", RunStateName(before), " -> ",
                          RunStateName(runs_.info().state()), " (", runs_.info().reason(), ")"));
   }
-  Changed();
+  Changed(Persist::kRun);
   return absl::OkStatus();
 }
 
@@ -285,7 +342,7 @@ void ControlPlane::RecordRound(v1::RoundRecord record) {
   }
   recent_rounds_.push_back(std::move(record));
   while (recent_rounds_.size() > kMaxRecords) recent_rounds_.pop_front();
-  Changed(/*run_changed=*/false);
+  Changed(Persist::kNothing);
 }
 
 void ControlPlane::UpdateRun() {
@@ -302,19 +359,15 @@ void ControlPlane::UpdateRun() {
   }
 }
 
-void ControlPlane::Changed(bool run_changed) {
+void ControlPlane::Changed(Persist what) {
   ++version_;
-  if (!run_changed || !store_.has_value()) return;
-  v1::SavedState state;
-  *state.mutable_run() = runs_.info();
-  for (const Member& member : membership_.Members()) *state.add_members() = MemberIdentity(member);
-  std::string serialized = state.SerializeAsString();
-  if (serialized == saved_state_) return;
-  if (absl::Status status = store_->Save(state); !status.ok()) {
-    LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
+  if (!store_.has_value() || what == Persist::kNothing) return;
+  if (what == Persist::kMembers) {
+    members_dirty_ = true;  // the writer thread saves it
     return;
   }
-  saved_state_ = std::move(serialized);
+  std::pair<int64_t, std::string> snapshot = Snapshot();
+  Save(snapshot.first, std::move(snapshot.second));
 }
 
 }  // namespace localsgd

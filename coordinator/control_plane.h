@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +40,8 @@ class ControlPlane {
 
   // Opens the state directory and restores a saved run, if any.
   static absl::StatusOr<std::unique_ptr<ControlPlane>> Create(Options options);
+  // Saves what is not saved yet.
+  ~ControlPlane();
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
@@ -80,9 +84,20 @@ class ControlPlane {
  private:
   ControlPlane(Options options, std::optional<RunStore> store);
 
-  // Bumps the version. When the run or membership may have changed, saves them if they differ
-  // from what was saved last (heartbeats, the hot path, skip that).
-  void Changed(bool run_changed = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a change touched, for persistence: nothing the state file keeps (progress, rounds'
+  // records); the members only (saved soon, off this lock, many changes in one write); or the
+  // run record (saved before the call returns: a commit or a start/stop must be on disk).
+  enum class Persist { kNothing, kMembers, kRun };
+  // Bumps the version and persists as `what` says.
+  void Changed(Persist what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kRun when the run's state moved since `before`, else kMembers.
+  Persist RunOrMembers(v1::RunState before) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state file's contents now, numbered.
+  std::pair<int64_t, std::string> Snapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes a snapshot unless a newer one is on disk already. Takes save_mu_ only.
+  void Save(int64_t sequence, std::string serialized) ABSL_LOCKS_EXCLUDED(save_mu_);
+  // Saves the members' changes off the lock, coalescing those that come while it writes.
+  void WriterLoop();
   void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -92,7 +107,14 @@ class ControlPlane {
   mutable Mutex mu_;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   RunManager runs_ ABSL_GUARDED_BY(mu_);
-  std::string saved_state_ ABSL_GUARDED_BY(mu_);  // serialized, to skip unchanged saves
+  int64_t snapshots_ ABSL_GUARDED_BY(mu_) = 0;
+  bool members_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Disk writes, in snapshot order. Lock order: mu_, then save_mu_.
+  Mutex save_mu_;
+  int64_t saved_snapshot_ ABSL_GUARDED_BY(save_mu_) = 0;
+  std::string saved_state_ ABSL_GUARDED_BY(save_mu_);  // to skip unchanged saves
+  std::thread writer_;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t heartbeats_total_ ABSL_GUARDED_BY(mu_) = 0;

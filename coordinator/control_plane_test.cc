@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -221,6 +222,28 @@ TEST_F(ControlPlaneTest, RunSurvivesARestartOnTheSameStateDir) {
               StatusIs(absl::StatusCode::kFailedPrecondition, run_id));
   ASSERT_THAT(restarted->StopRun(v1::StopRunRequest()), IsOk());
   EXPECT_EQ(Make(dir)->Run().state(), v1::RUN_STATE_STOPPED);
+}
+
+// Issue 12, finding 9: Joins no longer write the whole state file under the lock one by
+// one; a writer thread saves the members, many joins in one write. What was saved is what a
+// restart finds, and the run record is saved at once on a run change.
+TEST_F(ControlPlaneTest, MembersAreSavedOffTheLockAndRestored) {
+  std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/members";
+  {
+    auto plane = Make(dir);
+    for (int i = 0; i < 300; ++i) ASSERT_THAT(plane->Join(JoinAs(absl::StrCat("n", i), 0)), IsOk());
+    ASSERT_THAT(plane->Leave([] {
+                  v1::LeaveRequest leave;
+                  leave.set_worker_id("n7/0");
+                  return leave;
+                }()),
+                IsOk());
+    ASSERT_THAT(plane->StartRun(StartRequest(500)), IsOk());  // a run change: saved now
+  }  // the destructor saves what the writer had not saved yet
+  auto restarted = Make(dir);
+  v1::CoordinatorStatus status = restarted->Status();
+  EXPECT_EQ(status.members_size(), 299);
+  EXPECT_EQ(restarted->Run().state(), v1::RUN_STATE_WAITING_FOR_WORKERS);
 }
 
 }  // namespace

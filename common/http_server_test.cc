@@ -1,7 +1,18 @@
 #include "common/http_server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace localsgd {
@@ -60,10 +71,107 @@ TEST(HttpServerTest, BadOrTakenAddressFailsCleanly) {
             absl::StatusCode::kUnavailable);
 }
 
-TEST(HttpServerTest, StopIsIdempotent) {
+TEST(HttpServerTest, StopIsIdempotentAndClosesThePort) {
   auto server = StartServer();
+  const int port = server->port();
   server->Stop();
   server->Stop();
+  httplib::Client client("127.0.0.1", port);
+  EXPECT_FALSE(client.Get("/hello"));  // nobody listens any more
+}
+
+// A client socket connected to the server, for hand-written requests.
+int Connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Issue 12, finding 3 (slowloris): trickling clients took every worker thread, /healthz
+// failed, and one of them blocked shutdown indefinitely.
+TEST(HttpServerTest, TricklingClientsNeitherBlockOthersNorShutdown) {
+  HttpServer::Options options;
+  options.routes["/healthz"] = [] { return HttpServer::Response{200, "text/plain", "ok\n"}; };
+  options.request_timeout = absl::Seconds(2);
+  auto server = HttpServer::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> trickling;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = Connect((*server)->port());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, "G", 1, 0), 1);
+    trickling.push_back(fd);
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {  // one more byte on each, every 300 ms
+    while (!done.load()) {
+      for (int fd : trickling) send(fd, "E", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      absl::SleepFor(absl::Milliseconds(300));
+    }
+  });
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_read_timeout(1, 0);
+  for (int probe = 0; probe < 5; ++probe) {
+    auto res = client.Get("/healthz");
+    ASSERT_TRUE(res) << "probe " << probe;
+    EXPECT_EQ(res->status, 200);
+  }
+  // The trickling requests are cut at the time limit, though bytes keep coming.
+  absl::SleepFor(absl::Milliseconds(2500));
+  char answer[256] = {};
+  const ssize_t n = recv(trickling[0], answer, sizeof(answer) - 1, MSG_DONTWAIT);
+  ASSERT_GT(n, 0);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 408")) << answer;
+  // New trickling clients again, and a shutdown that does not wait for them.
+  for (int& fd : trickling) {
+    close(fd);
+    fd = Connect((*server)->port());
+    send(fd, "G", 1, 0);
+  }
+  const absl::Time stop_start = absl::Now();
+  (*server)->Stop();
+  EXPECT_LT(absl::Now() - stop_start, absl::Seconds(1));
+  done.store(true);
+  trickle.join();
+  for (int fd : trickling) close(fd);
+}
+
+TEST(HttpServerTest, ConnectionsAreLimitedPerClientAndMalformedRequestsRefused) {
+  HttpServer::Options options;
+  options.routes["/healthz"] = [] { return HttpServer::Response{200, "text/plain", "ok\n"}; };
+  options.max_connections_per_client = 3;
+  auto server = HttpServer::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) held.push_back(Connect((*server)->port()));
+  absl::SleepFor(absl::Milliseconds(100));  // accepted by now
+  const int extra = Connect((*server)->port());
+  char answer[256] = {};
+  const ssize_t n = recv(extra, answer, sizeof(answer) - 1, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 503")) << answer;
+  close(extra);
+  for (int fd : held) close(fd);
+  absl::SleepFor(absl::Milliseconds(100));  // their slots are free again
+  const int bad = Connect((*server)->port());
+  const std::string garbage = "NONSENSE\r\n\r\n";
+  send(bad, garbage.data(), garbage.size(), 0);
+  std::memset(answer, 0, sizeof(answer));
+  ASSERT_GT(recv(bad, answer, sizeof(answer) - 1, 0), 0);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 400")) << answer;
+  close(bad);
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto head = client.Head("/healthz");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_TRUE(head->body.empty());
 }
 
 }  // namespace

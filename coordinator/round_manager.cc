@@ -266,11 +266,18 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
     // next boundary; leaving it out of that round would make it stale again, round after round.
     const bool stale = absl::IsFailedPrecondition(session.status()) && Stale(header);
-    if (stale) {
+    // The run this member trains is over, and its model is here to take.
+    const v1::RunState state = plane_->Run().state();
+    const bool ended = absl::IsFailedPrecondition(session.status()) &&
+                       header.run_id() == model_.run_id && model_.engine != nullptr &&
+                       (state == v1::RUN_STATE_COMPLETED || state == v1::RUN_STATE_STOPPED ||
+                        state == v1::RUN_STATE_FAILED);
+    if (stale || ended) {
       // A structured answer beside the status: the committed round to catch up with.
       auto response = std::make_shared<v1::SyncResponse>();
       response->mutable_stale()->set_committed_round(model_.round);
       response->mutable_stale()->set_global_step(model_.global_step);
+      response->mutable_stale()->set_run_ended(ended);
       member->Enqueue(std::move(response));
       Touch(member);
     }

@@ -26,6 +26,7 @@
 #include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
 #include "worker/data_plane_server.h"
+#include "worker/node_leader.h"
 #include "worker/sharded_client.h"
 
 namespace localsgd {
@@ -396,6 +397,54 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
     EXPECT_EQ(std::memcmp(globals[k].data(), globals[0].data(), values * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(momenta[k].data(), momenta[0].data(), values * sizeof(float)), 0);
   }
+}
+
+// Issue 12, finding 2: a node still training when the run ends is told so at its next sync,
+// takes the run's final model (bit for bit what FetchModel serves) and stops, instead of
+// training on alone with syncs refused.
+TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 2; ++i) JoinNode(i);
+  StartRun("total_steps: 16 round_deadline_seconds: 1");
+  const int64_t values = 30'000;
+  std::vector<float> start = RandomVector(values, 3);
+  AveragingClient client = Client();
+  std::vector<std::unique_ptr<NodeLeader>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<NodeLeader>(&client, leaders_[i].member, Layout(values),
+                                                 kTimeout));
+    nodes.back()->UseShardedExchange(leaders_[i].client.get(), Outer());
+  }
+  Vectors params(2, start);
+  ASSERT_THAT(nodes[0]->Start(absl::MakeSpan(params[0])), IsOk());
+  ASSERT_THAT(nodes[1]->Start(absl::MakeSpan(params[1])), IsOk());
+  // Round 1 together at step 8.
+  std::vector<absl::Status> first(2);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        params[i][i] += 1.0f;
+        first[i] = nodes[i]->Sync(absl::MakeSpan(params[i]), 8);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const absl::Status& s : first) ASSERT_THAT(s, IsOk());
+  // Round 2 at step 16: node-1 is late, so node-0's round commits without it at the deadline
+  // and the run completes (16 of 16 steps).
+  params[0][5] += 1.0f;
+  ASSERT_THAT(nodes[0]->Sync(absl::MakeSpan(params[0]), 16), IsOk());
+  EXPECT_EQ(Status().run().state(), v1::RUN_STATE_COMPLETED);
+  // node-1 comes to its step 16: the run has ended; it takes the final model.
+  params[1][7] += 1.0f;
+  absl::Status late = nodes[1]->Sync(absl::MakeSpan(params[1]), 16);
+  EXPECT_THAT(late, StatusIs(absl::StatusCode::kOutOfRange, "the run ended"));
+  EXPECT_EQ(nodes[1]->global_step(), 16);
+  auto fetched = client.FetchModel("", kTimeout);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(std::memcmp(params[1].data(), fetched->values.data(), values * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(params[0].data(), fetched->values.data(), values * sizeof(float)), 0);
 }
 
 TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {

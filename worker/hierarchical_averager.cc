@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/averaging_client.h"
 #include "common/log.h"
 
 namespace localsgd {
@@ -83,6 +84,22 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
     }
   }
   Unflatten(flat, tensors);
+  // Every rank follows the run's global step (the leader's, once it took the round's result
+  // or the committed model) and learns whether the run ended, so that no rank trains past it.
+  const bool took = leader_ != nullptr && (sync_status.ok() || absl::IsOutOfRange(sync_status) ||
+                                           StaleRoundOf(sync_status).has_value());
+  absl::StatusOr<std::pair<bool, int64_t>> follow =
+      BroadcastFlagAndStep(intra(), absl::IsOutOfRange(sync_status),
+                           took ? leader_->global_step() : *step, tensors.front().device());
+  if (!follow.ok()) {
+    // A rank died just now: the next collective fails and the group re-forms then.
+    LogWarning(absl::StrCat("could not share the global step: ", follow.status().ToString()));
+    return sync_status;
+  }
+  *step = follow->second;
+  if (follow->first && sync_status.ok()) {
+    return absl::OutOfRangeError("the run ended; the node leader took its final model");
+  }
   return sync_status;
 }
 

@@ -1,6 +1,7 @@
 #include "worker/node_leader.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,9 +53,15 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
     std::copy(global_.begin(), global_.end(), params.begin());
     return absl::OkStatus();
   }
-  if (StaleRoundOf(result.status()).has_value()) {
+  std::optional<v1::StaleRound> stale = StaleRoundOf(result.status());
+  if (stale.has_value()) {
     // A round committed without this node: take the agreed model and go on from there.
     if (absl::Status adopted = Adopt(params); !adopted.ok()) return adopted;
+    if (stale->run_ended()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "the run ended at round ", round_, ", global step ", global_step_,
+          "; this node holds its final model"));
+    }
   }
   return result.status();
 }

@@ -37,8 +37,10 @@ class NodeLeader {
   absl::Status Start(absl::Span<float> params);
 
   // One round: on success `params` becomes global[r]. When this leader missed a round (stale)
-  // it adopts the current global model and returns the error; on other errors (round
-  // aborted, coordinator unreachable) `params` keeps the node's own values.
+  // it adopts the current global model and returns the error; when the run has ended it
+  // adopts the run's final model and returns OUT_OF_RANGE (stop training: no more rounds); on
+  // other errors (round aborted, coordinator unreachable) `params` keeps the node's own
+  // values. global_step() then says where the run is.
   absl::Status Sync(absl::Span<float> params, int64_t step);
 
   // The node now has `n` ranks (it re-formed after a rank died): later rounds weigh its

@@ -154,11 +154,23 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
         if (absl::Status health = averager->Health(); !health.ok()) return health;
       }
       if (local_sgd.steps() != step + 1) {
-        // The node re-formed after one of its ranks died and goes on from its leader's step.
-        LogWarning(absl::StrCat("the node's ranks re-formed; going on from step ",
-                                local_sgd.steps(), " (this rank was at step ", step + 1, ")"));
+        // The run's global step, which the node follows (after an outage, or when the node
+        // re-formed after one of its ranks died and goes on from its leader's step).
+        LogInfo(absl::StrCat("going on from the run's step ", local_sgd.steps(),
+                             " (this rank was at step ", step + 1, ")"));
         step = local_sgd.steps() - 1;
         progress.step = step + 1;
+      }
+      if (absl::IsOutOfRange(progress.sync_status)) {
+        // The run ended without this node's last steps: it holds the run's final model now,
+        // and trains no further on its own.
+        LogInfo(absl::StrCat("stopping at step ", step + 1, ": ", progress.sync_status.message()));
+        result.steps = step + 1;
+        result.loss = loss_sum;
+        result.run_ended = true;
+        progress.synced = true;
+        options.on_progress(progress);
+        break;
       }
       if (boundary) {
         progress.synced = true;

@@ -35,6 +35,9 @@ struct TrainResult {
   double test_loss = 0;
   double samples_per_second = 0;  // over the whole training, syncs included, evaluations not
   bool stopped = false;  // ended early because stop() said so
+  // The run ended (on the coordinator) before this worker's last step: the worker stopped
+  // there holding the run's final model.
+  bool run_ended = false;
 };
 
 struct TrainOptions {

@@ -298,7 +298,9 @@ int main(int argc, char** argv) {
     coordinator.Report(p.step, p.loss, p.samples_per_second, false, test_accuracy);
     if (p.synced) {
       last_round = p.sync_seconds;
-      if (!p.sync_status.ok()) {
+      if (absl::IsOutOfRange(p.sync_status)) {
+        localsgd::LogInfo(absl::StrCat("sync at step ", p.step, ": ", p.sync_status.message()));
+      } else if (!p.sync_status.ok()) {
         localsgd::LogWarning(absl::StrCat("sync at step ", p.step, ": ", p.sync_status.ToString(),
                                           " (training goes on with local weights)"));
       }
@@ -317,7 +319,8 @@ int main(int argc, char** argv) {
       "%s done: %lld steps, loss %.4f, test accuracy %.4f, test loss %.4f, samples/s %.1f%s\n",
       coordinator.worker_id().c_str(), static_cast<long long>(result->steps), result->loss,
       result->test_accuracy, result->test_loss, result->samples_per_second,
-      result->stopped ? " (stopped early)" : "");
+      result->stopped ? " (stopped early)"
+                      : result->run_ended ? " (the run ended first; this is its final model)" : "");
   std::fflush(stdout);
   const std::string save_path = absl::GetFlag(FLAGS_save_model);
   if (!save_path.empty() && options.global_rank == 0) {

@@ -13,8 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/averaging_client.h"
 #include "common/client_tls_flags.h"
 #include "common/file_util.h"
+#include "common/grpc_channel.h"
 #include "common/run_spec.h"
 #include "common/status_util.h"
 #include "coordinator/ctl_format.h"
@@ -29,6 +31,9 @@ ABSL_FLAG(std::string, spec, "", "start: the run spec, a text-format RunSpec fil
 ABSL_FLAG(std::string, run_id, "", "stop: the run to stop (default: the active run).");
 ABSL_FLAG(std::string, reason, "", "stop: why, shown in status.");
 ABSL_FLAG(bool, json, false, "status: print the status as JSON instead of a table.");
+ABSL_FLAG(std::string, out, "",
+          "fetch: where to write the committed global model, as raw little-endian fp32 values "
+          "in the flat order of the model's parameters.");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "watch: least time between two lines.");
 ABSL_FLAG(bool, until_done, false,
           "watch: exit when the run is COMPLETED (0), STOPPED or FAILED (1).");
@@ -45,7 +50,9 @@ constexpr char kUsage[] =
     "                             stop the active run\n"
     "  status [--json]            the run and its members\n"
     "  watch [--interval=1s] [--until_done]\n"
-    "                             a line per status change until Ctrl-C";
+    "                             a line per status change until Ctrl-C\n"
+    "  fetch --out=FILE [--run_id=ID]\n"
+    "                             write the run's committed global model (raw fp32)";
 
 int Usage(const std::string& message) {
   std::fprintf(stderr, "localsgdctl: %s (see --help)\n", message.c_str());
@@ -60,8 +67,25 @@ int Fail(const absl::Status& status) {
 
 class Ctl {
  public:
-  Ctl(std::unique_ptr<Coordinator::Stub> stub, std::string token)
-      : stub_(std::move(stub)), token_(std::move(token)) {}
+  Ctl(std::unique_ptr<Coordinator::Stub> stub, std::shared_ptr<grpc::Channel> streaming,
+      std::string token)
+      : stub_(std::move(stub)), streaming_(std::move(streaming)), token_(std::move(token)) {}
+
+  int Fetch() {
+    const std::string path = absl::GetFlag(FLAGS_out);
+    if (path.empty()) return Usage("fetch needs --out=FILE");
+    localsgd::AveragingClient client(streaming_, token_);
+    absl::StatusOr<localsgd::AveragingClient::Model> model =
+        client.FetchModel(absl::GetFlag(FLAGS_run_id), absl::GetFlag(FLAGS_timeout));
+    if (!model.ok()) return Fail(model.status());
+    const std::string bytes(reinterpret_cast<const char*>(model->values.data()),
+                            model->values.size() * sizeof(float));
+    if (absl::Status s = localsgd::WriteFileAtomically(path, bytes); !s.ok()) return Fail(s);
+    std::printf("run %s round %lld global step %lld: %zu values written to %s\n",
+                model->run_id.c_str(), static_cast<long long>(model->round),
+                static_cast<long long>(model->global_step), model->values.size(), path.c_str());
+    return 0;
+  }
 
   int Start() {
     const std::string path = absl::GetFlag(FLAGS_spec);
@@ -137,6 +161,7 @@ class Ctl {
   }
 
   std::unique_ptr<Coordinator::Stub> stub_;
+  std::shared_ptr<grpc::Channel> streaming_;  // large messages (model chunks)
   std::string token_;
 };
 
@@ -146,7 +171,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, watch)"
+    return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, watch, fetch)"
                                  : absl::StrCat("one COMMAND expected, got \"", args[2], "\" too"));
   }
   absl::StatusOr<std::string> token =
@@ -156,11 +181,14 @@ int main(int argc, char** argv) {
       localsgd::ChannelCredentialsFromFlags();
   if (!credentials.ok()) return Fail(credentials.status());
   Ctl ctl(Coordinator::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials)),
+          localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator), *credentials),
           *token);
   const std::string command = args[1];
   if (command == "start") return ctl.Start();
   if (command == "stop") return ctl.Stop();
   if (command == "status") return ctl.Status();
   if (command == "watch") return ctl.Watch();
-  return Usage(absl::StrCat("unknown command \"", command, "\" (start, stop, status, watch)"));
+  if (command == "fetch") return ctl.Fetch();
+  return Usage(
+      absl::StrCat("unknown command \"", command, "\" (start, stop, status, watch, fetch)"));
 }

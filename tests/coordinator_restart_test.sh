@@ -53,7 +53,14 @@ done
 [[ "$(round_now)" -lt 140 ]] || fail "the run was nearly over before the kill; make it longer"
 kill -9 "$first_coordinator"
 killed_at=$(round_now)
-sleep 3  # the workers train on; their syncs fail meanwhile
+# The workers train on; their syncs fail meanwhile. node-1 is paused for part of the outage,
+# so that the nodes' steps drift apart (node-1 must then follow the run's global step, or it
+# would still be training, alone, when node-0 completes the run).
+sleep 0.5
+kill -STOP "${worker_pids[10]}" "${worker_pids[11]}"
+sleep 2
+kill -CONT "${worker_pids[10]}" "${worker_pids[11]}"
+sleep 0.5
 mv "$WORK/coord.out" "$WORK/coord-first.out"
 mv "$WORK/coord.err" "$WORK/coord-first.err"
 start_coordinator --grpc_address="$GRPC" --http_address="$HTTP" "${coordinator_flags[@]}"
@@ -64,6 +71,9 @@ wait "$monitor" || true
 
 status=$("$BIN/coordinator/localsgdctl" --coordinator="$GRPC" status)
 grep -q "COMPLETED" <<<"$status" || fail "run not completed: $status"
+# The run's final global model, to compare with what every rank ended with.
+"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" fetch \
+  --out="$WORK/final.bin" >/dev/null || fail "fetch failed"
 
 /usr/bin/python3 - "$WORK" "$killed_at" <<'PY' || fail "check failed"
 import glob, os, re, sys
@@ -98,6 +108,15 @@ assert committed[0] == committed[1], "the nodes' parameters differ after a commi
 # members: after the restart they are told it is stale and adopt it. That is at most one.
 assert final_round - 1 <= len(committed[0]) <= final_round, \
     f"{len(committed[0])} syncs for {final_round} rounds"
+# Issue 12, finding 2: after the outage the nodes' steps drifted apart and the slower node
+# trained on alone after the run completed. Now every rank ends on the run's final global
+# model, bit for bit (the last parameters it dumped).
+final = np.fromfile(f"{work}/final.bin", dtype=np.float32)
+for rank in ranks:
+    last = max(glob.glob(f"{work}/dump/{rank}-*-post.bin"),
+               key=lambda p: int(os.path.basename(p).split("-")[3]))
+    assert np.array_equal(np.fromfile(last, dtype=np.float32), final), \
+        f"{rank} ended on other parameters than the run's final model ({last})"
 print(f"{len(pairs)} status samples monotone; killed at round {killed_at}, final round "
       f"{final_round}; after each of the {final_round} rounds all 4 ranks identical")
 PY

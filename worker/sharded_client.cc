@@ -243,12 +243,11 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   }
 
   // One exchange per owner: a writer sends this member's delta for the owner's range while a
-  // reader decodes the averaged chunks into `mean` (reused round after round: a fresh
-  // model-sized buffer costs a page fault per 4 KiB).
-  // Each averaged chunk goes through the outer step as it arrives, into `next` (and the
-  // advanced momentum into `next_momentum`); the commit installs them. Reused round after
-  // round: a fresh model-sized buffer costs a page fault per 4 KiB. (A thread_local is not
-  // captured by the lambdas below: they name the buffers through these spans.)
+  // reader takes the averaged chunks. Each goes through the outer step as it arrives, into
+  // `next` (and the advanced momentum into `next_momentum`); the commit installs them. Reused
+  // round after round: a fresh model-sized buffer costs a page fault per 4 KiB. (A
+  // thread_local is not captured by the lambdas below: they name the buffers through these
+  // spans.)
   thread_local std::vector<float> next_buffer, next_momentum_buffer;
   next_buffer.resize(params.size());
   next_momentum_buffer.resize(momentum.size());
@@ -267,7 +266,8 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   reduce_header.set_round(layout_header.round());
   reduce_header.set_member_id(member.member_id);
   reduce_header.set_attempt(layout_header.attempt());
-  // Decodes one averaged chunk of `shard` into `mean`; `got` marks the chunks already here.
+  // Decodes one averaged chunk of `shard` and steps it into `next`; `got` marks the chunks
+  // already here.
   auto take_mean = [&](const v1::ShardRange& shard, const v1::Chunk& chunk,
                        std::vector<bool>& got) -> absl::Status {
     const int c = chunk.index();

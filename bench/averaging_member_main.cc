@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
   localsgd::AveragingClient client(channel, token);
   const int64_t n = absl::GetFlag(FLAGS_values);
   std::vector<float> global;
+  std::vector<float> momentum_at_start;
+  int64_t first_round = 1;
   if (absl::GetFlag(FLAGS_node) == "node-0") {
     global.assign(static_cast<size_t>(n), 0.0f);
     std::mt19937 rng(1);
@@ -124,6 +126,8 @@ int main(int argc, char** argv) {
           client.FetchModel(run.run_id(), absl::Seconds(120), /*include_momentum=*/true);
       if (model.ok()) {
         global = std::move(model->values);
+        if (!model->momentum.empty()) momentum_at_start = std::move(model->momentum);
+        first_round = model->round + 1;  // a late member goes on from the committed round
         break;
       }
       if (!absl::IsFailedPrecondition(model.status())) return Fail("fetch model", model.status());
@@ -138,6 +142,7 @@ int main(int argc, char** argv) {
   const localsgd::OuterOptimizer outer{outer_spec.lr(), outer_spec.momentum(),
                                        outer_spec.nesterov()};
   std::vector<float> momentum(outer.momentum != 0 ? global.size() : 0, 0.0f);
+  if (momentum_at_start.size() == momentum.size()) momentum = std::move(momentum_at_start);
   localsgd::ShardedClient::Options sharded_options;
   sharded_options.coordinator = channel;
   sharded_options.token = token;
@@ -149,7 +154,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(std::hash<std::string>()(joined.worker_id()));
   std::normal_distribution<float> dist(0.0f, 0.01f);
   for (float& x : step) x = dist(rng);
-  for (int round = 1; round <= absl::GetFlag(FLAGS_rounds); ++round) {
+  for (int64_t round = first_round; round < first_round + absl::GetFlag(FLAGS_rounds); ++round) {
     if (round == absl::GetFlag(FLAGS_stall_in_round)) {
       auto stub = localsgd::v1::Averaging::NewStub(channel);
       grpc::ClientContext stall_context;
@@ -192,7 +197,8 @@ int main(int argc, char** argv) {
                               absl::Seconds(300));
     if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
       // The round ended without an update (an owner died): keep the weights, try again.
-      std::printf("round %d aborted: %s\n", round, result.status().ToString().c_str());
+      std::printf("round %lld aborted: %s\n", static_cast<long long>(round),
+                  result.status().ToString().c_str());
       std::fflush(stdout);
       --round;
       continue;
@@ -202,7 +208,8 @@ int main(int argc, char** argv) {
       heartbeat.join();
       return Fail(absl::StrCat("round ", round), result.status());
     }
-    std::printf("round %d seconds %.6f\n", round, absl::ToDoubleSeconds(absl::Now() - start));
+    std::printf("round %lld seconds %.6f\n", static_cast<long long>(round),
+                absl::ToDoubleSeconds(absl::Now() - start));
     std::fflush(stdout);
   }
   stop.store(true);

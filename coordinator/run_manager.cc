@@ -39,9 +39,13 @@ absl::StatusOr<v1::RunInfo> RunManager::Start(const v1::RunSpec& spec, int live_
 
   absl::Time now = clock_();
   v1::RunInfo info;
-  info.set_run_id(absl::StrCat(
-      "run-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
-      ++runs_started_));
+  // Never the id of the run before (a restarted coordinator counts from 1 again, and may start
+  // a run within the same second as the one it restored).
+  do {
+    info.set_run_id(absl::StrCat(
+        "run-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
+        ++runs_started_));
+  } while (info.run_id() == info_.run_id());
   if (normalized->name().empty()) normalized->set_name(info.run_id());
   *info.mutable_spec() = *std::move(normalized);
   info.set_state(v1::RUN_STATE_WAITING_FOR_WORKERS);

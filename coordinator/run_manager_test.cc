@@ -144,6 +144,19 @@ TEST_F(RunManagerTest, RestoreReplacesState) {
   ASSERT_THAT(runs_.CommitRound(5, 40), IsOk());
 }
 
+// Found by tests/stop_race_test.sh: a restarted coordinator counted run ids from 1 again, so
+// a run started within the second of the restored one got its id (and its model).
+TEST_F(RunManagerTest, ANewRunNeverTakesTheRestoredRunsId) {
+  auto first = runs_.Start(Spec(), 2);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(runs_.Stop("", "done"), IsOk());
+  RunManager restarted(clock_.AsFunction());  // same second, counting from 1 again
+  restarted.Restore(runs_.info());
+  auto second = restarted.Start(Spec(), 2);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_NE(second->run_id(), first->run_id());
+}
+
 TEST(RunStateNameTest, ShortNames) {
   EXPECT_EQ(RunStateName(v1::RUN_STATE_WAITING_FOR_WORKERS), "WAITING_FOR_WORKERS");
   EXPECT_EQ(RunStateName(static_cast<v1::RunState>(77)), "UNKNOWN_77");

@@ -21,34 +21,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from localsgd_cluster import build, gloo_worker, start_coordinator
 
 CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
 
-def bazel_bin():
-    subprocess.run(["bazel", "build", "-c", "opt", "//coordinator", "//coordinator:localsgdctl",
-                    "//bench:averaging_member"], check=True, stderr=subprocess.DEVNULL)
-    return subprocess.run(["bazel", "info", "-c", "opt", "bazel-bin"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
 def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds):
+    coordinator, address = start_coordinator(bin_dir, work,
+                                              log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
-    with open(token_file, "w") as f:
-        f.write("bench-token")
-    coordinator = subprocess.Popen(
-        [f"{bin_dir}/coordinator/coordinator", "--grpc_address=127.0.0.1:0", "--http_address=",
-         f"--token_file={token_file}", "--lease_timeout=600s", "--heartbeat_interval=1s"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(work, "coordinator.log"), "w"),
-        text=True)
     try:
-        address = None
-        for line in coordinator.stdout:
-            m = re.match(r"grpc listening on (\S+)", line)
-            if m:
-                address = m.group(1)
-                break
         values = int(size_mb * 1e6 / 4)
         members = [subprocess.Popen(
             [f"{bin_dir}/bench/averaging_member", f"--coordinator={address}",
@@ -77,29 +60,6 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds):
         coordinator.wait()
 
 
-def gloo_worker(rank, nodes, numel, rounds, port, out_path):
-    import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=nodes)
-    tensor = torch.randn(numel)
-    times = []
-    for _ in range(rounds):
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(tensor)
-        tensor /= nodes
-        times.append(time.perf_counter() - start)
-    gathered = [None] * nodes
-    dist.all_gather_object(gathered, times)
-    if rank == 0:
-        with open(out_path, "w") as f:
-            for r in range(1, rounds):
-                f.write(f"{max(g[r] for g in gathered)}\n")
-    dist.destroy_process_group()
-
-
 def gloo_round_seconds(work, nodes, size_mb, rounds):
     import socket
     import torch.multiprocessing as mp
@@ -107,8 +67,8 @@ def gloo_round_seconds(work, nodes, size_mb, rounds):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out_path = os.path.join(work, "gloo.txt")
-    mp.spawn(gloo_worker, args=(nodes, int(size_mb * 1e6 / 4), rounds, port, out_path),
-             nprocs=nodes, join=True)
+    mp.spawn(gloo_worker, args=(nodes, int(size_mb * 1e6 / 4), rounds, f"127.0.0.1:{port}",
+                                out_path), nprocs=nodes, join=True)
     with open(out_path) as f:
         return statistics.median(float(line) for line in f)
 
@@ -122,7 +82,7 @@ def main():
     parser.add_argument("--codecs", nargs="+", default=CODECS)
     parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_STAR", "EXCHANGE_SHARDED"])
     args = parser.parse_args()
-    bin_dir = bazel_bin()
+    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//bench:averaging_member"])
     names = [e[len("EXCHANGE_"):].lower() for e in args.exchanges]
     print(f"{'N':>2} {'MB':>6} {'codec':<6} " + " ".join(f"{n + ' s':>10}" for n in names) +
           f" {'gloo s':>9} " + " ".join(f"{n + '/gloo':>12}" for n in names))

@@ -13,26 +13,13 @@ import statistics
 import subprocess
 import tempfile
 
-from localsgd_cluster import build
+from localsgd_cluster import build, start_coordinator
 
 
 def join_seconds(bin_dir, work, workers, state_dir):
-    token = os.path.join(work, "token")
-    with open(token, "w") as f:
-        f.write("load")
-    args = [f"{bin_dir}/coordinator/coordinator", "--grpc_address=127.0.0.1:0", "--http_address=",
-            f"--token_file={token}", "--lease_timeout=600s", "--heartbeat_interval=10s"]
-    if state_dir:
-        args.append(f"--state_dir={state_dir}")
-    coordinator = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+    flags = [f"--state_dir={state_dir}"] if state_dir else []
+    coordinator, address = start_coordinator(bin_dir, work, flags=flags, token="load")
     try:
-        address = None
-        for line in coordinator.stdout:
-            m = re.match(r"grpc listening on (\S+)", line)
-            if m:
-                address = m.group(1)
-                break
         out = subprocess.run([f"{bin_dir}/bench/heartbeat_load", f"--coordinator={address}",
                               "--token=load", f"--workers={workers}", "--seconds=0s",
                               "--channels=1", "--threads=1"],

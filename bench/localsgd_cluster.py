@@ -16,6 +16,52 @@ def build(targets=TARGETS):
                           capture_output=True, text=True).stdout.strip()
 
 
+def start_coordinator(bin_dir, work, flags=(), prefix=(), listen="127.0.0.1:0",
+                      token="bench-token", log=None):
+    """Starts a coordinator (token `token`, also written to WORK/token) and returns the process
+    and its gRPC address, once it listens. `prefix` runs it elsewhere (["ip", "netns", ...])."""
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write(token)
+    coordinator = subprocess.Popen(
+        list(prefix) + [f"{bin_dir}/coordinator/coordinator", f"--grpc_address={listen}",
+                        "--http_address=", f"--token_file={token_file}", "--lease_timeout=600s",
+                        "--heartbeat_interval=1s"] + list(flags),
+        stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL, text=True)
+    for line in coordinator.stdout:
+        m = re.match(r"grpc listening on (\S+)", line)
+        if m:
+            return coordinator, m.group(1)
+    raise RuntimeError("the coordinator did not start")
+
+
+def gloo_worker(rank, nodes, numel, rounds, master, out_path, ifname=None):
+    """One torch.distributed Gloo process: `rounds` all_reduce + divide of `numel` floats; rank 0
+    writes the slowest rank's time of every round but the first to out_path."""
+    import time
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    if ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=nodes)
+    tensor = torch.randn(numel)
+    times = []
+    for _ in range(rounds):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        tensor /= nodes
+        times.append(time.perf_counter() - start)
+    gathered = [None] * nodes
+    dist.all_gather_object(gathered, times)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            for r in range(1, rounds):
+                f.write(f"{max(g[r] for g in gathered)}\n")
+    dist.destroy_process_group()
+
+
 class Cluster:
     """with Cluster(bin_dir, work) as c: c.workers(4); c.start(spec); outputs = c.wait()
 

@@ -21,9 +21,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-from localsgd_cluster import build
+from localsgd_cluster import build, gloo_worker, start_coordinator
 
 PREFIX = "lsgds"
 
@@ -37,18 +36,11 @@ def address(i):
 
 
 def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds):
+    coordinator, _ = start_coordinator(bin_dir, work, prefix=host(0),
+                                       listen=f"{address(0)}:50051",
+                                       log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
-    with open(token_file, "w") as f:
-        f.write("bench-token")
-    coordinator = subprocess.Popen(
-        host(0) + [f"{bin_dir}/coordinator/coordinator", f"--grpc_address={address(0)}:50051",
-                   "--http_address=", f"--token_file={token_file}", "--lease_timeout=600s",
-                   "--heartbeat_interval=1s"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(work, "coordinator.log"), "w"), text=True)
     try:
-        for line in coordinator.stdout:
-            if line.startswith("grpc listening on"):
-                break
         values = int(size_mb * 1e6 / 4)
         members = [subprocess.Popen(
             host(i + 1) + [f"{bin_dir}/bench/averaging_member",
@@ -77,29 +69,6 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds):
         coordinator.wait()
 
 
-def gloo_worker(rank, nodes, numel, rounds, master, out_path):
-    import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
-    dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=nodes)
-    tensor = torch.randn(numel)
-    times = []
-    for _ in range(rounds):
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(tensor)
-        tensor /= nodes
-        times.append(time.perf_counter() - start)
-    gathered = [None] * nodes
-    dist.all_gather_object(gathered, times)
-    if rank == 0:
-        with open(out_path, "w") as f:
-            for r in range(1, rounds):
-                f.write(f"{max(g[r] for g in gathered)}\n")
-    dist.destroy_process_group()
-
-
 def gloo_round_seconds(work, nodes, size_mb, rounds):
     out_path = os.path.join(work, "gloo.txt")
     master = f"{address(1)}:29500"
@@ -125,7 +94,7 @@ def rate_bytes_per_second(rate):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--gloo_worker":
         rank, nodes, numel, rounds, master, out_path = sys.argv[2:8]
-        gloo_worker(int(rank), int(nodes), int(numel), int(rounds), master, out_path)
+        gloo_worker(int(rank), int(nodes), int(numel), int(rounds), master, out_path, "eth0")
         return 0
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -59,7 +59,8 @@ for out in "$WORK"/w*.out; do
     || fail "training did not reach test loss < 1.8 and accuracy > 0.4: $line"
 done
 grep -q "node-0/0 step 24: test accuracy" "$WORK/w00.out" || fail "no evaluation after round 6"
-grep -q "saved the trained model to $WORK/model.pt" "$WORK/w00.out" || fail "model not saved"
+grep -q "saved the trained model (run .*, round [0-9]*, global step [0-9]*) to $WORK/model.pt" \
+  "$WORK/w00.out" || fail "model not saved"
 [[ -s "$WORK/model.pt" ]] || fail "empty model file"
 ! grep -q "saved the trained model" "$WORK/w01.out" || fail "only global rank 0 saves"
 echo PASS

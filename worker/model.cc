@@ -57,10 +57,13 @@ class BuiltinModel : public Model {
   std::vector<torch::Tensor> Buffers() override { return net_->buffers(); }
   void Train(bool on) override { net_->train(on); }
   void To(const torch::Device& device) override { net_->to(device); }
-  absl::Status Save(const std::string& path) override {
+  absl::Status Save(const std::string& path, const SaveInfo& info) override {
     try {
       torch::serialize::OutputArchive archive;
       net_->save(archive);
+      archive.write("localsgd.run_id", c10::IValue(info.run_id));
+      archive.write("localsgd.round", c10::IValue(info.round));
+      archive.write("localsgd.global_step", c10::IValue(info.global_step));
       archive.save_to(path);
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
@@ -91,9 +94,9 @@ class ScriptModel : public Model {
   }
   void Train(bool on) override { module_.train(on); }
   void To(const torch::Device& device) override { module_.to(device); }
-  absl::Status Save(const std::string& path) override {
+  absl::Status Save(const std::string& path, const SaveInfo& info) override {
     try {
-      module_.save(path);
+      module_.save(path, {{"localsgd.txt", SaveInfoText(info)}});
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
                                               e.what_without_backtrace()));
@@ -106,6 +109,11 @@ class ScriptModel : public Model {
 };
 
 }  // namespace
+
+std::string SaveInfoText(const Model::SaveInfo& info) {
+  return absl::StrCat("run_id: \"", info.run_id, "\"\nround: ", info.round,
+                      "\nglobal_step: ", info.global_step, "\n");
+}
 
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint64_t seed) {
   torch::manual_seed(seed);

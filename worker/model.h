@@ -13,6 +13,13 @@
 namespace localsgd {
 
 // A trainable model: a built-in module ("mlp", "cnn") or a TorchScript module saved from
+// Which global model a saved model file holds.
+struct ModelSaveInfo {
+  std::string run_id;
+  int64_t round = 0;        // the committed round it is the global model of
+  int64_t global_step = 0;  // the run's global step at that round
+};
+
 // Python, seen through the same small interface. Thread-compatible.
 class Model {
  public:
@@ -24,10 +31,15 @@ class Model {
   virtual std::vector<torch::Tensor> Buffers() = 0;
   virtual void Train(bool on) = 0;
   virtual void To(const torch::Device& device) = 0;
-  // Saves the model to `path`: a TorchScript file for TorchScript models, else a tensor file
-  // of the named parameters and buffers.
-  virtual absl::Status Save(const std::string& path) = 0;
+  using SaveInfo = ModelSaveInfo;
+  // Saves the model to `path`: a TorchScript file for TorchScript models (with `info` in its
+  // extra file "localsgd.txt"), else a tensor file of the named parameters and buffers (with
+  // `info` under the keys localsgd.run_id, localsgd.round and localsgd.global_step).
+  virtual absl::Status Save(const std::string& path, const SaveInfo& info = {}) = 0;
 };
+
+// The text of the extra file "localsgd.txt" of a saved TorchScript model.
+std::string SaveInfoText(const Model::SaveInfo& info);
 
 // Builds the spec's model, initialised from `seed`. INVALID_ARGUMENT for an unknown built-in
 // name; NOT_FOUND / INVALID_ARGUMENT naming the file for a TorchScript file that is missing or

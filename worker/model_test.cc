@@ -1,5 +1,6 @@
 #include "worker/model.h"
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -75,7 +76,26 @@ TEST(ModelTest, TrainsATorchScriptModuleSavedFromPython) {
   loss.backward();
   optimizer.step();
   EXPECT_FALSE(torch::equal(before, (*model)->Parameters()[0]));
-  ASSERT_THAT((*model)->Save(TempPath("trained.pt")), IsOk());
+  ASSERT_THAT((*model)->Save(TempPath("trained.pt"), {"run-7", 12, 96}), IsOk());
+  // The saved file says which global model it is.
+  torch::jit::ExtraFilesMap extra = {{"localsgd.txt", ""}};
+  torch::jit::load(TempPath("trained.pt"), torch::kCPU, extra);
+  EXPECT_EQ(extra["localsgd.txt"], "run_id: \"run-7\"\nround: 12\nglobal_step: 96\n");
+}
+
+TEST(ModelTest, ABuiltinModelsFileSaysWhichGlobalModelItIs) {
+  auto model = MakeModel(Builtin("mlp"), 0);
+  ASSERT_THAT(model, IsOk());
+  ASSERT_THAT((*model)->Save(TempPath("mlp.pt"), {"run-3", 45, 354}), IsOk());
+  torch::serialize::InputArchive archive;
+  archive.load_from(TempPath("mlp.pt"));
+  c10::IValue round, step, run;
+  ASSERT_TRUE(archive.try_read("localsgd.round", round));
+  ASSERT_TRUE(archive.try_read("localsgd.global_step", step));
+  ASSERT_TRUE(archive.try_read("localsgd.run_id", run));
+  EXPECT_EQ(round.toInt(), 45);
+  EXPECT_EQ(step.toInt(), 354);
+  EXPECT_EQ(run.toStringRef(), "run-3");
 }
 
 TEST(ModelTest, BadModelsNameTheFileOrField) {

@@ -325,8 +325,19 @@ int main(int argc, char** argv) {
   const std::string save_path = absl::GetFlag(FLAGS_save_model);
   if (!save_path.empty() && options.global_rank == 0) {
     // After the last sync every replica holds the final global model (averaging runs).
-    if (absl::Status s = (*model)->Save(save_path); !s.ok()) return leave_and_fail(s.ToString());
-    std::printf("%s saved the trained model to %s\n", coordinator.worker_id().c_str(),
+    // Which global model this is: the round and step the node leader last agreed on.
+    localsgd::Model::SaveInfo info;
+    info.run_id = run->run_id();
+    if (leader != nullptr) {
+      info.round = leader->round();
+      info.global_step = leader->global_step();
+    }
+    if (absl::Status s = (*model)->Save(save_path, info); !s.ok()) {
+      return leave_and_fail(s.ToString());
+    }
+    std::printf("%s saved the trained model (run %s, round %lld, global step %lld) to %s\n",
+                coordinator.worker_id().c_str(), info.run_id.c_str(),
+                static_cast<long long>(info.round), static_cast<long long>(info.global_step),
                 save_path.c_str());
     std::fflush(stdout);
     coordinator.ReportModelPath(save_path);

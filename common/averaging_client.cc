@@ -30,6 +30,16 @@ absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view mess
   return status;
 }
 
+void EncodeDeltaChunk(v1::Codec codec, const ChunkLayout& layout, int c,
+                      absl::Span<const float> params, absl::Span<const float> global,
+                      v1::Chunk* out) {
+  const size_t begin = static_cast<size_t>(layout.begin(c));
+  const size_t size = static_cast<size_t>(layout.size(c));
+  out->set_index(c);
+  EncodeDifference(codec, params.subspan(begin, size), global.subspan(begin, size),
+                   out->mutable_data());
+}
+
 absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContext* context,
                                           const SyncMember& member, int64_t round, int64_t step,
                                           int64_t vector_length) {
@@ -91,12 +101,7 @@ absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
   std::thread writer([&] {
     v1::SyncRequest request;
     for (int c = 0; c < layout.num_chunks(); ++c) {
-      const size_t begin = static_cast<size_t>(layout.begin(c));
-      const size_t size = static_cast<size_t>(layout.size(c));
-      request.mutable_chunk()->set_index(c);
-      EncodeDifference(member.codec, params.subspan(begin, size),
-                       absl::MakeConstSpan(global).subspan(begin, size),
-                       request.mutable_chunk()->mutable_data());
+      EncodeDeltaChunk(member.codec, layout, c, params, global, request.mutable_chunk());
       if (!stream->Write(request)) return;
     }
     stream->WritesDone();

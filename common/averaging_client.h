@@ -33,6 +33,11 @@ struct SyncMember {
 
 using SyncStream = grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>;
 
+// Chunk `c` of `layout` of the delta params - global, encoded with `codec`, into `out`.
+void EncodeDeltaChunk(v1::Codec codec, const ChunkLayout& layout, int c,
+                      absl::Span<const float> params, absl::Span<const float> global,
+                      v1::Chunk* out);
+
 // The start of every Sync, star or sharded: writes the member's header and reads the
 // coordinator's first answer. On anything but a RoundHeader the stream is finished and its
 // error returned (a stale round's carrying the StaleRound).

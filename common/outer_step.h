@@ -1,7 +1,6 @@
 #ifndef LOCALSGD_COMMON_OUTER_STEP_H_
 #define LOCALSGD_COMMON_OUTER_STEP_H_
 
-#include "absl/status/status.h"
 #include "absl/types/span.h"
 
 namespace localsgd {
@@ -26,20 +25,10 @@ inline float OuterUpdate(const OuterOptimizer& outer, float mean, float old_mome
   return outer.nesterov ? lr * (mean + mu * *new_momentum) : lr * *new_momentum;
 }
 
-// OUT_OF_RANGE when the outer step with `mean` would take a value of `global` past fp32's
-// range (finite deltas can still sum too far); touches nothing. `momentum` is empty without
-// outer momentum, else global's size.
-absl::Status CheckOuterStep(const OuterOptimizer& outer, absl::Span<const float> mean,
-                            absl::Span<const float> global, absl::Span<const float> momentum);
-
-// global += update, momentum advanced, for every value (sizes as for CheckOuterStep).
-void ApplyOuterStep(const OuterOptimizer& outer, absl::Span<const float> mean,
-                    absl::Span<float> global, absl::Span<float> momentum);
-
-// The same step written elsewhere, for a range computed as its mean arrives and installed at
-// the commit: `mean_then_next` holds the mean on entry and global + update on return (the very
-// value ApplyOuterStep would leave in global); `next_momentum` gets the advanced momentum.
-// Returns false when a value is not finite (the update overflows fp32).
+// One outer step for a range, computed as its mean arrives and installed at the commit:
+// `mean_then_next` holds the mean on entry and global + update on return; `next_momentum`
+// gets the advanced momentum (`momentum` and `next_momentum` are empty without outer
+// momentum). Returns false when a value is not finite (the update overflows fp32).
 bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next,
                    absl::Span<const float> global, absl::Span<const float> momentum,
                    absl::Span<float> next_momentum);

@@ -83,7 +83,7 @@ ControlPlane::~ControlPlane() {
 
 void ControlPlane::WriterLoop() {
   while (true) {
-    std::pair<int64_t, std::string> snapshot;
+    std::pair<int64_t, v1::SavedState> snapshot;
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -95,22 +95,21 @@ void ControlPlane::WriterLoop() {
       members_dirty_ = false;
       snapshot = Snapshot();
     }
-    Save(snapshot.first, std::move(snapshot.second));
+    Save(snapshot.first, snapshot.second);
   }
 }
 
-std::pair<int64_t, std::string> ControlPlane::Snapshot() {
+std::pair<int64_t, v1::SavedState> ControlPlane::Snapshot() {
   v1::SavedState state;
   *state.mutable_run() = runs_.info();
   for (const Member& member : membership_.Members()) *state.add_members() = MemberIdentity(member);
-  return {++snapshots_, state.SerializeAsString()};
+  return {++snapshots_, std::move(state)};
 }
 
-void ControlPlane::Save(int64_t sequence, std::string serialized) {
+void ControlPlane::Save(int64_t sequence, const v1::SavedState& state) {
+  std::string serialized = state.SerializeAsString();
   MutexLock lock(&save_mu_);
   if (sequence <= saved_snapshot_ || serialized == saved_state_) return;
-  v1::SavedState state;
-  state.ParseFromString(serialized);
   if (absl::Status status = store_->Save(state); !status.ok()) {
     LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
     return;
@@ -366,8 +365,8 @@ void ControlPlane::Changed(Persist what) {
     members_dirty_ = true;  // the writer thread saves it
     return;
   }
-  std::pair<int64_t, std::string> snapshot = Snapshot();
-  Save(snapshot.first, std::move(snapshot.second));
+  std::pair<int64_t, v1::SavedState> snapshot = Snapshot();
+  Save(snapshot.first, snapshot.second);
 }
 
 }  // namespace localsgd

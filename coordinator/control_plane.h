@@ -93,9 +93,10 @@ class ControlPlane {
   // kRun when the run's state moved since `before`, else kMembers.
   Persist RunOrMembers(v1::RunState before) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state file's contents now, numbered.
-  std::pair<int64_t, std::string> Snapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes a snapshot unless a newer one is on disk already. Takes save_mu_ only.
-  void Save(int64_t sequence, std::string serialized) ABSL_LOCKS_EXCLUDED(save_mu_);
+  std::pair<int64_t, v1::SavedState> Snapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes a snapshot unless a newer one, or the same contents, is on disk already. Takes
+  // save_mu_ only.
+  void Save(int64_t sequence, const v1::SavedState& state) ABSL_LOCKS_EXCLUDED(save_mu_);
   // Saves the members' changes off the lock, coalescing those that come while it writes.
   void WriterLoop();
   void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

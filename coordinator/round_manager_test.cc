@@ -112,6 +112,19 @@ class RoundManagerTest : public ::testing::Test {
     return member;
   }
 
+  // Ends this manager, then starts a new one on `state_dir` as a restarted coordinator would:
+  // the round of the model it restores.
+  absl::StatusOr<int64_t> RestoredRound(const std::string& state_dir) {
+    rounds_.reset();
+    RoundManager::Options options;
+    options.state_dir = state_dir;
+    RoundManager restored(plane_.get(), options);
+    if (absl::Status s = restored.Restore(); !s.ok()) return s;
+    absl::StatusOr<RoundManager::ModelSnapshot> model = restored.FetchModel("");
+    if (!model.ok()) return model.status();
+    return model->round;
+  }
+
   FakeClock clock_;
   std::unique_ptr<ControlPlane> plane_;
   std::unique_ptr<RoundManager> rounds_;
@@ -156,14 +169,9 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   EXPECT_TRUE(member->committed());
   EXPECT_EQ(plane_->Run().round(), 1);
   // And it is on disk: a new manager on the same folder restores round 1.
-  rounds_.reset();
-  RoundManager::Options again;
-  again.state_dir = options.state_dir;
-  RoundManager restored(plane_.get(), again);
-  ASSERT_THAT(restored.Restore(), IsOk());
-  absl::StatusOr<RoundManager::ModelSnapshot> model = restored.FetchModel("");
-  ASSERT_THAT(model, IsOk());
-  EXPECT_EQ(model->round, 1);
+  absl::StatusOr<int64_t> restored = RestoredRound(options.state_dir);
+  ASSERT_THAT(restored, IsOk());
+  EXPECT_EQ(*restored, 1);
 }
 
 // Issue 12, finding 1: StopRun racing a commit. Whichever comes first, the model file and the
@@ -188,11 +196,7 @@ TEST_F(RoundManagerTest, AStopWhileACommitIsBeingSavedRecordsTheCommitFirst) {
   EXPECT_EQ(stopped->state(), v1::RUN_STATE_STOPPED);
   EXPECT_EQ(stopped->round(), 1);  // the commit was recorded before the stop
   EXPECT_TRUE(member->committed());
-  rounds_.reset();
-  RoundManager::Options again;
-  again.state_dir = options.state_dir;
-  RoundManager restored(plane_.get(), again);
-  EXPECT_THAT(restored.Restore(), IsOk());
+  EXPECT_THAT(RestoredRound(options.state_dir), IsOk());
 }
 
 TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
@@ -213,14 +217,9 @@ TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
   v1::CoordinatorStatus status = plane_->Status();
   ASSERT_EQ(status.recent_rounds_size(), 1);
   EXPECT_EQ(status.recent_rounds(0).reason(), "the run was stopped");
-  rounds_.reset();
-  RoundManager::Options again;
-  again.state_dir = options.state_dir;
-  RoundManager restored(plane_.get(), again);
-  EXPECT_THAT(restored.Restore(), IsOk());
-  absl::StatusOr<RoundManager::ModelSnapshot> model = restored.FetchModel("");
-  ASSERT_THAT(model, IsOk());
-  EXPECT_EQ(model->round, 0);
+  absl::StatusOr<int64_t> restored = RestoredRound(options.state_dir);
+  ASSERT_THAT(restored, IsOk());
+  EXPECT_EQ(*restored, 0);
 }
 
 TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructuredAnswer) {

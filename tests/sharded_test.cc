@@ -90,11 +90,24 @@ class ShardedTest : public ::testing::Test {
     v1::JoinResponse response;
     grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
+    leader.client = MakeClient(serve ? leader.server->owner() : nullptr);
+  }
+
+  // A leader's client of the current coordinator, owning ranges in `owner` (null: none).
+  std::unique_ptr<ShardedClient> MakeClient(ShardOwner* owner) {
     ShardedClient::Options options;
     options.coordinator = Channel();
     options.token = kToken;
-    options.owner = serve ? leader.server->owner() : nullptr;
-    leader.client = std::make_unique<ShardedClient>(options);
+    options.owner = owner;
+    return std::make_unique<ShardedClient>(options);
+  }
+
+  // Uploads a random global[0] of `values` values from node-0 and returns it.
+  std::vector<float> InitModel(int64_t values, uint32_t seed = 3) {
+    std::vector<float> global0 = RandomVector(values, seed);
+    EXPECT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+                IsOk());
+    return global0;
   }
 
   void StartRun(const std::string& spec) {
@@ -178,9 +191,7 @@ class ShardedEquivalenceTest : public ShardedTest {
     for (int i = 0; i < nodes; ++i) JoinNode(i);
     StartRun(absl::StrCat(kDiloco, "codec: ", codec, " exchange: ",
                           sharded ? "EXCHANGE_SHARDED" : "EXCHANGE_STAR"));
-    std::vector<float> global0 = RandomVector(values, 7);
-    EXPECT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
-                IsOk());
+    std::vector<float> global0 = InitModel(values, 7);
     Vectors globals(nodes, global0);
     Vectors momenta(nodes, std::vector<float>(static_cast<size_t>(values), 0.0f));
     std::vector<int> all;
@@ -283,9 +294,7 @@ TEST_F(ShardedTest, MembersWithoutADataPlaneTakePartAndOwnNothing) {
   JoinNode(1, /*serve=*/false);
   StartRun("");
   const int64_t values = 40'000;
-  std::vector<float> global0 = RandomVector(values, 3);
-  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
-              IsOk());
+  std::vector<float> global0 = InitModel(values);
   Vectors globals(2, global0), momenta(2);
   auto results = SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta);
   for (auto& result : results) ASSERT_THAT(result, IsOk());
@@ -300,9 +309,7 @@ TEST_F(ShardedTest, AnOwnerThatDiesMidRoundAbortsItAndTheNextRoundCommitsWithout
   for (int i = 0; i < 3; ++i) JoinNode(i);
   StartRun("round_deadline_seconds: 2");
   const int64_t values = 70'000;
-  std::vector<float> global0 = RandomVector(values, 3);
-  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
-              IsOk());
+  std::vector<float> global0 = InitModel(values);
   // node-2 sends its header, gets the layout (it owns a range) and dies: its data plane and
   // its coordinator stream go away together.
   leaders_[2].server->Shutdown();
@@ -364,9 +371,7 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   for (int i = 0; i < 2; ++i) JoinNode(i);
   StartRun(kDiloco);
   const int64_t values = 30'000;
-  std::vector<float> global0 = RandomVector(values, 3);
-  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
-              IsOk());
+  std::vector<float> global0 = InitModel(values);
   Vectors globals(2, global0), momenta(2, std::vector<float>(values, 0.0f));
   for (int64_t round = 1; round <= 2; ++round) {
     for (auto& result : SyncAll({0, 1}, round, Steps(globals, round), globals, momenta)) {
@@ -453,9 +458,7 @@ TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
   for (int i = 0; i < 2; ++i) JoinNode(i);
   StartRun(kDiloco);
   const int64_t values = 30'000;
-  std::vector<float> global0 = RandomVector(values, 3);
-  ASSERT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
-              IsOk());
+  std::vector<float> global0 = InitModel(values);
   Vectors globals(2, global0), momenta(2, std::vector<float>(values, 0.0f));
   for (auto& result : SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta)) {
     ASSERT_THAT(result, IsOk());
@@ -463,13 +466,7 @@ TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
   server_->Shutdown();
   server_.reset();
   ASSERT_THAT(StartServer(), IsOk());  // members and the data-plane addresses are restored
-  for (auto& [i, leader] : leaders_) {
-    ShardedClient::Options options;
-    options.coordinator = Channel();
-    options.token = kToken;
-    options.owner = leader.server->owner();
-    leader.client = std::make_unique<ShardedClient>(options);
-  }
+  for (auto& [i, leader] : leaders_) leader.client = MakeClient(leader.server->owner());
   EXPECT_EQ(Status().members(0).data_address(), leaders_[0].server->address());
   for (auto& result : SyncAll({0, 1}, 2, Steps(globals, 2), globals, momenta)) {
     ASSERT_THAT(result, IsOk());

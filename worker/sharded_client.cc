@@ -303,11 +303,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     std::thread writer([&] {
       v1::Chunk chunk;
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
-        const size_t begin = static_cast<size_t>(layout.begin(c));
-        const size_t size = static_cast<size_t>(layout.size(c));
-        chunk.set_index(c);
-        EncodeDifference(member.codec, params.subspan(begin, size),
-                         absl::MakeConstSpan(global).subspan(begin, size), chunk.mutable_data());
+        EncodeDeltaChunk(member.codec, layout, c, params, global, &chunk);
         if (!options_.owner->AddChunk(*session, chunk).ok()) return;
       }
     });
@@ -335,12 +331,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
       *request.mutable_header() = reduce_header;
       if (!reduce->Write(request)) return;
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
-        const size_t begin = static_cast<size_t>(layout.begin(c));
-        const size_t size = static_cast<size_t>(layout.size(c));
-        request.mutable_chunk()->set_index(c);
-        EncodeDifference(member.codec, params.subspan(begin, size),
-                         absl::MakeConstSpan(global).subspan(begin, size),
-                         request.mutable_chunk()->mutable_data());
+        EncodeDeltaChunk(member.codec, layout, c, params, global, request.mutable_chunk());
         if (!reduce->Write(request)) return;
       }
       reduce->WritesDone();

@@ -112,6 +112,18 @@ class RoundManagerTest : public ::testing::Test {
     return member;
   }
 
+  // Options for a state folder `name` whose disk is slow: the first save notifies `saving_`
+  // and every save waits for `release_`.
+  RoundManager::Options SlowDisk(const std::string& name) {
+    RoundManager::Options options;
+    options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+    options.before_save = [this] {
+      if (!saving_.HasBeenNotified()) saving_.Notify();
+      release_.WaitForNotification();
+    };
+    return options;
+  }
+
   // Ends this manager, then starts a new one on `state_dir` as a restarted coordinator would:
   // the round of the model it restores.
   absl::StatusOr<int64_t> RestoredRound(const std::string& state_dir) {
@@ -125,6 +137,7 @@ class RoundManagerTest : public ::testing::Test {
     return model->round;
   }
 
+  absl::Notification saving_, release_;  // SlowDisk
   FakeClock clock_;
   std::unique_ptr<ControlPlane> plane_;
   std::unique_ptr<RoundManager> rounds_;
@@ -134,16 +147,10 @@ class RoundManagerTest : public ::testing::Test {
 // Saving a commit happens off the round lock: while the disk is slow, the round manager and
 // the control plane keep answering, and the members hear of the commit only once it is saved.
 TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
-  absl::Notification saving, release;
-  RoundManager::Options options;
-  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/slow-disk";
-  options.before_save = [&] {
-    if (!saving.HasBeenNotified()) saving.Notify();
-    release.WaitForNotification();
-  };
+  RoundManager::Options options = SlowDisk("slow-disk");
   Start(options, "star");
   std::shared_ptr<FakeMember> member = StarRound(1);
-  saving.WaitForNotification();
+  saving_.WaitForNotification();
   // The disk is "busy": the member has no commit yet, the run record still says round 0, and
   // everything that takes the locks answers.
   EXPECT_FALSE(member->committed());
@@ -163,7 +170,7 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   });
   absl::SleepFor(absl::Milliseconds(50));  // give a wrong FetchModel time to return early
   EXPECT_FALSE(member->committed());
-  release.Notify();
+  release_.Notify();
   fetch.join();
   for (int i = 0; i < 500 && !member->committed(); ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_TRUE(member->committed());
@@ -177,20 +184,14 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
 // Issue 12, finding 1: StopRun racing a commit. Whichever comes first, the model file and the
 // run record agree afterwards, and a coordinator restarts from the folder.
 TEST_F(RoundManagerTest, AStopWhileACommitIsBeingSavedRecordsTheCommitFirst) {
-  absl::Notification saving, release;
-  RoundManager::Options options;
-  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/stop-during-save";
-  options.before_save = [&] {
-    if (!saving.HasBeenNotified()) saving.Notify();
-    release.WaitForNotification();
-  };
+  RoundManager::Options options = SlowDisk("stop-during-save");
   Start(options, "star");
   std::shared_ptr<FakeMember> member = StarRound(1);
-  saving.WaitForNotification();
+  saving_.WaitForNotification();
   absl::StatusOr<v1::RunInfo> stopped = absl::UnknownError("");
   std::thread stop([&] { stopped = rounds_->StopRun(v1::StopRunRequest()); });
   absl::SleepFor(absl::Milliseconds(50));  // a stop that did not wait would land now
-  release.Notify();
+  release_.Notify();
   stop.join();
   ASSERT_THAT(stopped, IsOk());
   EXPECT_EQ(stopped->state(), v1::RUN_STATE_STOPPED);

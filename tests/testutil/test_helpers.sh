@@ -18,6 +18,9 @@ fail() {
 # e.g. "ip netns exec NS", when set), logging to $WORK/coord.out and coord.err, and waits for
 # its listening lines. Sets coord_pid, GRPC and HTTP (the real addresses).
 start_coordinator() {
+  # Emptied here, before the background start, so that the wait below never reads the lines of
+  # an earlier coordinator of the same test (a restart).
+  : >"$WORK/coord.out"
   ${COORDINATOR_HOST:-} "$BIN/coordinator/coordinator" "$@" >"$WORK/coord.out" 2>"$WORK/coord.err" &
   coord_pid=$!
   pids+=("$coord_pid")

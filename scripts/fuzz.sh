@@ -23,6 +23,7 @@ for name in "${fuzzers[@]}"; do
   else
     echo "fuzz $name: FAILED; log $out/$name.log, inputs in $out/$name-crashes/" >&2
     tail -n 30 "$out/$name.log" >&2
+    [[ -n ${SUITE_FAILURES:-} ]] && printf "fuzz %s (inputs in %s)\n  %s\n" "$name" "$out/$name-crashes/" "$out/$name.log" >>"$SUITE_FAILURES"
     status=1
   fi
 done

@@ -7,9 +7,11 @@
 # for TSan (common/mutex.h). Extra arguments go to both `bazel test` runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/suite_lib.sh
 status=0
-bazel test --config=asan --nocache_test_results --test_summary=short "$@" \
+suite --config=asan "$@" \
   --test_env=LSAN_OPTIONS="suppressions=$PWD/lsan.supp:print_suppressions=0" //... || status=1
-bazel test --config=tsan --nocache_test_results --test_summary=short --test_tag_filters=-no_tsan "$@" \
+suite --config=tsan --test_tag_filters=-no_tsan "$@" \
   //common/... //coordinator/... || status=1
+report_failures
 exit "$status"

@@ -8,28 +8,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
 
-# bazel test with a one-line count of the targets at the end.
-suite() {
-  local log
-  log="$(mktemp)"
-  bazel test --nocache_test_results --test_summary=short "$@" 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  local passed failed skipped
-  passed=$(grep -cE '^//[^ ]+ +PASSED' "$log")
-  failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|FLAKY|NO STATUS|FAILED TO BUILD)' "$log")
-  skipped=$(grep -cE '^//[^ ]+ +SKIPPED' "$log")
-  rm -f "$log"
-  echo "targets: $passed passed, $failed failed, $skipped skipped"
-  return "$rc"
-}
+source scripts/suite_lib.sh
 
 if [[ $# -gt 0 ]]; then
   suite "$@"
-  exit
+  rc=$?
+  report_failures
+  exit "$rc"
 fi
 status=0
 suite //... || status=1
 scripts/fuzz.sh || status=1
 scripts/sanitizers.sh || status=1
+report_failures
 [[ $status == 0 ]] && echo "all tests passed" || echo "SOME TESTS FAILED"
 exit "$status"

@@ -22,6 +22,7 @@ v1::MemberStatus MemberIdentity(const Member& member) {
   out.set_hostname(member.hostname);
   out.set_pid(member.pid);
   out.set_data_address(member.data_address);
+  out.set_node_leader(member.node_leader);
   out.set_generation(member.generation);
   *out.mutable_join_time() = ToProtoTime(member.join_time);
   return out;
@@ -125,11 +126,18 @@ ControlPlane::Persist ControlPlane::RunOrMembers(v1::RunState before) const {
 absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& request) {
   MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
+  const bool replaces_live =
+      !request.replaces().empty() && membership_.Find(request.replaces()) != nullptr;
   absl::StatusOr<Member> member = membership_.Join(request);
   if (!member.ok()) return member.status();
   ++joins_total_;
   LogInfo(absl::StrCat("worker ", member->worker_id, " joined (generation ", member->generation,
-                       ", host ", member->hostname, ", pid ", member->pid, ")"));
+                       ", host ", member->hostname, ", pid ", member->pid,
+                       member->node_leader ? ", node leader" : "", ")"));
+  if (replaces_live) {
+    LogWarning(absl::StrCat("worker ", request.replaces(), " removed: ",
+                            member->worker_id, " leads its node now (the node's ranks saw it die)"));
+  }
   const v1::RunState before = runs_.info().state();
   UpdateRun();
   Changed(RunOrMembers(before));
@@ -305,7 +313,7 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   std::vector<Leader> leaders;
   for (const Member& member : membership_.Members()) {
     // A leader that finished training will not sync again: rounds must not wait for it.
-    if (member.identity.local_rank() == 0 && !member.finished) {
+    if (member.node_leader && !member.finished) {
       leaders.push_back(
           Leader{member.worker_id, member.identity.local_world_size(), member.data_address});
     }

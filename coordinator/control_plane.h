@@ -65,7 +65,7 @@ class ControlPlane {
   void Drain();
   bool draining() const;
 
-  // For the round manager: the live node leaders (local rank 0) that have not reported
+  // For the round manager: the live node leaders (Member::node_leader) that have not reported
   // finishing their training, and the workers each stands for (its local world size), ordered
   // by worker id.
   struct Leader {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
 
@@ -68,6 +69,26 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
           other.identity.local_world_size(), " of live member ", other_id));
     }
   }
+  // Local rank 0 leads by default, unless another member of its node took the lead (a rank 0
+  // started again while its node's group runs on without it does not take it back).
+  bool leader = request.node_leader();
+  if (identity.local_rank() == 0 && !leader) {
+    leader = std::none_of(members_.begin(), members_.end(), [&](const auto& entry) {
+      return entry.first != id && entry.second.node_leader &&
+             entry.second.identity.node_name() == identity.node_name();
+    });
+  }
+  if (!request.replaces().empty()) {
+    const std::string node_prefix = absl::StrCat(identity.node_name(), "/");
+    if (!request.node_leader()) {
+      return absl::InvalidArgumentError("replaces: only with node_leader");
+    }
+    if (!absl::StartsWith(request.replaces(), node_prefix) || request.replaces() == id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replaces: ", Quoted(request.replaces()),
+                       " is not another worker of node ", Quoted(identity.node_name())));
+    }
+  }
   auto it = members_.find(id);
   if (it == members_.end() && size() >= options_.max_members) {
     return absl::ResourceExhaustedError(
@@ -85,7 +106,16 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
   member.data_address = request.data_address();
   member.generation = ++generations_[id];
   member.last_seen = now;
-  return member;
+  member.node_leader = leader;
+  if (leader) {
+    for (auto& [other_id, other] : members_) {
+      if (other_id != id && other.identity.node_name() == identity.node_name()) {
+        other.node_leader = false;
+      }
+    }
+    if (!request.replaces().empty()) members_.erase(request.replaces());
+  }
+  return members_.at(id);
 }
 
 absl::Status Membership::Restore(const v1::MemberStatus& saved) {
@@ -94,6 +124,7 @@ absl::Status Membership::Restore(const v1::MemberStatus& saved) {
   request.set_hostname(saved.hostname());
   request.set_pid(saved.pid());
   request.set_data_address(saved.data_address());
+  request.set_node_leader(saved.node_leader());
   absl::StatusOr<Member> member = Join(request);
   if (!member.ok()) return member.status();
   Member& restored = members_[member->worker_id];

@@ -22,6 +22,7 @@ struct Member {
   std::string hostname;
   int64_t pid = 0;
   std::string data_address;  // node leaders: where they serve the sharded data plane
+  bool node_leader = false;  // its node's member of the rounds (JoinRequest.node_leader)
   int64_t generation = 0;  // how many times this identity has joined
   int64_t step = 0;
   double loss = 0;
@@ -48,7 +49,9 @@ class Membership {
 
   // Validates the request and adds (or refreshes) the member. INVALID_ARGUMENT names a bad
   // identity field; FAILED_PRECONDITION when local_world_size disagrees with the node's other
-  // live members.
+  // live members. A member that joins with node_leader (or as local rank 0 while no other
+  // member leads its node) leads its node: that ends the leadership of the node's other
+  // members and removes the one it `replaces` at once.
   absl::StatusOr<Member> Join(const v1::JoinRequest& request);
 
   // Puts back a member saved by an earlier coordinator (identity, host, pid, generation, join

@@ -1,8 +1,11 @@
 // A node of three ranks (threads, Gloo) whose leader syncs with a real coordinator on
-// 127.0.0.1:0 loses a non-leader rank in the middle of a sync: the rank takes part in the
-// all-reduce and dies before the broadcast, while the leader syncs. Whichever ranks the
+// 127.0.0.1:0 loses a rank in the middle of a sync: the rank takes part in the all-reduce and
+// dies before the broadcast, while the leader syncs. A non-leader: whichever ranks the
 // broadcast then reaches, the two left re-form, settle on the leader's step and result, and
-// go on: after the last round both hold the coordinator's global model, at the same step.
+// go on. The leader: the two left re-form, local rank 1 takes the node's lead at the
+// coordinator in its place (which drops the dead leader at once, lease or not), takes the
+// committed model, and the node goes on. Either way, after the last round both hold the
+// coordinator's global model, at the same step.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <torch/torch.h>
@@ -95,7 +98,27 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
             &client, AveragingClient::Member{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3},
             ChunkLayout::ForBytes(kValues, 65536), kTimeout);
       }
-      HierarchicalAverager averager(group->get(), leader.get());
+      // Taking over from a dead leader, as the worker does it: join as the node's leader in
+      // its place, then sync as the node's member.
+      auto take_lead = [&](int dead_rank) -> absl::StatusOr<NodeLeader*> {
+        v1::JoinRequest join;
+        join.mutable_identity()->set_node_name("node-0");
+        join.mutable_identity()->set_local_rank(r);
+        join.mutable_identity()->set_local_world_size(3);
+        join.set_node_leader(true);
+        join.set_replaces(absl::StrCat("node-0/", dead_rank));
+        v1::JoinResponse joined;
+        grpc::Status s = v1::Coordinator::NewStub(Channel())->Join(Ctx().get(), join, &joined);
+        if (!s.ok()) return absl::UnavailableError(s.error_message());
+        const int left = static_cast<int>((*group)->members().size());
+        leader = std::make_unique<NodeLeader>(
+            &client,
+            AveragingClient::Member{run_id_, joined.worker_id(), v1::CODEC_FP32,
+                                    static_cast<double>(left), left},
+            ChunkLayout::ForBytes(kValues, 65536), kTimeout);
+        return leader.get();
+      };
+      HierarchicalAverager averager(group->get(), leader.get(), take_lead);
       torch::manual_seed(r);
       me.params = torch::randn({kValues});
       ASSERT_TRUE(averager.Start({me.params}).ok());
@@ -125,11 +148,27 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
     EXPECT_EQ(ranks[r].step, kLastStep) << r;
     EXPECT_TRUE(torch::equal(ranks[r].params, expected)) << "rank " << r << " differs";
   }
+  // The node's member of the rounds: local rank 0 unless it died, then local rank 1, and the
+  // dead leader is gone from the coordinator at once (its lease, 15 s, has not run out).
+  v1::CoordinatorStatus status;
+  ASSERT_TRUE(v1::Coordinator::NewStub(Channel())
+                  ->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status)
+                  .ok());
+  std::vector<std::string> leaders, members;
+  for (const v1::MemberStatus& m : status.members()) {
+    members.push_back(m.worker_id());
+    if (m.node_leader()) leaders.push_back(m.worker_id());
+  }
+  EXPECT_EQ(leaders, std::vector<std::string>{dead == 0 ? "node-0/1" : "node-0/0"});
+  if (dead == 0) EXPECT_EQ(members, std::vector<std::string>{"node-0/1"});
+  const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
+  EXPECT_EQ(last.members(0), dead == 0 ? "node-0/1" : "node-0/0");
 }
 
 // Rank 1 dead: the leader's broadcast fails on it. Rank 2 dead: rank 1 may receive the
 // broadcast and train on while the leader re-forms, then roll back to the leader's step.
-INSTANTIATE_TEST_SUITE_P(DeadRank, NodeRecoveryTest, ::testing::Values(1, 2));
+// Rank 0 dead: the leader itself, before it synced.
+INSTANTIATE_TEST_SUITE_P(DeadRank, NodeRecoveryTest, ::testing::Values(0, 1, 2));
 
 }  // namespace
 }  // namespace localsgd

@@ -58,24 +58,46 @@ absl::Status CoordinatorClient::Join() {
   *request.mutable_identity() = options_.identity;
   request.set_hostname(options_.hostname);
   request.set_pid(getpid());
-  request.set_data_address(options_.data_address);
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_data_address(options_.data_address);
+    request.set_node_leader(node_leader_);
+    request.set_replaces(replaces_);
+  }
   v1::JoinResponse response;
   grpc::Status status = stub_->Join(Context().get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
+  replaces_.clear();
+  claim_pending_ = false;
   interval_ = absl::Seconds(std::max(0.1, response.heartbeat_interval_seconds()));
   run_ = response.run();
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorClient::Beat() {
-  v1::HeartbeatRequest request;
+absl::Status CoordinatorClient::ClaimNodeLead(const std::string& replaces,
+                                              const std::string& data_address) {
   {
     absl::MutexLock lock(&mu_);
+    node_leader_ = true;
+    claim_pending_ = true;
+    replaces_ = replaces;
+    options_.data_address = data_address;
+  }
+  return Join();
+}
+
+absl::Status CoordinatorClient::Beat() {
+  v1::HeartbeatRequest request;
+  bool claim_pending;
+  {
+    absl::MutexLock lock(&mu_);
+    claim_pending = claim_pending_;
     request = progress_;
     request.set_worker_id(worker_id_);
   }
+  if (claim_pending) return Join();  // the node's lead, claimed while unreachable
   v1::HeartbeatResponse response;
   grpc::Status status = stub_->Heartbeat(Context().get(), request, &response);
   if (status.error_code() == grpc::StatusCode::NOT_FOUND) {

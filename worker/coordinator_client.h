@@ -49,6 +49,11 @@ class CoordinatorClient {
   // Where this worker saved the trained model, for the next heartbeats.
   void ReportModelPath(const std::string& path);
 
+  // Leads this worker's node from now on: joins again with JoinRequest.node_leader (and so
+  // every later re-join), serving the sharded data plane at `data_address` (empty: none).
+  // `replaces`: the worker id of the node's leader that died, or empty.
+  absl::Status ClaimNodeLead(const std::string& replaces, const std::string& data_address);
+
   // Sends a heartbeat now (e.g. the final report before leaving).
   absl::Status Flush() { return Beat(); }
 
@@ -72,7 +77,7 @@ class CoordinatorClient {
   void HeartbeatLoop();
   std::unique_ptr<grpc::ClientContext> Context() const;
 
-  const Options options_;
+  Options options_;  // data_address changes under mu_ (ClaimNodeLead)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   mutable absl::Mutex mu_;
@@ -81,6 +86,9 @@ class CoordinatorClient {
   v1::HeartbeatRequest progress_ ABSL_GUARDED_BY(mu_);
   v1::RunInfo run_ ABSL_GUARDED_BY(mu_);
   bool left_ ABSL_GUARDED_BY(mu_) = false;
+  bool node_leader_ ABSL_GUARDED_BY(mu_) = false;
+  std::string replaces_ ABSL_GUARDED_BY(mu_);  // sent with the next Join only
+  bool claim_pending_ ABSL_GUARDED_BY(mu_) = false;  // the claim's Join did not get through
 
   absl::Notification stop_;
   std::thread heartbeat_;

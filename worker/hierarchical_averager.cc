@@ -47,8 +47,12 @@ absl::StatusOr<std::pair<bool, int64_t>> BroadcastFlagAndStep(IntraNodeAverager&
 
 }  // namespace
 
-HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader)
-    : group_(group), leader_(leader) {}
+HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader,
+                                           TakeLead take_lead)
+    : group_(group),
+      leader_(leader),
+      take_lead_(std::move(take_lead)),
+      leader_rank_(group->members().front()) {}
 
 template <typename LeaderStep>
 absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first,
@@ -113,10 +117,26 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure,
                             ": a collective at step ", *step, " failed (", failure.message(),
                             "); re-forming with the ranks left"));
     if (absl::Status s = group_->Reform(); !s.ok()) return health_ = s;
-    if (group_->members().front() != 0) {
-      return health_ = absl::FailedPreconditionError(
-                 "the node leader (local rank 0) died; this node's other ranks stop (restart "
-                 "the node's ranks to rejoin the run)");
+    if (const int lead = group_->members().front(); lead != leader_rank_) {
+      // The leader died (its lock is free), with whatever it held of the round.
+      const int dead = leader_rank_;
+      leader_rank_ = lead;
+      leader_has_result = false;
+      if (!take_lead_) {
+        return health_ = absl::FailedPreconditionError(absl::StrCat(
+                   "the node leader (local rank ", dead, ") died and no rank may take over"));
+      }
+      if (lead == group_->local_rank()) {
+        absl::StatusOr<NodeLeader*> taken = take_lead_(dead);
+        if (!taken.ok()) {
+          return health_ = absl::Status(taken.status().code(),
+                                        absl::StrCat("taking over the node's lead: ",
+                                                     taken.status().message()));
+        }
+        leader_ = *taken;
+      }
+      LogWarning(absl::StrCat("the node leader (local rank ", dead, ") died; local rank ", lead,
+                              " leads the node from now on"));
     }
     if (leader_ != nullptr) leader_->SetNodeWorkers(static_cast<int>(group_->members().size()));
     // The leader's state decides: its step, and whether it holds the round's result.

@@ -1,6 +1,7 @@
 #ifndef LOCALSGD_WORKER_HIERARCHICAL_AVERAGER_H_
 #define LOCALSGD_WORKER_HIERARCHICAL_AVERAGER_H_
 
+#include <functional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -18,12 +19,19 @@ namespace localsgd {
 // When a collective fails (a rank of the node died), the ranks left re-form their group
 // (NodeGroup::Reform) and go on from the leader's state: if the leader already holds the
 // round's result, every rank takes it and the leader's step; else they redo the round among
-// themselves (the leader's delta now weighs the ranks left). If the leader itself died, or
-// the group cannot re-form, Health() says so and the worker stops. Not thread-safe.
+// themselves (the leader's delta now weighs the ranks left). If the leader itself died, the
+// lowest live local rank takes the lead (`take_lead`): it becomes the node's member at the
+// coordinator in the dead leader's place, takes the run's committed model, and every rank of
+// the node takes that model and step. If the group cannot re-form, or the new leader cannot
+// take the lead, Health() says so and the worker stops. Not thread-safe.
 class HierarchicalAverager : public ParameterAverager {
  public:
-  // `leader` is null on ranks other than local rank 0. Both must outlive this object.
-  HierarchicalAverager(NodeGroup* group, NodeLeader* leader);
+  // Makes this rank its node's leader in place of the dead leader of local rank `dead_rank`.
+  using TakeLead = std::function<absl::StatusOr<NodeLeader*>(int dead_rank)>;
+
+  // `leader` is null on ranks that do not lead their node (the group's first rank does).
+  // `group`, `leader` and what `take_lead` makes must outlive this object.
+  HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead);
 
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override { return health_; }
@@ -48,7 +56,9 @@ class HierarchicalAverager : public ParameterAverager {
   IntraNodeAverager& intra() { return group_->averager(); }
 
   NodeGroup* const group_;
-  NodeLeader* const leader_;
+  NodeLeader* leader_;
+  const TakeLead take_lead_;
+  int leader_rank_;  // the local rank that leads the node
   absl::Status health_;
 };
 

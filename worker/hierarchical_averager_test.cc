@@ -52,7 +52,7 @@ std::vector<Outcome> AverageAfterADeath(const std::string& name, int gone,
   for (int r = 0; r < 3; ++r) {
     if (r == gone) continue;
     threads.emplace_back([&, r] {
-      HierarchicalAverager averager(groups[r].get(), /*leader=*/nullptr);
+      HierarchicalAverager averager(groups[r].get(), /*leader=*/nullptr, /*take_lead=*/nullptr);
       at::Tensor t = torch::full({1000}, static_cast<float>(r + 1));
       Outcome& out = outcomes[r];
       out.step = steps[r];

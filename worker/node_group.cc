@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -21,6 +22,16 @@ namespace {
 
 std::string AlivePath(const std::string& dir, int rank) {
   return absl::StrCat(dir, "/alive.", rank);
+}
+
+// formed.<rank>: written by a rank once it formed its node's first group: the incarnation it
+// formed in and its own mark (the contents of its alive.<rank>).
+std::string FormedPath(const std::string& dir, int rank) {
+  return absl::StrCat(dir, "/formed.", rank);
+}
+
+std::string FormedMark(const std::string& incarnation, const std::string& alive) {
+  return absl::StrCat(incarnation, " ", alive);
 }
 
 std::string ArrivedPath(const std::string& dir, int generation, int rank) {
@@ -58,6 +69,26 @@ absl::Status RemoveGenerationFiles(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// When this rank formed a group in `incarnation` before (it was started again) and other ranks
+// of that incarnation still live, those ranks: they train on in a group without it.
+std::vector<int> RunningWithout(const std::string& dir, int local_rank, int local_world,
+                                const std::string& incarnation) {
+  std::vector<int> running;
+  // (A live process of this very rank is refused below as ALREADY_EXISTS.)
+  if (incarnation.empty() || Alive(dir, local_rank) ||
+      !absl::StartsWith(ReadSmallFile(FormedPath(dir, local_rank)), FormedMark(incarnation, ""))) {
+    return running;
+  }
+  for (int r = 0; r < local_world; ++r) {
+    if (r != local_rank && Alive(dir, r) &&
+        ReadSmallFile(FormedPath(dir, r)) ==
+            FormedMark(incarnation, ReadSmallFile(AlivePath(dir, r)))) {
+      running.push_back(r);
+    }
+  }
+  return running;
+}
+
 }  // namespace
 
 NodeGroup::NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout,
@@ -79,6 +110,16 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
                                                            Factory factory) {
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   const std::string incarnation = absl::StrCat(dir, "/incarnation");
+  // A rank started again while others of its node train on in a group without it cannot join
+  // that group (groups only shrink): it says so instead of breaking the group's files.
+  if (std::vector<int> running = RunningWithout(dir, local_rank, local_world,
+                                                ReadSmallFile(incarnation));
+      !running.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "local rank(s) ", absl::StrJoin(running, ", "), " of this node train on in a group "
+        "without local rank ", local_rank, "; a rank cannot rejoin a running node group: "
+        "restart all of the node's ranks together"));
+  }
   // Before rank 0 holds its lock, no incarnation file may name a live rank 0 (see below).
   if (local_rank == 0) unlink(incarnation.c_str());
   const std::string lock_path = AlivePath(dir, local_rank);
@@ -97,7 +138,8 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     }
     absl::SleepFor(absl::Milliseconds(5));
   }
-  const std::string pid = absl::StrCat(getpid());
+  // This process's mark in alive.<rank>: unique per start (threads of one process too).
+  const std::string pid = absl::StrCat(getpid(), "-", absl::ToUnixNanos(absl::Now()));
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot write ", lock_path, ": ", strerror(errno)));
@@ -107,13 +149,14 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
   // Files of an earlier incarnation of this node's ranks (all killed, then restarted) must not
   // be read: rank 0 removes them, then names itself in `incarnation`; the other ranks go on
   // once that names the live rank 0.
+  std::string named = pid;  // the incarnation this rank forms in
   if (local_rank == 0) {
     if (absl::Status s = RemoveGenerationFiles(dir); !s.ok()) return s;
     if (absl::Status s = WriteFileAtomically(incarnation, pid); !s.ok()) return s;
   } else {
     const absl::Time give_up = absl::Now() + timeout;
     auto rank0_named = [&] {
-      const std::string named = ReadSmallFile(incarnation);
+      named = ReadSmallFile(incarnation);
       return !named.empty() && Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == named;
     };
     while (!rank0_named()) {
@@ -127,6 +170,10 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
   }
   for (int r = 0; r < local_world; ++r) group->members_.push_back(r);
   if (absl::Status s = group->FormGeneration(); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(FormedPath(dir, local_rank), FormedMark(named, pid));
+      !s.ok()) {
+    return s;
+  }
   return group;
 }
 

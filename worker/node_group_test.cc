@@ -100,6 +100,32 @@ TEST(NodeGroupTest, SurvivorsRenumberInTheOrderOfTheirLocalRanks) {
   EXPECT_EQ(groups[3]->averager().rank(), 2);
 }
 
+// A rank killed and started again alone cannot join the group its node's other ranks train on
+// in: it says so (and leaves that group's files alone); the whole node started again forms.
+TEST(NodeGroupTest, ARankStartedAgainAloneIsRefusedAndTheWholeNodeForms) {
+  const std::string dir = TestDir("again");
+  std::vector<std::unique_ptr<NodeGroup>> groups;
+  for (int r = 0; r < 3; ++r) {
+    auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(1), FakeFactory());
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(*std::move(group));
+  }
+  for (int again : {0, 1}) {
+    groups[again].reset();
+    EXPECT_THAT(NodeGroup::Form(dir, again, 3, absl::Seconds(1), FakeFactory()),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         again == 0 ? "local rank(s) 1, 2 of this node train on in a group without "
+                                      "local rank 0"
+                                    : "local rank(s) 2 of this node train on"));
+  }
+  groups.clear();
+  for (int r = 0; r < 3; ++r) {
+    auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(1), FakeFactory());
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups.push_back(*std::move(group));
+  }
+}
+
 TEST(NodeGroupTest, AloneAfterReformNeedsNoPeers) {
   const std::string dir = TestDir("alone");
   auto zero = NodeGroup::Form(dir, 0, 2, absl::Seconds(1), FakeFactory());

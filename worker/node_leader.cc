@@ -41,6 +41,7 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params) {
 }
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
+  if (global_.empty()) return Adopt(params);  // took over: start from the committed model
   absl::StatusOr<AveragingClient::SyncResult> result =
       sharded_ != nullptr
           ? sharded_->Sync(member_, outer_, round_ + 1, step, params, absl::MakeSpan(global_),

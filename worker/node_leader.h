@@ -36,7 +36,9 @@ class NodeLeader {
   // when the run's model has another number of values (a different model).
   absl::Status Start(absl::Span<float> params);
 
-  // One round: on success `params` becomes global[r]. When this leader missed a round (stale)
+  // One round: on success `params` becomes global[r]. A leader that took over from one that
+  // died (no Start) first adopts the run's committed model into `params` instead, and returns
+  // OK: the node goes on from there. When this leader missed a round (stale)
   // it adopts the current global model and returns the error; when the run has ended it
   // adopts the run's final model and returns OUT_OF_RANGE (stop training: no more rounds); on
   // other errors (round aborted, coordinator unreachable) `params` keeps the node's own

@@ -39,7 +39,8 @@ ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
 ABSL_FLAG(std::string, node_name, "", "This node's name (default: the host name).");
 ABSL_FLAG(int, node_rank, 0, "This node's index among the run's nodes (data sharding).");
 ABSL_FLAG(int, num_nodes, 1, "Number of nodes in the run (data sharding).");
-ABSL_FLAG(int, local_rank, 0, "This process's rank on its node; rank 0 is the node leader.");
+ABSL_FLAG(int, local_rank, 0, "This process's rank on its node; rank 0 leads the node (when it dies, the lowest "
+          "live rank takes over).");
 ABSL_FLAG(int, local_world_size, 1, "Processes (ranks) on this node.");
 ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu or cuda:N.");
 ABSL_FLAG(std::string, rendezvous_dir, "/tmp",
@@ -48,10 +49,11 @@ ABSL_FLAG(int, log_every, 10, "Print a progress line every this many optimizer s
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Minutes(5),
           "How long to keep retrying an unreachable coordinator.");
 ABSL_FLAG(std::string, save_model, "",
-          "Where global rank 0 writes the trained model at the end: a TorchScript file for "
+          "Where node 0's leader (global rank 0 unless it died) writes the trained model at the "
+          "end: a TorchScript file for "
           "TorchScript models, else a tensor archive of the named parameters. Empty: nowhere.");
 ABSL_FLAG(std::string, data_address, "0.0.0.0:0",
-          "Node leaders (local rank 0): HOST:PORT where this node serves the sharded data plane "
+          "The node's leader: HOST:PORT where this node serves the sharded data plane "
           "to the other node leaders. Port 0 picks a free one; host 0.0.0.0 listens on every "
           "interface and is advertised as the address the coordinator sees this worker join "
           "from. Empty: serve none (the node still takes part but owns no range).");
@@ -154,34 +156,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       localsgd::ChannelCredentialsFromFlags();
   if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
-  // A node leader serves the sharded data plane on its own port before it joins, so that the
-  // coordinator learns the address with the Join. Same rules as the coordinator's port: the
-  // bearer token, and TLS (mutual when this worker has a client certificate).
-  std::unique_ptr<localsgd::DataPlaneServer> data_plane;
+  // Whichever rank leads the node (local rank 0, or the rank that takes over when it dies)
+  // serves the sharded data plane on its own port, with the coordinator's rules: the bearer
+  // token, and TLS (mutual when this worker has a client certificate).
   const std::string data_address = absl::GetFlag(FLAGS_data_address);
   const localsgd::ClientTls client_tls = localsgd::ClientTlsFromFlags();
   const bool tls = !client_tls.ca_file.empty();
-  if (local_rank == 0 && !data_address.empty()) {
-    if (absl::GetFlag(FLAGS_data_tls_cert).empty() != absl::GetFlag(FLAGS_data_tls_key).empty()) {
-      return Fail("--data_tls_cert and --data_tls_key: give both or neither");
-    }
-    if (tls && absl::GetFlag(FLAGS_data_tls_cert).empty()) {
-      localsgd::LogWarning(
-          "no sharded data plane: under TLS a node leader needs --data_tls_cert and "
-          "--data_tls_key (this node takes part in rounds but owns no range)");
-    } else {
-      localsgd::DataPlaneServer::Options data_options;
-      data_options.address = data_address;
-      data_options.token = *token;
-      data_options.tls.cert_file = absl::GetFlag(FLAGS_data_tls_cert);
-      data_options.tls.key_file = absl::GetFlag(FLAGS_data_tls_key);
-      if (tls && !client_tls.cert_file.empty()) data_options.tls.client_ca_file = client_tls.ca_file;
-      absl::StatusOr<std::unique_ptr<localsgd::DataPlaneServer>> started =
-          localsgd::DataPlaneServer::Start(data_options);
-      if (!started.ok()) return Fail(std::string(started.status().message()));
-      data_plane = *std::move(started);
-      localsgd::LogInfo(absl::StrCat("data plane listening on ", data_plane->address()));
-    }
+  if (absl::GetFlag(FLAGS_data_tls_cert).empty() != absl::GetFlag(FLAGS_data_tls_key).empty()) {
+    return Fail("--data_tls_cert and --data_tls_key: give both or neither");
   }
 
   localsgd::CoordinatorClient::Options client_options;
@@ -192,7 +174,6 @@ int main(int argc, char** argv) {
   client_options.identity.set_local_rank(local_rank);
   client_options.identity.set_local_world_size(local_world);
   client_options.hostname = node;
-  if (data_plane != nullptr) client_options.data_address = data_plane->address();
   client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   absl::StatusOr<std::unique_ptr<localsgd::CoordinatorClient>> client =
       localsgd::CoordinatorClient::Connect(client_options);
@@ -232,30 +213,73 @@ int main(int argc, char** argv) {
   if (!group.ok()) return leave_and_fail(group.status().ToString());
   std::vector<at::Tensor> tensors = localsgd::ModelTensors(**model, spec->average_buffers());
   localsgd::AveragingClient averaging(coordinator.channel(), *token);
+  // Taking the node's lead (at the start, or in place of a leader that died): the data plane,
+  // the claim at the coordinator, and the leader's side of the rounds.
+  std::unique_ptr<localsgd::DataPlaneServer> data_plane;
+  std::unique_ptr<localsgd::ShardedClient> sharded;
   std::unique_ptr<localsgd::NodeLeader> leader;
-  if (local_rank == 0 && spec->enabled()) {
+  const bool sharded_exchange = spec->exchange() == localsgd::v1::EXCHANGE_SHARDED;
+  auto take_lead = [&](const std::string& replaces) -> absl::StatusOr<localsgd::NodeLeader*> {
+    if (sharded_exchange && !data_address.empty() && data_plane == nullptr) {
+      if (tls && absl::GetFlag(FLAGS_data_tls_cert).empty()) {
+        localsgd::LogWarning(
+            "no sharded data plane: under TLS a node leader needs --data_tls_cert and "
+            "--data_tls_key (this node takes part in rounds but owns no range)");
+      } else {
+        localsgd::DataPlaneServer::Options data_options;
+        data_options.address = data_address;
+        data_options.token = *token;
+        data_options.tls.cert_file = absl::GetFlag(FLAGS_data_tls_cert);
+        data_options.tls.key_file = absl::GetFlag(FLAGS_data_tls_key);
+        if (tls && !client_tls.cert_file.empty()) {
+          data_options.tls.client_ca_file = client_tls.ca_file;
+        }
+        absl::StatusOr<std::unique_ptr<localsgd::DataPlaneServer>> started =
+            localsgd::DataPlaneServer::Start(data_options);
+        if (!started.ok()) return started.status();
+        data_plane = *std::move(started);
+        localsgd::LogInfo(absl::StrCat("data plane listening on ", data_plane->address()));
+      }
+    }
+    // A claim that does not get through is sent again with the heartbeats.
+    if (absl::Status s = coordinator.ClaimNodeLead(
+            replaces, data_plane != nullptr ? data_plane->address() : "");
+        !s.ok()) {
+      localsgd::LogWarning(absl::StrCat("claiming the node's lead: ", s.ToString(),
+                                        " (retried with the heartbeats)"));
+    }
+    const int ranks = static_cast<int>((*group)->members().size());
     localsgd::AveragingClient::Member member{run->run_id(), coordinator.worker_id(),
-                                             spec->codec(), static_cast<double>(local_world),
-                                             local_world};
+                                             spec->codec(), static_cast<double>(ranks), ranks};
     leader = std::make_unique<localsgd::NodeLeader>(
         &averaging, member,
         localsgd::ChunkLayout::ForBytes(localsgd::NumValues(tensors), spec->chunk_bytes()),
         // Sharded rounds gather, then exchange, each within the deadline.
         absl::Seconds(2 * spec->round_deadline_seconds() + 30));
+    if (sharded_exchange) {
+      localsgd::ShardedClient::Options sharded_options;
+      sharded_options.coordinator = coordinator.channel();
+      sharded_options.token = *token;
+      sharded_options.peer_credentials = *credentials;
+      sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
+      sharded = std::make_unique<localsgd::ShardedClient>(sharded_options);
+      const localsgd::v1::OuterOptimizerSpec& outer = spec->outer_optimizer();
+      leader->UseShardedExchange(sharded.get(), localsgd::OuterOptimizer{
+                                                    outer.lr(), outer.momentum(), outer.nesterov()});
+    }
+    return leader.get();
+  };
+  localsgd::NodeLeader* first_leader = nullptr;
+  if (spec->enabled() && (*group)->members().front() == local_rank) {
+    absl::StatusOr<localsgd::NodeLeader*> taken = take_lead("");
+    if (!taken.ok()) return leave_and_fail(taken.status().ToString());
+    first_leader = *taken;
   }
-  std::unique_ptr<localsgd::ShardedClient> sharded;
-  if (leader != nullptr && spec->exchange() == localsgd::v1::EXCHANGE_SHARDED) {
-    localsgd::ShardedClient::Options sharded_options;
-    sharded_options.coordinator = coordinator.channel();
-    sharded_options.token = *token;
-    sharded_options.peer_credentials = *credentials;
-    sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
-    sharded = std::make_unique<localsgd::ShardedClient>(sharded_options);
-    const localsgd::v1::OuterOptimizerSpec& outer = spec->outer_optimizer();
-    leader->UseShardedExchange(sharded.get(), localsgd::OuterOptimizer{
-                                                  outer.lr(), outer.momentum(), outer.nesterov()});
+  localsgd::HierarchicalAverager::TakeLead take_over;
+  if (spec->enabled()) {
+    take_over = [&](int dead_rank) { return take_lead(absl::StrCat(node, "/", dead_rank)); };
   }
-  localsgd::HierarchicalAverager hierarchical(group->get(), leader.get());
+  localsgd::HierarchicalAverager hierarchical(group->get(), first_leader, take_over);
   int64_t first_step = 0;
   if (spec->enabled()) {
     absl::StatusOr<int64_t> resume_at = hierarchical.Start(tensors);
@@ -323,7 +347,9 @@ int main(int argc, char** argv) {
                       : result->run_ended ? " (the run ended first; this is its final model)" : "");
   std::fflush(stdout);
   const std::string save_path = absl::GetFlag(FLAGS_save_model);
-  if (!save_path.empty() && options.global_rank == 0) {
+  // Node 0's leader saves (local rank 0, or the rank that took over from it).
+  const bool saver = node_rank == 0 && (spec->enabled() ? leader != nullptr : local_rank == 0);
+  if (!save_path.empty() && saver) {
     // After the last sync every replica holds the final global model (averaging runs).
     // Which global model this is: the round and step the node leader last agreed on.
     localsgd::Model::SaveInfo info;

@@ -1,12 +1,13 @@
 """cluster_test: a shell test that runs a real coordinator and workers."""
 
-def cluster_test(name, size = "small", data = [], tags = []):
+def cluster_test(name, size = "small", data = [], tags = [], src = None, env = {}):
     """sh_test `name` from `name`.sh, with the coordinator, localsgdctl, the worker and
-    tests/testutil/test_helpers.sh in its runfiles, plus `data`."""
+    tests/testutil/test_helpers.sh in its runfiles, plus `data`; `src` (default `name`.sh)
+    and `env` let one script run as several tests."""
     native.sh_test(
         name = name,
         size = size,
-        srcs = [name + ".sh"],
+        srcs = [src or name + ".sh"],
         data = [
             "//tests/testutil:test_helpers_sh",
             "//coordinator",
@@ -14,4 +15,5 @@ def cluster_test(name, size = "small", data = [], tags = []):
             "//worker",
         ] + data,
         tags = tags,
+        env = env,
     )

@@ -29,6 +29,7 @@ min_workers: 4
 round_deadline_seconds: 5
 optimizer { lr: 0.05 momentum: 0.9 }
 exchange: ${EXCHANGE}
+chunk_bytes: 65536
 SPEC
 
 for _ in $(seq 1 900); do [[ $(committed_rounds) -ge 8 ]] && break; sleep 0.1; done

@@ -104,6 +104,9 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
   member.hostname = request.hostname();
   member.pid = request.pid();
   member.data_address = request.data_address();
+  // A new process (or the same one after its lease ran out) says again with its heartbeats
+  // whether it finished; a restarted worker has not.
+  member.finished = false;
   member.generation = ++generations_[id];
   member.last_seen = now;
   member.node_leader = leader;

@@ -28,19 +28,19 @@ void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
   }
 }
 
-// Broadcasts rank 0's (flag, step) to the group (the step in two parts of 2^20, each exact in
+// Broadcasts rank 0's (code, step) to the group (the step in two parts of 2^20, each exact in
 // fp32).
-absl::StatusOr<std::pair<bool, int64_t>> BroadcastFlagAndStep(IntraNodeAverager& intra,
-                                                              bool flag, int64_t step,
-                                                              const at::Device& device) {
+absl::StatusOr<std::pair<int, int64_t>> BroadcastCodeAndStep(IntraNodeAverager& intra, int code,
+                                                             int64_t step,
+                                                             const at::Device& device) {
   constexpr int64_t kPart = int64_t{1} << 20;
-  at::Tensor info = torch::tensor({flag ? 1.0f : 0.0f, static_cast<float>(step / kPart),
+  at::Tensor info = torch::tensor({static_cast<float>(code), static_cast<float>(step / kPart),
                                    static_cast<float>(step % kPart)},
                                   torch::TensorOptions().device(device))
                         .contiguous();
   if (absl::Status s = intra.Broadcast(info); !s.ok()) return s;
   at::Tensor host = info.to(torch::kCPU);
-  return std::make_pair(host[0].item<float>() == 1.0f,
+  return std::make_pair(static_cast<int>(host[0].item<float>()),
                         static_cast<int64_t>(host[1].item<float>()) * kPart +
                             static_cast<int64_t>(host[2].item<float>()));
 }
@@ -90,10 +90,14 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
   Unflatten(flat, tensors);
   // Every rank follows the run's global step (the leader's, once it took the round's result
   // or the committed model) and learns whether the run ended, so that no rank trains past it.
+  // It also tells every rank how the round went, so that all of them decide alike (e.g.
+  // whether to try the run's last round again).
   const bool took = leader_ != nullptr && (sync_status.ok() || absl::IsOutOfRange(sync_status) ||
                                            StaleRoundOf(sync_status).has_value());
-  absl::StatusOr<std::pair<bool, int64_t>> follow =
-      BroadcastFlagAndStep(intra(), absl::IsOutOfRange(sync_status),
+  // The code: the leader's round's status code (OUT_OF_RANGE: the run ended, and the leader
+  // took its final model).
+  absl::StatusOr<std::pair<int, int64_t>> follow =
+      BroadcastCodeAndStep(intra(), static_cast<int>(sync_status.code()),
                            took ? leader_->global_step() : *step, tensors.front().device());
   if (!follow.ok()) {
     // A rank died just now: the next collective fails and the group re-forms then.
@@ -101,8 +105,12 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
     return sync_status;
   }
   *step = follow->second;
-  if (follow->first && sync_status.ok()) {
+  const auto code = static_cast<absl::StatusCode>(follow->first);
+  if (sync_status.ok() && code == absl::StatusCode::kOutOfRange) {
     return absl::OutOfRangeError("the run ended; the node leader took its final model");
+  }
+  if (sync_status.ok() && code != absl::StatusCode::kOk) {
+    return absl::Status(code, "the node leader's round failed; this rank keeps its values");
   }
   return sync_status;
 }
@@ -140,14 +148,14 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure,
     }
     if (leader_ != nullptr) leader_->SetNodeWorkers(static_cast<int>(group_->members().size()));
     // The leader's state decides: its step, and whether it holds the round's result.
-    absl::StatusOr<std::pair<bool, int64_t>> plan =
-        BroadcastFlagAndStep(intra(), leader_has_result, *step, device);
+    absl::StatusOr<std::pair<int, int64_t>> plan =
+        BroadcastCodeAndStep(intra(), leader_has_result ? 1 : 0, *step, device);
     if (!plan.ok()) {
       failure = plan.status();
       continue;
     }
     *step = plan->second;
-    if (plan->first) {
+    if (plan->first == 1) {
       failure = intra().Broadcast(flat);  // the leader's result (it holds it in `flat`)
     } else {
       flat = Flatten(tensors);
@@ -172,12 +180,14 @@ absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor
   Unflatten(flat, tensors);
   // Every rank learns whether its leader got the initial model, so that none trains on, and
   // the global step to resume at.
-  absl::StatusOr<std::pair<bool, int64_t>> info = BroadcastFlagAndStep(
-      intra(), leader_ != nullptr && status.ok(),
+  absl::StatusOr<std::pair<int, int64_t>> info = BroadcastCodeAndStep(
+      intra(), leader_ != nullptr && status.ok() ? 1 : 0,
       leader_ != nullptr && status.ok() ? leader_->global_step() : 0, tensors.front().device());
   if (!info.ok()) return info.status();
   if (!status.ok()) return status;
-  if (!info->first) return absl::UnavailableError("the node leader could not get the initial model");
+  if (info->first != 1) {
+    return absl::UnavailableError("the node leader could not get the initial model");
+  }
   return info->second;
 }
 

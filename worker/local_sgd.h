@@ -39,6 +39,9 @@ class LocalSGD {
   // set another step: see ParameterAverager::Average); a caller's own step count follows it.
   absl::Status Step();
 
+  // The sync of the current step once more, after it failed (the run's last round, say, while
+  // the coordinator was unreachable). steps() may move, as after any sync.
+  absl::Status Resync() { return Sync(); }
   // The last sync, if any step was taken since the previous one. Idempotent.
   absl::Status Finish();
 

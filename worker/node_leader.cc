@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
 
 namespace localsgd {
 
@@ -13,10 +15,20 @@ NodeLeader::NodeLeader(AveragingClient* client, AveragingClient::Member member,
     : client_(client), member_(std::move(member)), layout_(layout), round_timeout_(round_timeout) {}
 
 absl::Status NodeLeader::Start(absl::Span<float> params) {
-  absl::Status init =
-      client_->InitModel(member_.run_id, member_.member_id, params, layout_, round_timeout_);
-  if (!init.ok() && !absl::IsAlreadyExists(init)) return init;
-  return Adopt(params);
+  // A coordinator that is restarting or cut off for a moment is waited for, up to the round
+  // timeout (the node's other ranks wait for this in their broadcast).
+  const absl::Time give_up = absl::Now() + round_timeout_;
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (true) {
+    absl::Status status =
+        client_->InitModel(member_.run_id, member_.member_id, params, layout_, round_timeout_);
+    if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params);
+    if (!absl::IsUnavailable(status) || absl::Now() + backoff > give_up) return status;
+    LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
+                            absl::FormatDuration(backoff)));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
 }
 
 absl::Status NodeLeader::Adopt(absl::Span<float> params) {

@@ -13,6 +13,17 @@
 namespace localsgd {
 namespace {
 
+// How many times a node tries the run's last round again before it ends on its own model.
+constexpr int kLastRoundAttempts = 60;
+
+// A round that failed for a passing reason: the coordinator or a peer unreachable, the round
+// aborted or opened without this node (FAILED_PRECONDITION; also "the run is not running",
+// so a run stopped during its last round keeps its workers for up to a minute more).
+bool WorthAnotherTry(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsAborted(status) || absl::IsFailedPrecondition(status);
+}
+
 torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& targets, v1::LossKind kind) {
   if (kind == v1::LOSS_KIND_MSE) {
     torch::Tensor one_hot = torch::one_hot(targets, output.size(1)).to(output.dtype());
@@ -152,6 +163,22 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
       progress.sync_status = local_sgd.Step();
       if (boundary && averager != nullptr) {
         if (absl::Status health = averager->Health(); !health.ok()) return health;
+      }
+      // The run's last round failed here (the coordinator unreachable, the round aborted):
+      // the node tries it again rather than end on a model that is not the run's. Every rank
+      // of the node sees the same outcome, so all of them try alike.
+      for (int attempt = 1; boundary && step + 1 == total && attempt <= kLastRoundAttempts &&
+                            WorthAnotherTry(progress.sync_status) &&
+                            local_sgd.steps() == step + 1;
+           ++attempt) {
+        LogWarning(absl::StrCat("the run's last round failed here (",
+                                progress.sync_status.message(), "); trying again (", attempt,
+                                " of ", kLastRoundAttempts, ")"));
+        absl::SleepFor(absl::Seconds(1));
+        progress.sync_status = local_sgd.Resync();
+        if (averager != nullptr) {
+          if (absl::Status health = averager->Health(); !health.ok()) return health;
+        }
       }
       if (local_sgd.steps() != step + 1) {
         // The run's global step, which the node follows (after an outage, or when the node

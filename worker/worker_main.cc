@@ -2,6 +2,7 @@
 // its shard with LocalSGD (the node's ranks average with Gloo, the node leader syncs with the
 // coordinator), evaluates, reports and leaves. See README.md.
 #include <signal.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -77,16 +78,26 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Testing aid (--dump_dir): writes the flat tensors before and after each sync.
+// Testing aid (--dump_dir): writes the flat tensors before and after each sync, as
+// <dir>/<node>-<rank>-<step>-pre.bin and -post.bin. When the rank's step goes back (it adopted
+// an older committed model), later files go to <dir>/rewind-<k>/, so none is overwritten.
 class DumpingAverager : public localsgd::ParameterAverager {
  public:
-  DumpingAverager(localsgd::ParameterAverager* inner, std::string prefix)
-      : inner_(inner), prefix_(std::move(prefix)) {}
+  DumpingAverager(localsgd::ParameterAverager* inner, std::string dir, std::string name)
+      : inner_(inner), dir_(std::move(dir)), name_(std::move(name)) {}
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
     const int64_t at = *step;
-    Dump(tensors, absl::StrCat(prefix_, "-", at, "-pre.bin"));
+    if (at <= last_step_) {
+      ++rewinds_;
+      mkdir(absl::StrCat(dir_, "/rewind-", rewinds_).c_str(), 0755);
+    }
+    last_step_ = at;
+    const std::string prefix =
+        rewinds_ == 0 ? absl::StrCat(dir_, "/", name_, "-", at)
+                      : absl::StrCat(dir_, "/rewind-", rewinds_, "/", name_, "-", at);
+    Dump(tensors, prefix + "-pre.bin");
     absl::Status status = inner_->Average(tensors, step);
-    Dump(tensors, absl::StrCat(prefix_, "-", at, "-post.bin"));
+    Dump(tensors, prefix + "-post.bin");
     return status;
   }
   absl::Status Health() const override { return inner_->Health(); }
@@ -100,7 +111,10 @@ class DumpingAverager : public localsgd::ParameterAverager {
     }
   }
   localsgd::ParameterAverager* inner_;
-  std::string prefix_;
+  const std::string dir_;
+  const std::string name_;
+  int64_t last_step_ = -1;
+  int rewinds_ = 0;
 };
 
 }  // namespace
@@ -297,8 +311,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<DumpingAverager> dumping;
   localsgd::ParameterAverager* averager = &hierarchical;
   if (!absl::GetFlag(FLAGS_dump_dir).empty()) {
-    dumping = std::make_unique<DumpingAverager>(
-        &hierarchical, absl::StrCat(absl::GetFlag(FLAGS_dump_dir), "/", node, "-", local_rank));
+    dumping = std::make_unique<DumpingAverager>(&hierarchical, absl::GetFlag(FLAGS_dump_dir),
+                                                absl::StrCat(node, "-", local_rank));
     averager = dumping.get();
   }
 
@@ -308,7 +322,15 @@ int main(int argc, char** argv) {
   options.global_rank = node_rank * local_world + local_rank;
   options.world_size = num_nodes * local_world;
   options.first_step = first_step;
-  options.stop = [] { return g_stop.load(); };
+  // Training stops on a signal, and when an operator stops the run (or it failed): no worker
+  // trains on alone for a run that has ended.
+  const std::string run_id = run->run_id();
+  auto run_halted = [&] {
+    const localsgd::v1::RunInfo now = coordinator.run();
+    return now.run_id() == run_id && (now.state() == localsgd::v1::RUN_STATE_STOPPED ||
+                                      now.state() == localsgd::v1::RUN_STATE_FAILED);
+  };
+  options.stop = [&] { return g_stop.load() || run_halted(); };
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   double last_round = 0;
   double test_accuracy = 0;
@@ -377,6 +399,9 @@ int main(int argc, char** argv) {
          coordinator.run().state() == localsgd::v1::RUN_STATE_RUNNING && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  coordinator.Leave(result->stopped ? "stopped by signal" : "finished").IgnoreError();
+  coordinator.Leave(!result->stopped ? "finished"
+                    : g_stop.load()  ? "stopped by signal"
+                                     : "the run was stopped")
+      .IgnoreError();
   return 0;
 }

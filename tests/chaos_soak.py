@@ -1,0 +1,487 @@
+#!/usr/bin/python3
+"""Chaos soak: one training job of NODES x RANKS real worker processes and a coordinator with a
+state folder, while a driver injects faults at random times from a seeded generator:
+
+  kill_worker   SIGKILL of any worker (leaders included); the node's other ranks go on
+                (failover), and a little later the whole node is started again (a rank cannot
+                rejoin its node's running group alone)
+  kill_coord    SIGKILL of the coordinator, started again on its state folder and ports
+  pause_worker  SIGSTOP of a worker for 1 to 4 s, then SIGCONT
+  cut_link      a node's link to the coordinator cut for 1 to 6 s (tests/testutil/tcp_proxy.py)
+  stop_start    StopRun, then StartRun of the same spec and every worker started again
+
+Invariants, checked after every fault and at the end: the coordinator always starts again;
+a run's round and global step never go back (status polled every 0.2 s); a run stopped by
+StopRun ends its workers; every rank of a node holds the same parameters after each of its
+syncs, and two nodes whose syncs at the same step both succeeded (one round: nodes follow the
+run's global step) hold the same parameters;
+the last run completes; every rank in it ends on FetchModel's final model, bit for bit, and
+the saved model names FetchModel's round and global step; no process is left behind.
+
+A run that completes before the last fault is followed by a new one (the faults go on). Prints
+one line per fault and a summary; exits 1 naming the invariant that broke.
+
+Usage: chaos_soak.py --bin RUNFILES_ROOT --work DIR [--faults 50] [--seed 1]
+"""
+import argparse
+import collections
+import glob
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+TOKEN = "chaos-token"
+LOCAL_SGD_STEPS = 4
+SPEC = """model {{ builtin: "mlp" }}
+dataset {{ synthetic_samples: 4096 }}
+local_sgd_steps: 4
+total_steps: {total_steps}
+batch_size: 32
+min_workers: 2
+round_deadline_seconds: 5
+chunk_bytes: 65536
+optimizer {{ lr: 0.05 momentum: 0.9 }}
+"""
+
+
+class Violation(Exception):
+    pass
+
+
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.bin = args.bin
+        self.work = args.work
+        self.rng = random.Random(args.seed)
+        self.start = time.time()
+        os.makedirs(f"{self.work}/state", exist_ok=True)
+        os.makedirs(f"{self.work}/logs", exist_ok=True)
+        with open(f"{self.work}/token", "w") as f:
+            f.write(TOKEN)
+        with open(f"{self.work}/spec.textproto", "w") as f:
+            f.write(SPEC.format(total_steps=args.total_steps))
+        self.coord = None
+        self.coord_starts = 0
+        self.grpc = self.http = None
+        self.proxies = {}
+        self.workers = {}  # (node, rank) -> Popen
+        self.incarnation = collections.Counter()  # node -> starts
+        self.killed = set()  # pids we killed (their exit status does not count)
+        self.all_procs = []
+        self.node_down = set()  # nodes killed at the end of a run and not started again
+        self.names = {}  # pid -> log name
+        self.runs = []  # run ids, in order
+        self.stopped_runs = set()
+        self.seen = {}  # run id -> (round, global step), the highest seen
+        self.violations = []
+        self.lock = threading.Lock()
+        self.counts = collections.Counter()
+
+    # ---- processes -------------------------------------------------------------------------
+    def log(self, text):
+        print(f"[{time.time() - self.start:7.1f} s] {text}", flush=True)
+
+    def spawn(self, name, argv):
+        out = open(f"{self.work}/logs/{name}.out", "ab")
+        err = open(f"{self.work}/logs/{name}.err", "ab")
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
+        self.all_procs.append(proc)
+        self.names[proc.pid] = name
+        return proc
+
+    def start_coordinator(self):
+        self.coord_starts += 1
+        name = f"coord-{self.coord_starts}"
+        address = self.grpc or "127.0.0.1:0"
+        http = self.http or "127.0.0.1:0"
+        self.coord = self.spawn(name, [
+            f"{self.bin}/coordinator/coordinator", f"--grpc_address={address}",
+            f"--http_address={http}", f"--token_file={self.work}/token",
+            f"--state_dir={self.work}/state", "--lease_timeout=5s", "--heartbeat_interval=1s"])
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            text = open(f"{self.work}/logs/{name}.out").read()
+            if "http listening on" in text:
+                self.grpc = re.search(r"^grpc listening on (\S+)", text, re.M).group(1)
+                self.http = re.search(r"^http listening on (\S+)", text, re.M).group(1)
+                return
+            if self.coord.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise Violation(f"the coordinator did not start again (start {self.coord_starts}): "
+                        + open(f"{self.work}/logs/{name}.err").read()[-2000:])
+
+    def start_proxy(self, node):
+        cut = f"{self.work}/cut-{node}"
+        name = f"proxy-{node}"
+        proc = self.spawn(name, ["/usr/bin/python3", f"{self.bin}/tests/testutil/tcp_proxy.py",
+                                 self.grpc, cut])
+        for _ in range(100):
+            m = re.search(r"proxy listening on (\S+)",
+                          open(f"{self.work}/logs/{name}.out").read())
+            if m:
+                self.proxies[node] = (proc, m.group(1), cut)
+                return
+            time.sleep(0.1)
+        raise Violation("the proxy did not start")
+
+    def start_node(self, node):
+        self.incarnation[node] += 1
+        self.node_down.discard(node)
+        inc = self.incarnation[node]
+        run = self.runs[-1]
+        dump = f"{self.work}/dump/{run}/node-{node}-i{inc}"
+        os.makedirs(dump, exist_ok=True)
+        for rank in range(self.args.ranks):
+            self.workers[(node, rank)] = self.spawn(f"w-{run}-{node}-{rank}-i{inc}", [
+                f"{self.bin}/worker/worker", f"--coordinator={self.proxies[node][1]}",
+                f"--token_file={self.work}/token", f"--node_name=node-{node}",
+                f"--node_rank={node}", f"--num_nodes={self.args.nodes}", f"--local_rank={rank}",
+                f"--local_world_size={self.args.ranks}", f"--rendezvous_dir={self.work}/rdv",
+                f"--dump_dir={dump}", f"--save_model={self.work}/model-{run}.pt",
+                "--log_every=100000", "--connect_timeout=3m"])
+
+    def kill(self, proc, sig=signal.SIGKILL):
+        if proc.poll() is None:
+            self.killed.add(proc.pid)
+            proc.send_signal(sig)
+            proc.wait()
+
+    def ctl(self, *argv):
+        return subprocess.run([f"{self.bin}/coordinator/localsgdctl", f"--coordinator={self.grpc}",
+                               f"--token_file={self.work}/token", *argv],
+                              capture_output=True, text=True, timeout=60)
+
+    def start_run(self):
+        for _ in range(100):  # the coordinator may still be restoring
+            result = self.ctl("start", f"--spec={self.work}/spec.textproto")
+            if result.returncode == 0:
+                break
+            time.sleep(0.3)
+        else:
+            raise Violation(f"StartRun failed: {result.stderr}")
+        status = self.status(wait=True)
+        self.runs.append(status["run"]["run_id"])
+        self.log(f"run {self.runs[-1]} started")
+        for node in range(self.args.nodes):
+            self.start_node(node)
+
+    # ---- status ----------------------------------------------------------------------------
+    def status(self, wait=False):
+        deadline = time.time() + (60 if wait else 0)
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{self.http}/status", timeout=5) as r:
+                    return json.load(r)
+            except OSError:
+                if time.time() >= deadline:
+                    if wait:
+                        raise Violation("status did not answer within 60 s")
+                    return None
+                time.sleep(0.2)
+
+    def poll_status(self, stop):
+        while not stop.is_set():
+            status = self.status()
+            if status is not None:
+                run = status.get("run", {})
+                run_id = run.get("run_id")
+                if run_id:
+                    now = (int(run.get("round", 0)), int(run.get("global_step", 0)))
+                    with self.lock:
+                        before = self.seen.get(run_id, (0, 0))
+                        if now[0] < before[0] or now[1] < before[1]:
+                            self.violations.append(
+                                f"run {run_id} went back: round/global step {before} -> {now}")
+                        self.seen[run_id] = max(before, now)
+            time.sleep(0.2)
+
+    def run_state(self):
+        status = self.status(wait=True)
+        run = status.get("run", {})
+        return run.get("run_id"), run.get("state", "")
+
+    # ---- faults ----------------------------------------------------------------------------
+    def live_workers(self):
+        return [key for key, proc in self.workers.items() if proc.poll() is None]
+
+    def restart_node(self, node):
+        for rank in range(self.args.ranks):
+            if (node, rank) in self.workers:
+                self.kill(self.workers[(node, rank)])
+        if self.run_state()[1] == "RUN_STATE_RUNNING":  # else it would wait for the next run
+            self.start_node(node)
+        else:
+            self.node_down.add(node)
+
+    def fault(self, kind):
+        rng = self.rng
+        if kind == "kill_worker":
+            live = self.live_workers()
+            if not live:
+                return "no live worker"
+            node, rank = rng.choice(sorted(live))
+            self.kill(self.workers[(node, rank)])
+            time.sleep(rng.uniform(1, 3))  # the node's other ranks go on, maybe with a new leader
+            self.restart_node(node)
+            return f"node-{node}/{rank} killed, node-{node} started again"
+        if kind == "kill_coord":
+            self.kill(self.coord)
+            time.sleep(rng.uniform(0.5, 2))
+            self.start_coordinator()
+            return "coordinator killed and started again"
+        if kind == "pause_worker":
+            live = self.live_workers()
+            if not live:
+                return "no live worker"
+            node, rank = rng.choice(sorted(live))
+            proc = self.workers[(node, rank)]
+            seconds = rng.uniform(1, 4)
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(seconds)
+            proc.send_signal(signal.SIGCONT)
+            return f"node-{node}/{rank} paused {seconds:.1f} s"
+        if kind == "cut_link":
+            node = rng.randrange(self.args.nodes)
+            cut = self.proxies[node][2]
+            seconds = rng.uniform(1, 6)
+            open(cut, "w").close()
+            time.sleep(seconds)
+            os.unlink(cut)
+            return f"node-{node}'s link cut {seconds:.1f} s"
+        if kind == "stop_start":
+            run = self.runs[-1]
+            result = self.ctl("stop", f"--run_id={run}", "--reason=chaos")
+            if result.returncode != 0:
+                return f"StopRun refused: {result.stderr.strip()}"
+            self.stopped_runs.add(run)
+            self.expect_workers_exit(f"run {run} stopped", 60)
+            self.start_run()
+            return f"run {run} stopped, {self.runs[-1]} started"
+        raise ValueError(kind)
+
+    def expect_workers_exit(self, why, seconds):
+        deadline = time.time() + seconds
+        for key, proc in list(self.workers.items()):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                if not re.search(r" I run ", self.tail_of(proc)):
+                    # Started just as the run ended: it waits for the next run, as it should.
+                    self.kill(proc, signal.SIGTERM)
+                    continue
+                raise Violation(f"{why}: worker node-{key[0]}/{key[1]} did not exit "
+                                f"within {seconds} s")
+            if proc.returncode != 0 and proc.pid not in self.killed:
+                raise Violation(f"{why}: worker node-{key[0]}/{key[1]} exited "
+                                f"{proc.returncode}: " + self.tail_of(proc))
+        self.workers.clear()
+
+    def check(self, when):
+        if self.coord.poll() is not None and self.coord.pid not in self.killed:
+            raise Violation(f"{when}: the coordinator exited {self.coord.returncode}")
+        with self.lock:
+            if self.violations:
+                raise Violation(f"{when}: {self.violations[0]}")
+        for key, proc in self.workers.items():
+            if proc.poll() not in (None, 0) and proc.pid not in self.killed:
+                raise Violation(f"{when}: worker node-{key[0]}/{key[1]} (pid {proc.pid}) "
+                                f"exited {proc.returncode}: " + self.tail_of(proc))
+
+    def tail_of(self, proc):
+        return open(f"{self.work}/logs/{self.names[proc.pid]}.err", errors="replace").read()[-1500:]
+
+    # ---- the models ------------------------------------------------------------------------
+    def check_models(self, run, final):
+        """Within a node incarnation: its ranks agree after each sync. Across nodes: two nodes
+        whose syncs at the same step both succeeded (the same round: every node follows the
+        run's global step) hold the same model. Returns how many such pairs were compared."""
+        size = len(final)
+        synced = collections.defaultdict(dict)  # step -> node -> digest (successful syncs)
+        # A rank whose step went back writes its later dumps to rewind-<k>/ (the node's ranks
+        # go back together).
+        dirs = glob.glob(f"{self.work}/dump/{run}/node-*-i*")
+        dirs += glob.glob(f"{self.work}/dump/{run}/node-*-i*/rewind-*")
+        for inc_dir in sorted(dirs):
+            node = int(re.search(r"node-(\d+)-i", inc_dir).group(1))
+            inc = re.search(r"-i(\d+)", inc_dir).group(1)
+            failed = set()  # in any pass of this incarnation: not compared
+            for log in glob.glob(f"{self.work}/logs/w-{run}-{node}-*-i{inc}.err"):
+                failed |= {int(s) for s in re.findall(r"sync at step (\d+):", open(log).read())}
+            steps = collections.defaultdict(dict)
+            for path in glob.glob(f"{inc_dir}/*-post.bin"):
+                if os.path.getsize(path) != size:
+                    continue  # written while its process was killed
+                name = os.path.basename(path)
+                rank, step = int(name.split("-")[2]), int(name.split("-")[3])
+                steps[step][rank] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+            # A sync after which the node's step moved (it adopted a committed model of another
+            # round: stale, or a new leader) holds that round's model: not compared either, nor
+            # is the last sync of a pass.
+            order = sorted(steps)
+            moved = {s for i, s in enumerate(order)
+                     if i + 1 == len(order) or order[i + 1] != s + LOCAL_SGD_STEPS}
+            for step, ranks in steps.items():
+                if len(set(ranks.values())) > 1:
+                    raise Violation(f"run {run}, {inc_dir}: its ranks differ after the sync at "
+                                    f"step {step}")
+                if step not in failed and step not in moved:
+                    synced[step].setdefault(node, set()).add(next(iter(ranks.values())))
+        compared = 0
+        for step, nodes in synced.items():
+            # Several passes of one node at one step (it started again, or went back) may be
+            # different rounds: only unambiguous steps are compared.
+            if len(nodes) < 2 or any(len(d) != 1 for d in nodes.values()):
+                continue
+            if len(set().union(*nodes.values())) > 1:
+                raise Violation(f"run {run}: after their syncs at step {step} the nodes hold "
+                                "different models")
+            compared += 1
+        return compared
+
+    # ---- the soak --------------------------------------------------------------------------
+    def run_soak(self):
+        stop = threading.Event()
+        try:
+            self.start_coordinator()
+            for node in range(self.args.nodes):
+                self.start_proxy(node)
+            self.start_run()
+            poller = threading.Thread(target=self.poll_status, args=(stop,), daemon=True)
+            poller.start()
+            kinds = ["kill_worker", "kill_coord", "pause_worker", "cut_link", "stop_start"]
+            weights = [4, 2, 3, 3, 1]
+            faults = 0
+            while faults < self.args.faults:
+                time.sleep(self.rng.uniform(0.2, 2 * self.args.mean_interval))
+                self.check(f"before fault {faults + 1}")
+                run_id, state = self.run_state()
+                if state == "RUN_STATE_COMPLETED":
+                    self.expect_workers_exit(f"run {run_id} completed", 90)
+                    self.check_run_end(run_id)
+                    self.start_run()
+                    continue
+                kind = self.rng.choices(kinds, weights)[0]
+                what = self.fault(kind)
+                faults += 1
+                self.counts[kind] += 1
+                self.log(f"fault {faults}: {kind}: {what}")
+                self.check(f"after fault {faults} ({kind})")
+            # The last run goes to its end.
+            run = self.runs[-1]
+            deadline = time.time() + self.args.end_timeout
+            while self.run_state()[1] != "RUN_STATE_COMPLETED":
+                if time.time() > deadline:
+                    raise Violation(f"run {run} did not complete within {self.args.end_timeout} s "
+                                    f"of the last fault")
+                self.check("waiting for the end")
+                time.sleep(1)
+            self.expect_workers_exit(f"run {run} completed", 90)
+            checked = self.check_run_end(run)
+            self.check("at the end")
+            stop.set()
+            poller.join()
+            # Nothing left behind: the coordinator drains and exits on SIGTERM.
+            self.coord.send_signal(signal.SIGTERM)
+            try:
+                if self.coord.wait(timeout=30) != 0:
+                    raise Violation(f"the coordinator exited {self.coord.returncode} on SIGTERM")
+            except subprocess.TimeoutExpired:
+                raise Violation("the coordinator did not exit within 30 s of SIGTERM")
+            for proc, _, _ in self.proxies.values():
+                self.kill(proc)
+            left = [p.pid for p in self.all_procs if p.poll() is None]
+            if left:
+                raise Violation(f"processes left behind: {left}")
+            total_checked = checked
+            summary = {
+                "faults": sum(self.counts.values()), "by_kind": dict(self.counts),
+                "seed": self.args.seed, "runs": len(self.runs),
+                "runs_completed": len(self.runs) - len(self.stopped_runs),
+                "coordinator_starts": self.coord_starts,
+                "node_starts": sum(self.incarnation.values()),
+                "last_run_steps_compared_across_nodes": total_checked,
+                "seconds": round(time.time() - self.start, 1),
+            }
+            print("chaos soak: all invariants held: " + json.dumps(summary), flush=True)
+            return 0
+        except Violation as v:
+            print(f"chaos soak: INVARIANT BROKEN: {v}", file=sys.stderr, flush=True)
+            return 1
+        finally:
+            stop.set()
+            for proc in self.all_procs:
+                if proc.poll() is None:
+                    proc.kill()
+
+    def check_run_end(self, run):
+        """A completed run: FetchModel's model is every last rank's, and the saved model's."""
+        out = f"{self.work}/final-{run}.bin"
+        result = self.ctl("fetch", f"--run_id={run}", f"--out={out}")
+        if result.returncode != 0:
+            raise Violation(f"fetch of run {run} failed: {result.stderr}")
+        m = re.search(r"round (\d+) global step (\d+)", result.stdout)
+        final = open(out, "rb").read()
+        # Every rank of the last incarnation of every node ends on the final model.
+        for node in range(self.args.nodes):
+            if node in self.node_down:
+                continue  # killed by the last fault, as the run ended
+            inc_dir = f"{self.work}/dump/{run}/node-{node}-i{self.incarnation[node]}"
+            for rank in range(self.args.ranks):
+                # The latest pass (rewind-<k>/ when its step went back), then the latest step.
+                posts = glob.glob(f"{inc_dir}/node-{node}-{rank}-*-post.bin")
+                posts += glob.glob(f"{inc_dir}/rewind-*/node-{node}-{rank}-*-post.bin")
+                if not posts:
+                    continue  # this incarnation never synced (started just before the end)
+                def order(p):
+                    rewind = re.search(r"rewind-(\d+)/", p)
+                    return (int(rewind.group(1)) if rewind else 0,
+                            int(os.path.basename(p).split("-")[3]))
+                last = max(posts, key=order)
+                if open(last, "rb").read() != final:
+                    raise Violation(f"run {run}: node-{node}/{rank} ended on other parameters "
+                                    f"than FetchModel's final model ({last})")
+        saved = []
+        for log in glob.glob(f"{self.work}/logs/w-{run}-0-*-i{self.incarnation[0]}.out"):
+            saved += re.findall(r"saved the trained model \(run \S+, round (\d+), global step "
+                                r"(\d+)\)", open(log).read())
+        if not saved:
+            raise Violation(f"run {run}: nobody saved the model")
+        if saved[-1] != (m.group(1), m.group(2)):
+            raise Violation(f"run {run}: the saved model is round/step {saved[-1]}, FetchModel's "
+                            f"{m.groups()}")
+        if not os.path.exists(f"{self.work}/model-{run}.pt"):
+            raise Violation(f"run {run}: no model file")
+        checked = self.check_models(run, final)
+        self.log(f"run {run} completed at round {m.group(1)}, global step {m.group(2)}: every "
+                 f"rank on the final model; {checked} steps compared across nodes")
+        return checked
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin", required=True, help="the runfiles root (bazel-bin)")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--faults", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--total_steps", type=int, default=1600)
+    parser.add_argument("--mean_interval", type=float, default=1.0,
+                        help="mean seconds between the end of a fault and the next")
+    parser.add_argument("--end_timeout", type=float, default=600)
+    args = parser.parse_args()
+    return Soak(args).run_soak()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,8 @@ the saved model names FetchModel's round and global step; no process is left beh
 A run that completes before the last fault is followed by a new one (the faults go on). Prints
 one line per fault and a summary; exits 1 naming the invariant that broke.
 
-Usage: chaos_soak.py --bin RUNFILES_ROOT --work DIR [--faults 50] [--seed 1]
+Usage: chaos_soak.py --bin BAZEL_BIN --work DIR [--faults 50] [--seed 1]
+(BAZEL_BIN: where coordinator/coordinator, coordinator/localsgdctl and worker/worker are.)
 """
 import argparse
 import collections
@@ -123,8 +124,9 @@ class Soak:
     def start_proxy(self, node):
         cut = f"{self.work}/cut-{node}"
         name = f"proxy-{node}"
-        proc = self.spawn(name, ["/usr/bin/python3", f"{self.bin}/tests/testutil/tcp_proxy.py",
-                                 self.grpc, cut])
+        proxy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testutil",
+                             "tcp_proxy.py")
+        proc = self.spawn(name, ["/usr/bin/python3", proxy, self.grpc, cut])
         for _ in range(100):
             m = re.search(r"proxy listening on (\S+)",
                           open(f"{self.work}/logs/{name}.out").read())
@@ -469,7 +471,8 @@ class Soak:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bin", required=True, help="the runfiles root (bazel-bin)")
+    parser.add_argument("--bin", required=True,
+                        help="bazel-bin, or the runfiles root: where the binaries are")
     parser.add_argument("--work", required=True)
     parser.add_argument("--faults", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)

@@ -309,10 +309,9 @@ class Soak:
         run's global step) hold the same model. Returns how many such pairs were compared."""
         size = len(final)
         synced = collections.defaultdict(dict)  # step -> node -> digest (successful syncs)
-        # A rank whose step went back writes its later dumps to rewind-<k>/ (the node's ranks
-        # go back together).
-        dirs = glob.glob(f"{self.work}/dump/{run}/node-*-i*")
-        dirs += glob.glob(f"{self.work}/dump/{run}/node-*-i*/rewind-*")
+        # Each pass of a rank (a new one when its step went back) is in pass-<k>/; the node's
+        # ranks go back together.
+        dirs = glob.glob(f"{self.work}/dump/{run}/node-*-i*/pass-*")
         for inc_dir in sorted(dirs):
             node = int(re.search(r"node-(\d+)-i", inc_dir).group(1))
             inc = re.search(r"-i(\d+)", inc_dir).group(1)
@@ -439,16 +438,12 @@ class Soak:
                 continue  # killed by the last fault, as the run ended
             inc_dir = f"{self.work}/dump/{run}/node-{node}-i{self.incarnation[node]}"
             for rank in range(self.args.ranks):
-                # The latest pass (rewind-<k>/ when its step went back), then the latest step.
-                posts = glob.glob(f"{inc_dir}/node-{node}-{rank}-*-post.bin")
-                posts += glob.glob(f"{inc_dir}/rewind-*/node-{node}-{rank}-*-post.bin")
+                # The latest pass, then the latest step.
+                posts = glob.glob(f"{inc_dir}/pass-*/node-{node}-{rank}-*-post.bin")
                 if not posts:
                     continue  # this incarnation never synced (started just before the end)
-                def order(p):
-                    rewind = re.search(r"rewind-(\d+)/", p)
-                    return (int(rewind.group(1)) if rewind else 0,
-                            int(os.path.basename(p).split("-")[3]))
-                last = max(posts, key=order)
+                last = max(posts, key=lambda p: (int(re.search(r"pass-(\d+)/", p).group(1)),
+                                                 int(os.path.basename(p).split("-")[3])))
                 if open(last, "rb").read() != final:
                     raise Violation(f"run {run}: node-{node}/{rank} ended on other parameters "
                                     f"than FetchModel's final model ({last})")

@@ -34,7 +34,7 @@ import json, sys, time, urllib.request
 while True:
     try:
         run = json.load(urllib.request.urlopen(f"http://{sys.argv[1]}/status", timeout=2))["run"]
-        print(run.get("round", 0), run.get("globalStep", 0), run.get("state"), flush=True)
+        print(run.get("round", 0), run.get("global_step", 0), run.get("state"), flush=True)
         if run.get("state") in ("RUN_STATE_COMPLETED", "RUN_STATE_FAILED", "RUN_STATE_STOPPED"):
             break
     except OSError:

@@ -79,42 +79,46 @@ int Fail(const std::string& message) {
 }
 
 // Testing aid (--dump_dir): writes the flat tensors before and after each sync, as
-// <dir>/<node>-<rank>-<step>-pre.bin and -post.bin. When the rank's step goes back (it adopted
-// an older committed model), later files go to <dir>/rewind-<k>/, so none is overwritten.
+// <dir>/<node>-<rank>-<step>-pre.bin and -post.bin (a later sync at the same step overwrites
+// them), and the same files of each pass as <dir>/pass-<k>/..., where a new pass begins when
+// the rank's step goes back (it adopted an older committed model), so no pass is lost.
 class DumpingAverager : public localsgd::ParameterAverager {
  public:
   DumpingAverager(localsgd::ParameterAverager* inner, std::string dir, std::string name)
-      : inner_(inner), dir_(std::move(dir)), name_(std::move(name)) {}
+      : inner_(inner), dir_(std::move(dir)), name_(std::move(name)) {
+    mkdir(absl::StrCat(dir_, "/pass-0").c_str(), 0755);
+  }
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
     const int64_t at = *step;
     if (at <= last_step_) {
-      ++rewinds_;
-      mkdir(absl::StrCat(dir_, "/rewind-", rewinds_).c_str(), 0755);
+      ++pass_;
+      mkdir(absl::StrCat(dir_, "/pass-", pass_).c_str(), 0755);
     }
     last_step_ = at;
-    const std::string prefix =
-        rewinds_ == 0 ? absl::StrCat(dir_, "/", name_, "-", at)
-                      : absl::StrCat(dir_, "/rewind-", rewinds_, "/", name_, "-", at);
-    Dump(tensors, prefix + "-pre.bin");
+    const std::string file = absl::StrCat(name_, "-", at);
+    Dump(tensors, file + "-pre.bin");
     absl::Status status = inner_->Average(tensors, step);
-    Dump(tensors, prefix + "-post.bin");
+    Dump(tensors, file + "-post.bin");
     return status;
   }
   absl::Status Health() const override { return inner_->Health(); }
 
  private:
-  static void Dump(const std::vector<at::Tensor>& tensors, const std::string& path) {
-    std::ofstream out(path, std::ios::binary);
+  void Dump(const std::vector<at::Tensor>& tensors, const std::string& file) const {
+    std::ofstream out(absl::StrCat(dir_, "/", file), std::ios::binary);
+    std::ofstream pass(absl::StrCat(dir_, "/pass-", pass_, "/", file), std::ios::binary);
     for (const at::Tensor& t : tensors) {
       at::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-      out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
+      const auto* bytes = reinterpret_cast<const char*>(c.data_ptr<float>());
+      out.write(bytes, c.numel() * sizeof(float));
+      pass.write(bytes, c.numel() * sizeof(float));
     }
   }
   localsgd::ParameterAverager* inner_;
   const std::string dir_;
   const std::string name_;
   int64_t last_step_ = -1;
-  int rewinds_ = 0;
+  int pass_ = 0;
 };
 
 }  // namespace

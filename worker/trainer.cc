@@ -18,10 +18,12 @@ constexpr int kLastRoundAttempts = 60;
 
 // A round that failed for a passing reason: the coordinator or a peer unreachable, the round
 // aborted or opened without this node (FAILED_PRECONDITION; also "the run is not running",
-// so a run stopped during its last round keeps its workers for up to a minute more).
+// so a run stopped during its last round keeps its workers for up to a minute more), or the
+// leader's lease ran out while it was cut off (NOT_FOUND until its heartbeat joins again).
 bool WorthAnotherTry(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsAborted(status) || absl::IsFailedPrecondition(status);
+         absl::IsAborted(status) || absl::IsFailedPrecondition(status) ||
+         absl::IsNotFound(status);
 }
 
 torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& targets, v1::LossKind kind) {

@@ -205,6 +205,14 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<localsgd::v1::RunInfo> run = coordinator.WaitForRun([] { return g_stop.load(); });
   if (!run.ok()) return leave_and_fail(run.status().ToString());
+  // Training stops on a signal, and when an operator stops the run (or it failed): no worker
+  // trains on alone for a run that has ended.
+  const std::string run_id = run->run_id();
+  auto run_halted = [&] {
+    const localsgd::v1::RunInfo now = coordinator.run();
+    return now.run_id() == run_id && (now.state() == localsgd::v1::RUN_STATE_STOPPED ||
+                                      now.state() == localsgd::v1::RUN_STATE_FAILED);
+  };
   absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::NormalizeRunSpec(run->spec());
   if (!spec.ok()) return leave_and_fail(spec.status().ToString());
   localsgd::LogInfo(absl::StrCat("run ", run->run_id(), " (", spec->name(), ")"));
@@ -302,6 +310,15 @@ int main(int argc, char** argv) {
   if (spec->enabled()) {
     absl::StatusOr<int64_t> resume_at = hierarchical.Start(tensors);
     if (!resume_at.ok()) {
+      // The run stopped before this worker began (it started just then): not a failure.
+      coordinator.Flush().IgnoreError();
+      if (run_halted()) {
+        std::printf("%s: run %s ended (%s) before this worker began training\n",
+                    coordinator.worker_id().c_str(), run_id.c_str(),
+                    localsgd::v1::RunState_Name(coordinator.run().state()).c_str());
+        coordinator.Leave("the run was stopped").IgnoreError();
+        return 0;
+      }
       return leave_and_fail(absl::StrCat("initial model: ", resume_at.status().ToString()));
     }
     // A run in progress (this worker restarted, or joined late): go on from its global step,
@@ -326,14 +343,6 @@ int main(int argc, char** argv) {
   options.global_rank = node_rank * local_world + local_rank;
   options.world_size = num_nodes * local_world;
   options.first_step = first_step;
-  // Training stops on a signal, and when an operator stops the run (or it failed): no worker
-  // trains on alone for a run that has ended.
-  const std::string run_id = run->run_id();
-  auto run_halted = [&] {
-    const localsgd::v1::RunInfo now = coordinator.run();
-    return now.run_id() == run_id && (now.state() == localsgd::v1::RUN_STATE_STOPPED ||
-                                      now.state() == localsgd::v1::RUN_STATE_FAILED);
-  };
   options.stop = [&] { return g_stop.load() || run_halted(); };
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   double last_round = 0;

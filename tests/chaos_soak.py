@@ -78,7 +78,7 @@ class Soak:
         self.incarnation = collections.Counter()  # node -> starts
         self.killed = set()  # pids we killed (their exit status does not count)
         self.all_procs = []
-        self.node_down = set()  # nodes killed at the end of a run and not started again
+        self.ended_workers = {}
         self.names = {}  # pid -> log name
         self.runs = []  # run ids, in order
         self.stopped_runs = set()
@@ -138,7 +138,6 @@ class Soak:
 
     def start_node(self, node):
         self.incarnation[node] += 1
-        self.node_down.discard(node)
         inc = self.incarnation[node]
         run = self.runs[-1]
         dump = f"{self.work}/dump/{run}/node-{node}-i{inc}"
@@ -217,13 +216,12 @@ class Soak:
         return [key for key, proc in self.workers.items() if proc.poll() is None]
 
     def restart_node(self, node):
+        if self.run_state()[1] != "RUN_STATE_RUNNING":
+            return  # the run ended: the node's ranks left finish it (a new one would wait)
         for rank in range(self.args.ranks):
             if (node, rank) in self.workers:
                 self.kill(self.workers[(node, rank)])
-        if self.run_state()[1] == "RUN_STATE_RUNNING":  # else it would wait for the next run
-            self.start_node(node)
-        else:
-            self.node_down.add(node)
+        self.start_node(node)
 
     def fault(self, kind):
         rng = self.rng
@@ -286,6 +284,7 @@ class Soak:
             if proc.returncode != 0 and proc.pid not in self.killed:
                 raise Violation(f"{why}: worker node-{key[0]}/{key[1]} exited "
                                 f"{proc.returncode}: " + self.tail_of(proc))
+        self.ended_workers = dict(self.workers)  # for the checks of the run's end
         self.workers.clear()
 
     def check(self, when):
@@ -434,10 +433,10 @@ class Soak:
         final = open(out, "rb").read()
         # Every rank of the last incarnation of every node ends on the final model.
         for node in range(self.args.nodes):
-            if node in self.node_down:
-                continue  # killed by the last fault, as the run ended
             inc_dir = f"{self.work}/dump/{run}/node-{node}-i{self.incarnation[node]}"
             for rank in range(self.args.ranks):
+                if self.ended_workers[(node, rank)].pid in self.killed:
+                    continue  # killed by the last fault, as the run ended
                 # The latest pass, then the latest step.
                 posts = glob.glob(f"{inc_dir}/pass-*/node-{node}-{rank}-*-post.bin")
                 if not posts:

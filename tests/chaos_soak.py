@@ -218,9 +218,13 @@ class Soak:
     def restart_node(self, node):
         if self.run_state()[1] != "RUN_STATE_RUNNING":
             return  # the run ended: the node's ranks left finish it (a new one would wait)
-        for rank in range(self.args.ranks):
-            if (node, rank) in self.workers:
-                self.kill(self.workers[(node, rank)])
+        # All of the node's ranks at once: a rank whose peer dies first may exit on its own
+        # (its collective failed) before its own SIGKILL, and that is part of this fault.
+        procs = [self.workers[(node, r)] for r in range(self.args.ranks) if (node, r) in self.workers]
+        for proc in procs:
+            self.killed.add(proc.pid)
+        for proc in procs:
+            self.kill(proc)
         self.start_node(node)
 
     def fault(self, kind):

@@ -474,6 +474,9 @@ class Soak:
 
 
 def main():
+    # SIGTERM (bazel's timeout, a Ctrl-C'd wrapper) ends the soak through its cleanup, so that
+    # no worker or coordinator it started outlives it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", required=True,
                         help="bazel-bin, or the runfiles root: where the binaries are")

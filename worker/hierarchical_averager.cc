@@ -110,7 +110,8 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
     return absl::OutOfRangeError("the run ended; the node leader took its final model");
   }
   if (sync_status.ok() && code != absl::StatusCode::kOk) {
-    return absl::Status(code, "the node leader's round failed; this rank keeps its values");
+    return absl::Status(code,
+                        "the node leader's round did not commit with this node (see its log)");
   }
   return sync_status;
 }

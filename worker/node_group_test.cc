@@ -55,6 +55,19 @@ NodeGroup::Factory GlooFactory() {
   };
 }
 
+// Local ranks 0..n-1 of one node, formed one after the other with the fake averager.
+std::vector<std::unique_ptr<NodeGroup>> FormAll(const std::string& dir, int n,
+                                                absl::Duration timeout) {
+  std::vector<std::unique_ptr<NodeGroup>> groups;
+  for (int r = 0; r < n; ++r) {
+    auto group = NodeGroup::Form(dir, r, n, timeout, FakeFactory());
+    EXPECT_TRUE(group.ok()) << group.status();
+    if (!group.ok()) return {};
+    groups.push_back(*std::move(group));
+  }
+  return groups;
+}
+
 TEST(NodeGroupTest, ARankCannotRunTwice) {
   const std::string dir = TestDir("twice");
   auto first = NodeGroup::Form(dir, 0, 1, absl::Seconds(1), FakeFactory());
@@ -77,13 +90,9 @@ TEST(NodeGroupTest, ReformWaitsForLiveRanksAndNamesThoseThatNeverCome) {
 }
 
 TEST(NodeGroupTest, SurvivorsRenumberInTheOrderOfTheirLocalRanks) {
-  const std::string dir = TestDir("renumber");
-  std::vector<std::unique_ptr<NodeGroup>> groups;
-  for (int r = 0; r < 4; ++r) {
-    auto group = NodeGroup::Form(dir, r, 4, absl::Seconds(10), FakeFactory());
-    ASSERT_TRUE(group.ok()) << group.status();
-    groups.push_back(*std::move(group));
-  }
+  std::vector<std::unique_ptr<NodeGroup>> groups =
+      FormAll(TestDir("renumber"), 4, absl::Seconds(10));
+  ASSERT_EQ(groups.size(), 4u);
   groups[1].reset();
   std::vector<std::thread> threads;
   for (int r : {0, 2, 3}) {
@@ -104,12 +113,8 @@ TEST(NodeGroupTest, SurvivorsRenumberInTheOrderOfTheirLocalRanks) {
 // in: it says so (and leaves that group's files alone); the whole node started again forms.
 TEST(NodeGroupTest, ARankStartedAgainAloneIsRefusedAndTheWholeNodeForms) {
   const std::string dir = TestDir("again");
-  std::vector<std::unique_ptr<NodeGroup>> groups;
-  for (int r = 0; r < 3; ++r) {
-    auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(1), FakeFactory());
-    ASSERT_TRUE(group.ok()) << group.status();
-    groups.push_back(*std::move(group));
-  }
+  std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(dir, 3, absl::Seconds(1));
+  ASSERT_EQ(groups.size(), 3u);
   for (int again : {0, 1}) {
     groups[again].reset();
     EXPECT_THAT(NodeGroup::Form(dir, again, 3, absl::Seconds(1), FakeFactory()),
@@ -119,11 +124,7 @@ TEST(NodeGroupTest, ARankStartedAgainAloneIsRefusedAndTheWholeNodeForms) {
                                     : "local rank(s) 2 of this node train on"));
   }
   groups.clear();
-  for (int r = 0; r < 3; ++r) {
-    auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(1), FakeFactory());
-    ASSERT_TRUE(group.ok()) << group.status();
-    groups.push_back(*std::move(group));
-  }
+  EXPECT_EQ(FormAll(dir, 3, absl::Seconds(1)).size(), 3u);
 }
 
 TEST(NodeGroupTest, AloneAfterReformNeedsNoPeers) {

@@ -343,7 +343,17 @@ int main(int argc, char** argv) {
   options.global_rank = node_rank * local_world + local_rank;
   options.world_size = num_nodes * local_world;
   options.first_step = first_step;
-  options.stop = [&] { return g_stop.load() || run_halted(); };
+  // The run's state is looked at every 100 ms, not on every step (it is a copy under a lock).
+  absl::Time next_look = absl::InfinitePast();
+  bool halted = false;
+  options.stop = [&] {
+    if (g_stop.load()) return true;
+    if (const absl::Time now = absl::Now(); now >= next_look) {
+      halted = run_halted();
+      next_look = now + absl::Milliseconds(100);
+    }
+    return halted;
+  };
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   double last_round = 0;
   double test_accuracy = 0;

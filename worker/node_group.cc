@@ -107,7 +107,8 @@ NodeGroup::~NodeGroup() {
 absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& dir, int local_rank,
                                                            int local_world,
                                                            absl::Duration timeout,
-                                                           Factory factory) {
+                                                           Factory factory,
+                                                           std::function<bool()> give_up) {
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   const std::string incarnation = absl::StrCat(dir, "/incarnation");
   // A rank started again while others of its node train on in a group without it cannot join
@@ -154,13 +155,16 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     if (absl::Status s = RemoveGenerationFiles(dir); !s.ok()) return s;
     if (absl::Status s = WriteFileAtomically(incarnation, pid); !s.ok()) return s;
   } else {
-    const absl::Time give_up = absl::Now() + timeout;
+    const absl::Time give_up_at = absl::Now() + timeout;
     auto rank0_named = [&] {
       named = ReadSmallFile(incarnation);
       return !named.empty() && Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == named;
     };
     while (!rank0_named()) {
-      if (absl::Now() > give_up) {
+      if (give_up != nullptr && give_up()) {
+        return absl::CancelledError("stopped waiting for local rank 0 of this node");
+      }
+      if (absl::Now() > give_up_at) {
         return absl::DeadlineExceededError(absl::StrCat(
             "local rank 0 of this node did not start within ", absl::FormatDuration(timeout),
             " (no live rank 0 named in ", incarnation, ")"));

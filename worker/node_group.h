@@ -35,9 +35,11 @@ class NodeGroup {
   // Joins the node's group as `local_rank` of `local_world` in `dir` (created if missing; the
   // same on every rank of the node, unique per run and node). ALREADY_EXISTS when another live
   // process holds `local_rank` there; the factory's error when the group cannot form.
-  static absl::StatusOr<std::unique_ptr<NodeGroup>> Form(const std::string& dir, int local_rank,
-                                                         int local_world, absl::Duration timeout,
-                                                         Factory factory);
+  // A rank other than 0 waits up to `timeout` for local rank 0; CANCELLED as soon as
+  // `give_up()` (when given) says to stop waiting, e.g. once the run has ended.
+  static absl::StatusOr<std::unique_ptr<NodeGroup>> Form(
+      const std::string& dir, int local_rank, int local_world, absl::Duration timeout,
+      Factory factory, std::function<bool()> give_up = nullptr);
   ~NodeGroup();
   NodeGroup(const NodeGroup&) = delete;
   NodeGroup& operator=(const NodeGroup&) = delete;

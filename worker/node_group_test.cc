@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -76,6 +77,21 @@ TEST(NodeGroupTest, ARankCannotRunTwice) {
               StatusIs(absl::StatusCode::kAlreadyExists, "local rank 0 already runs"));
   first->reset();  // the lock goes with the process's hold on it
   EXPECT_TRUE(NodeGroup::Form(dir, 0, 1, absl::Seconds(1), FakeFactory()).ok());
+}
+
+TEST(NodeGroupTest, ARankWaitingForRankZeroStopsWhenToldTo) {
+  const std::string dir = TestDir("give-up");
+  std::atomic<bool> run_ended{false};
+  std::thread end_run([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    run_ended = true;
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(NodeGroup::Form(dir, 1, 2, absl::Seconds(30), FakeFactory(),
+                              [&] { return run_ended.load(); }),
+              StatusIs(absl::StatusCode::kCancelled, "stopped waiting for local rank 0"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the 30 s timeout
+  end_run.join();
 }
 
 TEST(NodeGroupTest, ReformWaitsForLiveRanksAndNamesThoseThatNeverCome) {

@@ -213,6 +213,19 @@ int main(int argc, char** argv) {
     return now.run_id() == run_id && (now.state() == localsgd::v1::RUN_STATE_STOPPED ||
                                       now.state() == localsgd::v1::RUN_STATE_FAILED);
   };
+  // Before training starts, any end of the run (completed too: the other nodes finished it
+  // while this worker was starting) means there is nothing left to do.
+  auto run_ended = [&] {
+    const localsgd::v1::RunInfo now = coordinator.run();
+    return now.run_id() == run_id && (run_halted() || now.state() == localsgd::v1::RUN_STATE_COMPLETED);
+  };
+  auto ended_before_training = [&] {
+    std::printf("%s: run %s ended (%s) before this worker began training\n",
+                coordinator.worker_id().c_str(), run_id.c_str(),
+                localsgd::v1::RunState_Name(coordinator.run().state()).c_str());
+    coordinator.Leave("the run ended before this worker began").IgnoreError();
+    return 0;
+  };
   absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::NormalizeRunSpec(run->spec());
   if (!spec.ok()) return leave_and_fail(spec.status().ToString());
   localsgd::LogInfo(absl::StrCat("run ", run->run_id(), " (", spec->name(), ")"));
@@ -235,8 +248,12 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<std::unique_ptr<localsgd::NodeGroup>> group = localsgd::NodeGroup::Form(
       absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-", run->run_id(), "-", node),
-      local_rank, local_world, timeout, factory);
-  if (!group.ok()) return leave_and_fail(group.status().ToString());
+      local_rank, local_world, timeout, factory, run_ended);
+  if (!group.ok()) {
+    coordinator.Flush().IgnoreError();
+    if (run_ended()) return ended_before_training();
+    return leave_and_fail(group.status().ToString());
+  }
   std::vector<at::Tensor> tensors = localsgd::ModelTensors(**model, spec->average_buffers());
   localsgd::AveragingClient averaging(coordinator.channel(), *token);
   // Taking the node's lead (at the start, or in place of a leader that died): the data plane,
@@ -312,13 +329,7 @@ int main(int argc, char** argv) {
     if (!resume_at.ok()) {
       // The run stopped before this worker began (it started just then): not a failure.
       coordinator.Flush().IgnoreError();
-      if (run_halted()) {
-        std::printf("%s: run %s ended (%s) before this worker began training\n",
-                    coordinator.worker_id().c_str(), run_id.c_str(),
-                    localsgd::v1::RunState_Name(coordinator.run().state()).c_str());
-        coordinator.Leave("the run was stopped").IgnoreError();
-        return 0;
-      }
+      if (run_ended()) return ended_before_training();
       return leave_and_fail(absl::StrCat("initial model: ", resume_at.status().ToString()));
     }
     // A run in progress (this worker restarted, or joined late): go on from its global step,

@@ -240,12 +240,26 @@ void HttpServer::Answer(Connection& c, absl::string_view head) {
                    false, "Allow: GET, HEAD\r\n");
     return;
   }
-  auto route = options_.routes.find(std::string(path));
-  if (route == options_.routes.end()) {
-    c.out = Render(404, "text/plain", "not found\n", head_only);
-    return;
+  Response response;
+  if (auto route = options_.routes.find(std::string(path)); route != options_.routes.end()) {
+    response = route->second();
+  } else {
+    // The longest prefix of `path` among the prefix routes: the last one sorting <= path
+    // that is a prefix (prefixes of one path sort in order of length).
+    const PrefixHandler* handler = nullptr;
+    absl::string_view rest;
+    for (const auto& [prefix, prefix_handler] : options_.prefix_routes) {
+      if (absl::StartsWith(path, prefix)) {
+        handler = &prefix_handler;
+        rest = path.substr(prefix.size());
+      }
+    }
+    if (handler == nullptr) {
+      c.out = Render(404, "text/plain", "not found\n", head_only);
+      return;
+    }
+    response = (*handler)(rest);
   }
-  Response response = route->second();
   c.out = Render(response.status, response.content_type, response.body, head_only);
 }
 

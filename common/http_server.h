@@ -32,12 +32,17 @@ class HttpServer {
     std::string body;
   };
   using Handler = std::function<Response()>;
+  // Gets the rest of the path after its prefix ("ID/series" for "/runs/ID/series").
+  using PrefixHandler = std::function<Response(absl::string_view rest)>;
 
   struct Options {
     // HOST:PORT to listen on; port 0 picks a free port.
     std::string address = "127.0.0.1:0";
     // Path ("/status") -> handler.
     std::map<std::string, Handler> routes;
+    // Path prefix ("/runs/") -> handler, for paths no route names exactly; the longest
+    // matching prefix wins.
+    std::map<std::string, PrefixHandler> prefix_routes;
     absl::Duration request_timeout = absl::Seconds(10);
     int max_connections = 512;
     int max_connections_per_client = 128;

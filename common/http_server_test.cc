@@ -24,6 +24,12 @@ std::unique_ptr<HttpServer> StartServer() {
     return HttpServer::Response{200, "text/plain", "hi\n"};
   };
   options.routes["/teapot"] = [] { return HttpServer::Response{418, "text/plain", "no"}; };
+  options.prefix_routes["/runs/"] = [](absl::string_view rest) {
+    return HttpServer::Response{200, "text/plain", "runs:" + std::string(rest)};
+  };
+  options.prefix_routes["/runs/special/"] = [](absl::string_view rest) {
+    return HttpServer::Response{200, "text/plain", "special:" + std::string(rest)};
+  };
   auto server = HttpServer::Start(std::move(options));
   EXPECT_TRUE(server.ok()) << server.status();
   return std::move(*server);
@@ -42,6 +48,20 @@ TEST(HttpServerTest, ServesGetOnARealSocket) {
   auto teapot = client.Get("/teapot");
   ASSERT_TRUE(teapot);
   EXPECT_EQ(teapot->status, 418);
+}
+
+TEST(HttpServerTest, PrefixRoutesGetTheRestOfThePathAndTheLongestPrefixWins) {
+  auto server = StartServer();
+  httplib::Client client("127.0.0.1", server->port());
+  auto series = client.Get("/runs/run-1/series?x=1");
+  ASSERT_TRUE(series);
+  EXPECT_EQ(series->body, "runs:run-1/series");
+  auto special = client.Get("/runs/special/a");
+  ASSERT_TRUE(special);
+  EXPECT_EQ(special->body, "special:a");
+  auto none = client.Get("/runsx");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
 }
 
 TEST(HttpServerTest, UnknownPathIs404AndWritesAre405) {

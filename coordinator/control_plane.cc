@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/proto_time.h"
+#include "common/status_util.h"
 
 namespace localsgd {
 namespace {
@@ -46,6 +50,13 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
     MutexLock lock(&plane->mu_);
     const v1::RunInfo& run = saved->run();
     plane->runs_.Restore(run);
+    for (auto it = saved->history().rbegin(); it != saved->history().rend(); ++it) {
+      plane->history_.Upsert(*it);
+    }
+    if (!run.run_id().empty()) {
+      plane->history_.Upsert(run);
+      if (plane->runs_.active()) plane->history_.StartSeries(run.run_id());
+    }
     for (const v1::MemberStatus& member : saved->members()) {
       if (absl::Status s = plane->membership_.Restore(member); !s.ok()) {
         return absl::DataLossError(absl::StrCat(plane->store_->path(), ": saved member ",
@@ -70,7 +81,8 @@ ControlPlane::ControlPlane(Options options, std::optional<RunStore> store)
       store_(std::move(store)),
       membership_(Membership::Options{options_.lease_timeout, options_.max_members},
                   options_.clock),
-      runs_(options_.clock) {
+      runs_(options_.clock),
+      duration_counts_(RoundDurationBounds().size(), 0) {
   if (store_.has_value()) writer_ = std::thread([this] { WriterLoop(); });
 }
 
@@ -104,6 +116,9 @@ std::pair<int64_t, v1::SavedState> ControlPlane::Snapshot() {
   v1::SavedState state;
   *state.mutable_run() = runs_.info();
   for (const Member& member : membership_.Members()) *state.add_members() = MemberIdentity(member);
+  for (const v1::RunInfo& run : history_.runs()) {
+    if (run.run_id() != runs_.info().run_id()) *state.add_history() = run;
+  }
   return {++snapshots_, std::move(state)};
 }
 
@@ -131,12 +146,14 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   absl::StatusOr<Member> member = membership_.Join(request);
   if (!member.ok()) return member.status();
   ++joins_total_;
-  LogInfo(absl::StrCat("worker ", member->worker_id, " joined (generation ", member->generation,
-                       ", host ", member->hostname, ", pid ", member->pid,
-                       member->node_leader ? ", node leader" : "", ")"));
+  Note(v1::EVENT_SEVERITY_INFO, "worker_joined", member->worker_id,
+       absl::StrCat("worker ", member->worker_id, " joined (generation ", member->generation,
+                    ", host ", member->hostname, ", pid ", member->pid,
+                    member->node_leader ? ", node leader" : "", ")"));
   if (replaces_live) {
-    LogWarning(absl::StrCat("worker ", request.replaces(), " removed: ",
-                            member->worker_id, " leads its node now (the node's ranks saw it die)"));
+    Note(v1::EVENT_SEVERITY_WARNING, "leader_replaced", request.replaces(),
+         absl::StrCat("worker ", request.replaces(), " removed: ", member->worker_id,
+                      " leads its node now (the node's ranks saw it die)"));
   }
   const v1::RunState before = runs_.info().state();
   UpdateRun();
@@ -158,12 +175,34 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
   MutexLock lock(&mu_);
   if (absl::Status status = membership_.Heartbeat(request); !status.ok()) return status;
   ++heartbeats_total_;
+  const v1::RunState before = runs_.info().state();
   bool run_changed = false;
+  bool results_changed = false;
+  if (!runs_.info().run_id().empty()) {
+    // A run's workers are those that report while it is active; after its end they may still
+    // report their final evaluation.
+    auto result = results_.find(request.worker_id());
+    if (result == results_.end() && runs_.active()) {
+      result = results_.try_emplace(request.worker_id()).first;
+      result->second.set_worker_id(request.worker_id());
+    }
+    if (result != results_.end()) {
+      result->second.set_step(request.step());
+      result->second.set_loss(request.loss());
+      result->second.set_test_accuracy(request.test_accuracy());
+      results_changed = !runs_.active();
+    }
+    if (runs_.active() && request.total_steps() > 0 &&
+        runs_.ReportTotalSteps(request.total_steps())) {
+      run_changed = true;
+    }
+  }
   if (!request.model_path().empty() && request.model_path() != runs_.info().model_path() &&
       !runs_.info().run_id().empty()) {
     runs_.SetModelPath(request.model_path());
-    LogInfo(absl::StrCat("run ", runs_.info().run_id(), ": trained model saved to ",
-                         request.model_path(), " by ", request.worker_id()));
+    Note(v1::EVENT_SEVERITY_INFO, "model_saved", request.worker_id(),
+         absl::StrCat("run ", runs_.info().run_id(), ": trained model saved to ",
+                      request.model_path(), " by ", request.worker_id()));
     run_changed = true;
   }
   if (!std::isfinite(request.loss()) && runs_.info().state() == v1::RUN_STATE_RUNNING) {
@@ -173,8 +212,6 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
       runs_.Fail("every worker reports a non-finite training loss (NaN or infinity): training "
                  "diverged (lower optimizer.lr, or check the data)")
           .IgnoreError();
-      LogError(absl::StrCat("run ", runs_.info().run_id(), ": RUNNING -> FAILED (",
-                            runs_.info().reason(), ")"));
       run_changed = true;
     }
   }
@@ -184,12 +221,12 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
                                           [](const Member& m) { return m.finished; });
     if (all_finished && static_cast<int>(members.size()) >= runs_.info().spec().min_workers()) {
       runs_.Complete("every worker finished training").IgnoreError();
-      LogInfo(absl::StrCat("run ", runs_.info().run_id(), ": RUNNING -> COMPLETED (",
-                           runs_.info().reason(), ")"));
       run_changed = true;
     }
   }
-  Changed(run_changed ? Persist::kRun : Persist::kNothing);
+  AfterRunChange(before);
+  if (results_changed) FillResults();
+  Changed(run_changed ? Persist::kRun : results_changed ? Persist::kMembers : Persist::kNothing);
   v1::HeartbeatResponse response;
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   *response.mutable_run() = runs_.info();
@@ -202,10 +239,22 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   }
   MutexLock lock(&mu_);
   if (absl::Status status = membership_.Leave(request.worker_id()); !status.ok()) return status;
-  LogInfo(absl::StrCat("worker ", request.worker_id(), " left",
-                       request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
+  const bool failed = absl::StartsWith(request.reason(), "failed");
+  Note(failed ? v1::EVENT_SEVERITY_ERROR : v1::EVENT_SEVERITY_INFO,
+       failed ? "worker_failed" : "worker_left", request.worker_id(),
+       absl::StrCat("worker ", request.worker_id(), " left",
+                    request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
+  if (runs_.active() || results_.count(request.worker_id()) > 0) {
+    v1::MemberResult& result = results_[request.worker_id()];
+    result.set_worker_id(request.worker_id());
+    result.set_left_reason(request.reason());
+  }
   const v1::RunState before = runs_.info().state();
   UpdateRun();
+  const v1::RunState updated = runs_.info().state();
+  FailIfEveryWorkerFailed();
+  AfterRunChange(updated);
+  if (!runs_.active()) FillResults();
   Changed(RunOrMembers(before));
   return absl::OkStatus();
 }
@@ -214,11 +263,21 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
   if (!request.has_spec()) return absl::InvalidArgumentError("spec: required");
   MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
-  absl::StatusOr<v1::RunInfo> run = runs_.Start(request.spec(), membership_.size());
+  if (!runs_.info().run_id().empty()) history_.Upsert(runs_.info());  // as it ended
+  auto id_taken = [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return history_.Find(id) != nullptr;
+  };
+  absl::StatusOr<v1::RunInfo> run = runs_.Start(request.spec(), membership_.size(), id_taken);
   if (!run.ok()) return run.status();
-  LogInfo(absl::StrCat("run ", run->run_id(), " started: ", RunStateName(run->state()),
-                       " (min_workers ", run->spec().min_workers(), ", ", membership_.size(),
-                       " joined)"));
+  // Rounds, results and series belong to one run.
+  results_.clear();
+  recent_rounds_.clear();
+  history_.Upsert(*run);
+  history_.StartSeries(run->run_id());
+  Note(v1::EVENT_SEVERITY_INFO, "run_state", "",
+       absl::StrCat("run ", run->run_id(), " started: ", RunStateName(run->state()),
+                    " (min_workers ", run->spec().min_workers(), ", ", membership_.size(),
+                    " joined)"));
   Changed(Persist::kRun);
   return run;
 }
@@ -231,9 +290,10 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& requ
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
   MutexLock lock(&mu_);
+  const v1::RunState before = runs_.info().state();
   absl::StatusOr<v1::RunInfo> run = runs_.Stop(request.run_id(), request.reason());
   if (!run.ok()) return run.status();
-  LogInfo(absl::StrCat("run ", run->run_id(), " stopped: ", run->reason()));
+  AfterRunChange(before);
   Changed(Persist::kRun);
   return run;
 }
@@ -264,7 +324,88 @@ v1::CoordinatorStatus ControlPlane::Status() const {
   status.set_rounds_committed_total(rounds_committed_total_);
   status.set_rounds_aborted_total(rounds_aborted_total_);
   for (const v1::RoundRecord& record : recent_rounds_) *status.add_recent_rounds() = record;
+  for (const v1::Event& event : events_.events()) *status.add_events() = event;
+  for (const auto& [reason, count] : dropped_by_class_) {
+    (*status.mutable_members_dropped_total())[reason] = count;
+  }
+  int64_t cumulative = 0;
+  for (size_t b = 0; b < duration_counts_.size(); ++b) {
+    cumulative += duration_counts_[b];
+    status.add_round_duration_bucket_bounds(RoundDurationBounds()[b]);
+    status.add_round_duration_bucket_counts(cumulative);
+  }
+  status.set_round_duration_seconds_sum(duration_sum_);
+  if (last_commit_ != absl::InfinitePast()) {
+    *status.mutable_last_commit_time() = ToProtoTime(last_commit_);
+  }
+  // Progress: the global step (the slowest worker's step in runs without averaging).
+  const v1::RunInfo& run = runs_.info();
+  int64_t step = run.global_step();
+  if (!run.spec().enabled() && status.members_size() > 0) {
+    step = status.members(0).step();
+    for (const v1::MemberStatus& member : status.members()) step = std::min(step, member.step());
+  }
+  v1::RunProgress* progress = status.mutable_progress();
+  progress->set_global_step(step);
+  progress->set_total_steps(run.total_steps());
+  if (run.state() == v1::RUN_STATE_COMPLETED) {
+    progress->set_percent(100);
+  } else if (run.total_steps() > 0) {
+    progress->set_percent(std::min(100.0, 100.0 * static_cast<double>(step) /
+                                              static_cast<double>(run.total_steps())));
+  }
+  double elapsed = 0;
+  if (run.has_start_time()) {
+    const absl::Time end = run.has_end_time() ? FromProtoTime(run.end_time()) : now;
+    elapsed = std::max(0.0, absl::ToDoubleSeconds(end - FromProtoTime(run.start_time())));
+  }
+  progress->set_elapsed_seconds(elapsed);
+  progress->set_eta_seconds(-1);
+  if (runs_.active() && step > 0 && run.total_steps() > step && elapsed > 0) {
+    progress->set_eta_seconds(elapsed / static_cast<double>(step) *
+                              static_cast<double>(run.total_steps() - step));
+  }
   return status;
+}
+
+std::vector<v1::RunInfo> ControlPlane::ListRuns() const {
+  MutexLock lock(&mu_);
+  std::vector<v1::RunInfo> runs;
+  for (const v1::RunInfo& run : history_.runs()) {
+    runs.push_back(run.run_id() == runs_.info().run_id() ? runs_.info() : run);
+  }
+  return runs;
+}
+
+absl::StatusOr<v1::RunSeries> ControlPlane::Series(const std::string& run_id) const {
+  MutexLock lock(&mu_);
+  const RunSeries* series = history_.Series(run_id);
+  if (series == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "run ", Quoted(run_id), ": no series kept (unknown run, one of the older runs, or a "
+        "run from before the coordinator restarted)"));
+  }
+  v1::RunSeries out;
+  out.set_run_id(run_id);
+  for (v1::SeriesPoint& point : series->Points()) *out.add_points() = std::move(point);
+  return out;
+}
+
+const std::vector<double>& ControlPlane::RoundDurationBounds() {
+  static const std::vector<double>* const kBounds = new std::vector<double>{
+      0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+      std::numeric_limits<double>::infinity()};
+  return *kBounds;
+}
+
+std::string ControlPlane::DropReasonClass(const std::string& reason) {
+  if (absl::StrContains(reason, "deadline")) return "deadline";
+  if (absl::StartsWith(reason, "refused")) return "refused";
+  if (absl::StrContains(reason, "lease expired") || absl::StrContains(reason, "left") ||
+      absl::StrContains(reason, "stream")) {
+    return "left";
+  }
+  return "error";
 }
 
 v1::RunInfo ControlPlane::Run() const {
@@ -276,8 +417,9 @@ void ControlPlane::Tick() {
   MutexLock lock(&mu_);
   std::vector<std::string> expired = membership_.ExpireLeases();
   for (const std::string& id : expired) {
-    LogWarning(absl::StrCat("worker ", id, " lease expired after ",
-                            absl::FormatDuration(options_.lease_timeout), " without heartbeat"));
+    Note(v1::EVENT_SEVERITY_WARNING, "lease_expired", id,
+         absl::StrCat("worker ", id, " lease expired after ",
+                      absl::FormatDuration(options_.lease_timeout), " without heartbeat"));
   }
   leases_expired_total_ += static_cast<int64_t>(expired.size());
   v1::RunState before = runs_.info().state();
@@ -329,10 +471,8 @@ absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
   }
   v1::RunState before = runs_.info().state();
   if (absl::Status status = runs_.CommitRound(round, global_step); !status.ok()) return status;
-  if (runs_.info().state() != before) {
-    LogInfo(absl::StrCat("run ", run_id, ": ", RunStateName(before), " -> ",
-                         RunStateName(runs_.info().state()), " (", runs_.info().reason(), ")"));
-  }
+  last_commit_ = options_.clock();
+  AfterRunChange(before);
   Changed(Persist::kRun);
   return absl::OkStatus();
 }
@@ -340,30 +480,146 @@ absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
 void ControlPlane::RecordRound(v1::RoundRecord record) {
   constexpr size_t kMaxRecords = 100;
   MutexLock lock(&mu_);
+  if (record.run_id().empty()) record.set_run_id(runs_.info().run_id());
   bytes_received_total_ += record.bytes_received();
   bytes_sent_total_ += record.bytes_sent();
   if (record.outcome() == v1::ROUND_OUTCOME_COMMITTED) {
     ++rounds_committed_total_;
   } else {
     ++rounds_aborted_total_;
+    Note(v1::EVENT_SEVERITY_WARNING, "round_aborted", "",
+         absl::StrCat("round ", record.round(), " aborted: ", record.reason()));
   }
+  const std::vector<double>& bounds = RoundDurationBounds();
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(bounds.begin(), bounds.end(), record.duration_seconds()) - bounds.begin());
+  ++duration_counts_[std::min(bucket, bounds.size() - 1)];
+  duration_sum_ += record.duration_seconds();
+  for (const v1::DroppedMember& dropped : record.dropped()) {
+    ++dropped_by_class_[DropReasonClass(dropped.reason())];
+    Note(v1::EVENT_SEVERITY_WARNING, "member_dropped", dropped.member_id(),
+         absl::StrCat("round ", record.round(), ": dropped ", dropped.member_id(), ": ",
+                      dropped.reason()));
+  }
+  for (const v1::DroppedMember& excluded : record.excluded()) {
+    Note(v1::EVENT_SEVERITY_WARNING, "member_excluded", excluded.member_id(),
+         absl::StrCat("round ", record.round(), ": the delta of ", excluded.member_id(),
+                      " left out: ", excluded.reason()));
+  }
+  // The round as a point of its run's series, with the members' latest reports.
+  v1::SeriesPoint point;
+  point.set_round(record.round());
+  point.set_outcome(record.outcome());
+  point.set_global_step(record.outcome() == v1::ROUND_OUTCOME_COMMITTED
+                            ? record.global_step()
+                            : runs_.info().global_step());
+  *point.mutable_time() = ToProtoTime(options_.clock());
+  point.set_duration_seconds(record.duration_seconds());
+  point.set_slowest_wait_seconds(record.slowest_wait_seconds());
+  point.set_bytes_received(record.bytes_received());
+  point.set_bytes_sent(record.bytes_sent());
+  point.set_compression_ratio(record.compression_ratio());
+  point.set_members(record.members_size());
+  int losses = 0;
+  int evaluated = 0;
+  double loss_sum = 0;
+  double accuracy_sum = 0;
+  for (const Member& member : membership_.Members()) {
+    point.set_samples_per_second(point.samples_per_second() + member.samples_per_second);
+    if (member.test_accuracy > 0) {
+      accuracy_sum += member.test_accuracy;
+      ++evaluated;
+    }
+    if (member.step == 0 || !std::isfinite(member.loss)) continue;
+    point.set_loss_min(losses == 0 ? member.loss : std::min(point.loss_min(), member.loss));
+    point.set_loss_max(losses == 0 ? member.loss : std::max(point.loss_max(), member.loss));
+    loss_sum += member.loss;
+    ++losses;
+  }
+  if (losses > 0) point.set_loss_mean(loss_sum / losses);
+  if (evaluated > 0) point.set_test_accuracy(accuracy_sum / evaluated);
+  history_.AddPoint(record.run_id(), std::move(point));
   recent_rounds_.push_back(std::move(record));
   while (recent_rounds_.size() > kMaxRecords) recent_rounds_.pop_front();
   Changed(Persist::kNothing);
 }
 
 void ControlPlane::UpdateRun() {
-  v1::RunState before = runs_.info().state();
-  if (!runs_.Update(membership_.size())) return;
-  const v1::RunInfo& run = runs_.info();
-  std::string line = absl::StrCat("run ", run.run_id(), ": ", RunStateName(before), " -> ",
-                                  RunStateName(run.state()),
-                                  run.reason().empty() ? "" : absl::StrCat(" (", run.reason(), ")"));
-  if (run.state() == v1::RUN_STATE_FAILED) {
-    LogError(line);
-  } else {
-    LogInfo(line);
+  const v1::RunState before = runs_.info().state();
+  runs_.Update(membership_.size());
+  AfterRunChange(before);
+}
+
+void ControlPlane::Note(v1::EventSeverity severity, const std::string& kind,
+                        const std::string& worker_id, const std::string& text) {
+  const v1::Event& event =
+      events_.Add(options_.clock(), severity, kind, worker_id, runs_.info().run_id(), text);
+  switch (severity) {
+    case v1::EVENT_SEVERITY_ERROR:
+      LogError(event.text());
+      break;
+    case v1::EVENT_SEVERITY_WARNING:
+      LogWarning(event.text());
+      break;
+    default:
+      LogInfo(event.text());
   }
+}
+
+void ControlPlane::AfterRunChange(v1::RunState before) {
+  const v1::RunInfo& run = runs_.info();
+  if (run.state() == before) return;
+  Note(run.state() == v1::RUN_STATE_FAILED ? v1::EVENT_SEVERITY_ERROR : v1::EVENT_SEVERITY_INFO,
+       "run_state", "",
+       absl::StrCat("run ", run.run_id(), ": ", RunStateName(before), " -> ",
+                    RunStateName(run.state()),
+                    run.reason().empty() ? "" : absl::StrCat(" (", run.reason(), ")")));
+  if (!runs_.active()) FillResults();
+}
+
+void ControlPlane::FillResults() {
+  std::vector<v1::MemberResult> members;
+  int losses = 0;
+  int evaluated = 0;
+  bool diverged = false;
+  double loss_sum = 0;
+  double accuracy_sum = 0;
+  for (const auto& [id, result] : results_) {
+    members.push_back(result);
+    if (result.step() > 0 && std::isfinite(result.loss())) {
+      loss_sum += result.loss();
+      ++losses;
+    } else if (!std::isfinite(result.loss())) {
+      diverged = true;
+    }
+    if (result.test_accuracy() > 0) {
+      accuracy_sum += result.test_accuracy();
+      ++evaluated;
+    }
+  }
+  const double final_loss = losses > 0 ? loss_sum / losses
+                            : diverged ? std::numeric_limits<double>::quiet_NaN()
+                                       : 0.0;
+  runs_.SetResults(final_loss, evaluated > 0 ? accuracy_sum / evaluated : 0.0,
+                   std::move(members));
+}
+
+void ControlPlane::FailIfEveryWorkerFailed() {
+  if (!runs_.active() || membership_.size() > 0 || results_.empty() ||
+      runs_.info().global_step() > 0) {
+    return;
+  }
+  std::vector<std::string> errors;
+  for (const auto& [id, result] : results_) {
+    if (result.step() > 0 || !absl::StartsWith(result.left_reason(), "failed")) return;
+    errors.push_back(absl::StrCat(id, ": ", result.left_reason()));
+  }
+  constexpr size_t kShown = 3;
+  const size_t more = errors.size() > kShown ? errors.size() - kShown : 0;
+  errors.resize(std::min(errors.size(), kShown));
+  runs_.Fail(absl::StrCat("every worker failed before training: ", absl::StrJoin(errors, "; "),
+                          more > 0 ? absl::StrCat(" (and ", more, " more)") : ""))
+      .IgnoreError();
 }
 
 void ControlPlane::Changed(Persist what) {

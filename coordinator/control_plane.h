@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +17,9 @@
 #include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "coordinator/event_log.h"
 #include "coordinator/membership.h"
+#include "coordinator/run_history.h"
 #include "coordinator/run_manager.h"
 #include "coordinator/run_store.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
@@ -52,6 +55,17 @@ class ControlPlane {
   // A consistent snapshot of everything status shows.
   v1::CoordinatorStatus Status() const;
   v1::RunInfo Run() const;
+  // The runs known, newest first (the current one with its state now).
+  std::vector<v1::RunInfo> ListRuns() const;
+  // The series of a run's rounds, oldest first; NOT_FOUND for a run whose series is not
+  // kept (unknown, too old, or from before a restart: series are not saved).
+  absl::StatusOr<v1::RunSeries> Series(const std::string& run_id) const;
+
+  // Upper bounds (seconds) of the round duration histogram's buckets, +Inf last.
+  static const std::vector<double>& RoundDurationBounds();
+  // The class of a reason a member was dropped from a round: "deadline", "left", "stale" or
+  // "error" (the label of localsgd_round_members_dropped_total).
+  static std::string DropReasonClass(const std::string& reason);
 
   // Expires leases and applies the run's time- and membership-driven transitions. The server
   // calls it periodically.
@@ -100,6 +114,17 @@ class ControlPlane {
   // Saves the members' changes off the lock, coalescing those that come while it writes.
   void WriterLoop();
   void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs a line and keeps it as an event of the current run.
+  void Note(v1::EventSeverity severity, const std::string& kind, const std::string& worker_id,
+            const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After anything that may have moved the run's state from `before`: the event, and once
+  // the run ended its results.
+  void AfterRunChange(v1::RunState before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies the workers' last reports into the run record.
+  void FillResults() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails a run whose every worker failed before training (their errors say why), instead
+  // of waiting for quorum_timeout.
+  void FailIfEveryWorkerFailed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const absl::Time start_time_;
@@ -126,6 +151,15 @@ class ControlPlane {
   int64_t rounds_committed_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rounds_aborted_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::RoundRecord> recent_rounds_ ABSL_GUARDED_BY(mu_);
+  RunHistory history_ ABSL_GUARDED_BY(mu_){RunHistory::Options{}};
+  EventLog events_ ABSL_GUARDED_BY(mu_){200};
+  // The current run's workers' last reports (and why they left), by worker id.
+  std::map<std::string, v1::MemberResult> results_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> dropped_by_class_ ABSL_GUARDED_BY(mu_);
+  // Per bucket of RoundDurationBounds(), not cumulative.
+  std::vector<int64_t> duration_counts_ ABSL_GUARDED_BY(mu_);
+  double duration_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_commit_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace localsgd

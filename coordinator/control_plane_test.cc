@@ -246,5 +246,204 @@ TEST_F(ControlPlaneTest, MembersAreSavedOffTheLockAndRestored) {
   EXPECT_EQ(restarted->Run().state(), v1::RUN_STATE_WAITING_FOR_WORKERS);
 }
 
+
+// Issue 13: the run's progress, its results kept after its end, events, series and history.
+v1::HeartbeatRequest Beat(const std::string& id, int64_t step, double loss, double accuracy = 0,
+                          int64_t total = 0) {
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(id);
+  beat.set_step(step);
+  beat.set_loss(loss);
+  beat.set_test_accuracy(accuracy);
+  beat.set_total_steps(total);
+  beat.set_samples_per_second(100);
+  return beat;
+}
+
+std::vector<std::string> Kinds(const v1::CoordinatorStatus& status) {
+  std::vector<std::string> kinds;
+  for (const v1::Event& event : status.events()) kinds.push_back(event.kind());
+  return kinds;
+}
+
+TEST_F(ControlPlaneTest, ProgressOfAnEpochRunComesFromTheWorkersTotals) {
+  auto plane = Make();
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  v1::StartRunRequest request = StartRequest(1);
+  request.mutable_spec()->set_epochs(2);
+  ASSERT_THAT(plane->StartRun(request), IsOk());
+  EXPECT_EQ(plane->Status().progress().total_steps(), 0);  // not known yet
+  EXPECT_EQ(plane->Status().progress().eta_seconds(), -1);
+  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 0, 0, 0, 400)), IsOk());
+  ASSERT_THAT(plane->CommitRound(plane->Run().run_id(), 1, 100), IsOk());
+  clock_.Advance(absl::Seconds(50));
+  v1::CoordinatorStatus status = plane->Status();
+  EXPECT_EQ(status.run().total_steps(), 400);
+  EXPECT_EQ(status.progress().global_step(), 100);
+  EXPECT_DOUBLE_EQ(status.progress().percent(), 25);
+  EXPECT_DOUBLE_EQ(status.progress().elapsed_seconds(), 50);
+  EXPECT_DOUBLE_EQ(status.progress().eta_seconds(), 150);  // 300 steps at 2 steps/s
+  // A run of total_steps keeps the spec's total whatever workers report.
+  auto plain = Make();
+  ASSERT_THAT(plain->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plain->StartRun(StartRequest(1)), IsOk());
+  ASSERT_THAT(plain->Heartbeat(Beat("a/0", 0, 0, 0, 5)), IsOk());
+  EXPECT_EQ(plain->Status().progress().total_steps(), 1000);
+}
+
+TEST_F(ControlPlaneTest, TheRunKeepsItsResultsAfterItsEndAndInTheHistoryAcrossARestart) {
+  std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/results";
+  std::string first;
+  {
+    auto plane = Make(dir);
+    ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+    ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+    v1::StartRunRequest request = StartRequest(2);
+    request.mutable_spec()->set_total_steps(100);
+    auto run = plane->StartRun(request);
+    ASSERT_THAT(run, IsOk());
+    first = run->run_id();
+    ASSERT_THAT(plane->Heartbeat(Beat("a/0", 100, 0.4)), IsOk());
+    ASSERT_THAT(plane->Heartbeat(Beat("b/0", 100, 0.6)), IsOk());
+    ASSERT_THAT(plane->CommitRound(first, 1, 100), IsOk());
+    EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+    // The final evaluation comes after the end; then the workers leave.
+    ASSERT_THAT(plane->Heartbeat(Beat("a/0", 100, 0.4, 0.80)), IsOk());
+    ASSERT_THAT(plane->Heartbeat(Beat("b/0", 100, 0.6, 0.90)), IsOk());
+    for (const char* id : {"a/0", "b/0"}) {
+      v1::LeaveRequest leave;
+      leave.set_worker_id(id);
+      leave.set_reason("finished");
+      ASSERT_THAT(plane->Leave(leave), IsOk());
+    }
+    v1::RunInfo done = plane->Run();
+    EXPECT_DOUBLE_EQ(done.final_loss(), 0.5);
+    EXPECT_DOUBLE_EQ(done.final_test_accuracy(), 0.85);
+    ASSERT_EQ(done.member_results_size(), 2);
+    EXPECT_EQ(done.member_results(1).worker_id(), "b/0");
+    EXPECT_DOUBLE_EQ(done.member_results(1).test_accuracy(), 0.90);
+    EXPECT_EQ(done.member_results(1).left_reason(), "finished");
+    EXPECT_EQ(plane->Status().members_size(), 0);
+    // A new run: the first one is history, with its results; rounds belong to their run.
+    v1::RoundRecord record;
+    record.set_round(1);
+    record.set_outcome(v1::ROUND_OUTCOME_COMMITTED);
+    plane->RecordRound(record);
+    EXPECT_EQ(plane->Status().recent_rounds(0).run_id(), first);
+    ASSERT_THAT(plane->StartRun(StartRequest(5)), IsOk());
+    EXPECT_EQ(plane->Status().recent_rounds_size(), 0);
+    ASSERT_EQ(plane->ListRuns().size(), 2u);
+    EXPECT_EQ(plane->ListRuns()[1].run_id(), first);
+  }
+  auto restarted = Make(dir);
+  std::vector<v1::RunInfo> runs = restarted->ListRuns();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].state(), v1::RUN_STATE_WAITING_FOR_WORKERS);
+  EXPECT_EQ(runs[1].run_id(), first);
+  EXPECT_EQ(runs[1].state(), v1::RUN_STATE_COMPLETED);
+  EXPECT_DOUBLE_EQ(runs[1].final_test_accuracy(), 0.85);
+  // Series live in memory: a restarted coordinator says so.
+  EXPECT_THAT(restarted->Series(first), StatusIs(absl::StatusCode::kNotFound, "no series"));
+  // A new run never takes the id of one in the history.
+  ASSERT_THAT(restarted->StopRun(v1::StopRunRequest()), IsOk());
+  auto next = restarted->StartRun(StartRequest(1));
+  ASSERT_THAT(next, IsOk());
+  for (const v1::RunInfo& run : runs) EXPECT_NE(next->run_id(), run.run_id());
+}
+
+TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWithTheirErrors) {
+  auto plane = Make();
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
+  for (const char* id : {"a/0", "b/0"}) {
+    v1::LeaveRequest leave;
+    leave.set_worker_id(id);
+    leave.set_reason("failed: dataset.path: cannot open /nope");
+    ASSERT_THAT(plane->Leave(leave), IsOk());
+  }
+  v1::CoordinatorStatus status = plane->Status();
+  EXPECT_EQ(status.run().state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(status.run().reason(),
+              ::testing::HasSubstr("every worker failed before training: a/0: failed: "
+                                   "dataset.path: cannot open /nope; b/0"));
+  EXPECT_THAT(Kinds(status), ::testing::ElementsAre("worker_joined", "worker_joined",
+                                                    "run_state", "worker_failed",
+                                                    "worker_failed", "run_state"));
+  EXPECT_EQ(status.events(status.events_size() - 1).severity(), v1::EVENT_SEVERITY_ERROR);
+  EXPECT_EQ(status.events(3).worker_id(), "a/0");
+  EXPECT_THAT(status.events(3).text(), ::testing::HasSubstr("cannot open /nope"));
+
+  // One that trained, or one that only left, keeps the run waiting for its quorum as before.
+  auto other = Make();
+  ASSERT_THAT(other->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(other->StartRun(StartRequest(1)), IsOk());
+  ASSERT_THAT(other->Heartbeat(Beat("a/0", 5, 1.0)), IsOk());
+  v1::LeaveRequest leave;
+  leave.set_worker_id("a/0");
+  leave.set_reason("failed: out of memory");
+  ASSERT_THAT(other->Leave(leave), IsOk());
+  EXPECT_EQ(other->Run().state(), v1::RUN_STATE_RUNNING);
+}
+
+TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {
+  auto plane = Make();
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  auto run = plane->StartRun(StartRequest(2));
+  ASSERT_THAT(run, IsOk());
+  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 8, 0.5, 0.7)), IsOk());
+  ASSERT_THAT(plane->Heartbeat(Beat("b/0", 8, 0.7)), IsOk());
+  v1::RoundRecord committed;
+  committed.set_round(1);
+  committed.set_outcome(v1::ROUND_OUTCOME_COMMITTED);
+  committed.set_global_step(8);
+  committed.set_duration_seconds(0.3);
+  committed.set_slowest_wait_seconds(0.1);
+  committed.set_bytes_received(4000);
+  committed.add_members("a/0");
+  v1::DroppedMember* dropped = committed.add_dropped();
+  dropped->set_member_id("b/0");
+  dropped->set_reason("missed the round deadline (60 s)");
+  plane->RecordRound(committed);
+  v1::RoundRecord aborted;
+  aborted.set_round(2);
+  aborted.set_outcome(v1::ROUND_OUTCOME_ABORTED);
+  aborted.set_reason("quorum lost");
+  aborted.set_duration_seconds(7);
+  plane->RecordRound(aborted);
+
+  auto series = plane->Series(run->run_id());
+  ASSERT_THAT(series, IsOk());
+  ASSERT_EQ(series->points_size(), 2);
+  const v1::SeriesPoint& point = series->points(0);
+  EXPECT_EQ(point.global_step(), 8);
+  EXPECT_DOUBLE_EQ(point.loss_mean(), 0.6);
+  EXPECT_DOUBLE_EQ(point.loss_min(), 0.5);
+  EXPECT_DOUBLE_EQ(point.loss_max(), 0.7);
+  EXPECT_DOUBLE_EQ(point.samples_per_second(), 200);
+  EXPECT_DOUBLE_EQ(point.test_accuracy(), 0.7);
+  EXPECT_EQ(point.bytes_received(), 4000);
+  EXPECT_EQ(point.members(), 1);
+  EXPECT_EQ(series->points(1).outcome(), v1::ROUND_OUTCOME_ABORTED);
+  EXPECT_THAT(plane->Series("nope"), StatusIs(absl::StatusCode::kNotFound, "nope"));
+
+  v1::CoordinatorStatus status = plane->Status();
+  EXPECT_THAT(Kinds(status), ::testing::Contains("member_dropped"));
+  EXPECT_THAT(Kinds(status), ::testing::Contains("round_aborted"));
+  EXPECT_EQ(status.members_dropped_total().at("deadline"), 1);
+  // Cumulative buckets: 0.3 s falls in (0.25, 0.5], 7 s in (5, 10].
+  ASSERT_EQ(status.round_duration_bucket_bounds_size(),
+            static_cast<int>(ControlPlane::RoundDurationBounds().size()));
+  EXPECT_EQ(status.round_duration_bucket_counts(2), 0);  // <= 0.25
+  EXPECT_EQ(status.round_duration_bucket_counts(3), 1);  // <= 0.5
+  EXPECT_EQ(status.round_duration_bucket_counts(7), 2);  // <= 10
+  EXPECT_EQ(status.round_duration_bucket_counts(status.round_duration_bucket_counts_size() - 1), 2);
+  EXPECT_DOUBLE_EQ(status.round_duration_seconds_sum(), 7.3);
+  EXPECT_EQ(ControlPlane::DropReasonClass("stream ended: cancelled"), "left");
+  EXPECT_EQ(ControlPlane::DropReasonClass("refused: weight: beyond float"), "refused");
+  EXPECT_EQ(ControlPlane::DropReasonClass("checksum mismatch"), "error");
+}
+
 }  // namespace
 }  // namespace localsgd

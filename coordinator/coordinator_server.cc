@@ -9,8 +9,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/address.h"
 #include "common/grpc_channel.h"
+#include "common/status_util.h"
+#include "coordinator/status_page.h"
 #include "coordinator/status_render.h"
 
 namespace localsgd {
@@ -85,8 +88,45 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     ControlPlane* plane_ptr = self->plane_.get();
     HttpServer::Options http;
     http.address = options.http_address;
-    http.routes["/"] = [] {
-      return HttpServer::Response{200, "text/html; charset=utf-8", StatusPageHtml()};
+    // The page, rendered here; its script fetches /ui/body to update itself.
+    auto page_data = [plane_ptr] {
+      PageData data;
+      data.status = plane_ptr->Status();
+      data.runs = plane_ptr->ListRuns();
+      absl::StatusOr<v1::RunSeries> series = plane_ptr->Series(data.status.run().run_id());
+      if (series.ok()) data.series = *std::move(series);
+      return data;
+    };
+    http.routes["/"] = [page_data] {
+      return HttpServer::Response{200, "text/html; charset=utf-8", StatusPage(page_data())};
+    };
+    http.routes["/ui/body"] = [page_data] {
+      return HttpServer::Response{200, "text/html; charset=utf-8",
+                                  StatusPageBody(page_data())};
+    };
+    http.routes["/runs"] = [plane_ptr] {
+      v1::ListRunsResponse runs;
+      for (v1::RunInfo& run : plane_ptr->ListRuns()) *runs.add_runs() = std::move(run);
+      return HttpServer::Response{200, "application/json", ProtoToJson(runs)};
+    };
+    // /runs/ID: the run's record; /runs/ID/series: its rounds for charts.
+    http.prefix_routes["/runs/"] = [plane_ptr](absl::string_view rest) {
+      auto error = [](int code, const absl::Status& status) {
+        return HttpServer::Response{code, "application/json",
+                                    absl::StrCat("{\"error\": ", JsonString(status.message()),
+                                                 "}\n")};
+      };
+      if (absl::ConsumeSuffix(&rest, "/series")) {
+        absl::StatusOr<v1::RunSeries> series = plane_ptr->Series(std::string(rest));
+        if (!series.ok()) return error(404, series.status());
+        return HttpServer::Response{200, "application/json", ProtoToJson(*series)};
+      }
+      for (const v1::RunInfo& run : plane_ptr->ListRuns()) {
+        if (run.run_id() == rest) {
+          return HttpServer::Response{200, "application/json", ProtoToJson(run)};
+        }
+      }
+      return error(404, absl::NotFoundError(absl::StrCat("run ", Quoted(rest), " is not known")));
     };
     http.routes["/status"] = [plane_ptr] {
       return HttpServer::Response{200, "application/json", StatusToJson(plane_ptr->Status())};

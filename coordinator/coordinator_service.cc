@@ -98,6 +98,25 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(grpc::CallbackServerCont
   });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::ListRuns(grpc::CallbackServerContext* context,
+                                                       const v1::ListRunsRequest*,
+                                                       v1::ListRunsResponse* response) {
+  return Unary(context, false, [&] {
+    for (v1::RunInfo& run : plane_->ListRuns()) *response->add_runs() = std::move(run);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetRunSeries(
+    grpc::CallbackServerContext* context, const v1::GetRunSeriesRequest* request,
+    v1::RunSeries* response) {
+  return Unary(context, false, [&] {
+    absl::StatusOr<v1::RunSeries> series = plane_->Series(request->run_id());
+    if (series.ok()) *response = *std::move(series);
+    return series.status();
+  });
+}
+
 grpc::ServerWriteReactor<v1::CoordinatorStatus>* CoordinatorService::WatchStatus(
     grpc::CallbackServerContext*, const v1::WatchStatusRequest* request) {
   double interval = request->min_interval_seconds();

@@ -38,6 +38,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::CoordinatorStatus* response) override;
+  grpc::ServerUnaryReactor* ListRuns(grpc::CallbackServerContext* context,
+                                     const v1::ListRunsRequest* request,
+                                     v1::ListRunsResponse* response) override;
+  grpc::ServerUnaryReactor* GetRunSeries(grpc::CallbackServerContext* context,
+                                         const v1::GetRunSeriesRequest* request,
+                                         v1::RunSeries* response) override;
   grpc::ServerWriteReactor<v1::CoordinatorStatus>* WatchStatus(
       grpc::CallbackServerContext* context, const v1::WatchStatusRequest* request) override;
 

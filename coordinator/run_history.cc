@@ -12,13 +12,18 @@ void RunHistory::Upsert(const v1::RunInfo& run) {
     }
   }
   runs_.push_front(run);
-  series_.try_emplace(run.run_id(), options_.max_points);
   while (runs_.size() > options_.max_runs) {
     series_.erase(runs_.back().run_id());
     runs_.pop_back();
   }
   // Series of runs older than the max_series newest go first.
   for (size_t i = options_.max_series; i < runs_.size(); ++i) series_.erase(runs_[i].run_id());
+}
+
+void RunHistory::StartSeries(const std::string& run_id) {
+  for (size_t i = 0; i < runs_.size() && i < options_.max_series; ++i) {
+    if (runs_[i].run_id() == run_id) series_.try_emplace(run_id, options_.max_points);
+  }
 }
 
 const v1::RunInfo* RunHistory::Find(const std::string& run_id) const {

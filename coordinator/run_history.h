@@ -26,6 +26,9 @@ class RunHistory {
 
   // Adds `run` as the newest, or replaces the record of the same run id where it stands.
   void Upsert(const v1::RunInfo& run);
+  // Starts keeping the series of a run Upsert has seen (a run that starts; not one read back
+  // from disk, whose rounds were not saved).
+  void StartSeries(const std::string& run_id);
   // Newest first.
   const std::deque<v1::RunInfo>& runs() const { return runs_; }
   const v1::RunInfo* Find(const std::string& run_id) const;

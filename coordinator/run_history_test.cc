@@ -33,6 +33,7 @@ TEST(RunHistoryTest, RunsAndSeriesAreBoundedAndBelongToTheirRun) {
   RunHistory history(RunHistory::Options{.max_runs = 3, .max_series = 2, .max_points = 4});
   for (const char* id : {"r1", "r2", "r3", "r4"}) {
     history.Upsert(MakeRun(id, v1::RUN_STATE_RUNNING));
+    history.StartSeries(id);
     for (int round = 1; round <= 10; ++round) {
       v1::SeriesPoint point;
       point.set_round(round);
@@ -40,10 +41,14 @@ TEST(RunHistoryTest, RunsAndSeriesAreBoundedAndBelongToTheirRun) {
     }
   }
   history.AddPoint("unknown", v1::SeriesPoint());  // ignored
+  history.Upsert(MakeRun("restored", v1::RUN_STATE_COMPLETED));
+  EXPECT_EQ(history.Series("restored"), nullptr);  // no series until StartSeries
+  history.StartSeries("restored");
+  EXPECT_NE(history.Series("restored"), nullptr);
   ASSERT_EQ(history.runs().size(), 3u);
   EXPECT_EQ(history.Find("r1"), nullptr);
-  EXPECT_EQ(history.Series("r2"), nullptr);  // kept as a record, its series dropped
-  ASSERT_NE(history.Series("r3"), nullptr);
+  EXPECT_EQ(history.Find("r2"), nullptr);
+  EXPECT_EQ(history.Series("r3"), nullptr);  // kept as a record, its series dropped
   ASSERT_NE(history.Series("r4"), nullptr);
   EXPECT_EQ(history.Series("r4")->added(), 10);
   EXPECT_LE(history.Series("r4")->Points().size(), 5u);

@@ -28,7 +28,9 @@ bool RunManager::active() const {
          info_.state() == v1::RUN_STATE_RUNNING;
 }
 
-absl::StatusOr<v1::RunInfo> RunManager::Start(const v1::RunSpec& spec, int live_workers) {
+absl::StatusOr<v1::RunInfo> RunManager::Start(
+    const v1::RunSpec& spec, int live_workers,
+    const std::function<bool(const std::string&)>& id_taken) {
   if (active()) {
     return absl::FailedPreconditionError(absl::StrCat("run ", info_.run_id(), " is ",
                                                       RunStateName(info_.state()),
@@ -45,8 +47,11 @@ absl::StatusOr<v1::RunInfo> RunManager::Start(const v1::RunSpec& spec, int live_
     info.set_run_id(absl::StrCat(
         "run-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
         ++runs_started_));
-  } while (info.run_id() == info_.run_id());
+  } while (info.run_id() == info_.run_id() || (id_taken != nullptr && id_taken(info.run_id())));
   if (normalized->name().empty()) normalized->set_name(info.run_id());
+  if (normalized->duration_case() == v1::RunSpec::kTotalSteps) {
+    info.set_total_steps(normalized->total_steps());
+  }
   *info.mutable_spec() = *std::move(normalized);
   info.set_state(v1::RUN_STATE_WAITING_FOR_WORKERS);
   *info.mutable_create_time() = ToProtoTime(now);
@@ -139,6 +144,23 @@ absl::Status RunManager::Complete(const std::string& reason) {
 void RunManager::Restore(const v1::RunInfo& info) {
   info_ = info;
   below_quorum_since_ = absl::InfiniteFuture();
+}
+
+bool RunManager::ReportTotalSteps(int64_t total_steps) {
+  if (info_.spec().duration_case() == v1::RunSpec::kTotalSteps ||
+      total_steps <= info_.total_steps()) {
+    return false;
+  }
+  info_.set_total_steps(total_steps);
+  return true;
+}
+
+void RunManager::SetResults(double final_loss, double final_test_accuracy,
+                            std::vector<v1::MemberResult> members) {
+  info_.set_final_loss(final_loss);
+  info_.set_final_test_accuracy(final_test_accuracy);
+  info_.clear_member_results();
+  for (v1::MemberResult& member : members) *info_.add_member_results() = std::move(member);
 }
 
 void RunManager::End(v1::RunState state, const std::string& reason) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,8 +23,11 @@ class RunManager {
 
   // Validates `spec` (INVALID_ARGUMENT naming the field), fills its defaults and starts a run
   // in WAITING_FOR_WORKERS, or RUNNING straight away when `live_workers` suffice.
-  // FAILED_PRECONDITION while another run is active.
-  absl::StatusOr<v1::RunInfo> Start(const v1::RunSpec& spec, int live_workers);
+  // FAILED_PRECONDITION while another run is active. The run id is never one `id_taken` says
+  // is taken (e.g. by a run in the history).
+  absl::StatusOr<v1::RunInfo> Start(const v1::RunSpec& spec, int live_workers,
+                                    const std::function<bool(const std::string&)>& id_taken =
+                                        nullptr);
 
   // Stops the active run. `run_id` empty means the active run; another run's id is NOT_FOUND
   // (unknown) or FAILED_PRECONDITION (already ended).
@@ -46,6 +50,14 @@ class RunManager {
 
   // Records where the trained model of the current run was saved.
   void SetModelPath(const std::string& path) { info_.set_model_path(path); }
+
+  // A worker's total steps: an epoch run's total is the most any worker reported (a run of
+  // total_steps keeps the spec's). Returns whether the total changed.
+  bool ReportTotalSteps(int64_t total_steps);
+
+  // Records what the run's workers reported last (RunInfo.final_*, member_results).
+  void SetResults(double final_loss, double final_test_accuracy,
+                  std::vector<v1::MemberResult> members);
 
   // Replaces the state with one read back from the state directory.
   void Restore(const v1::RunInfo& info);

@@ -6,22 +6,40 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "coordinator/run_manager.h"
 
 namespace localsgd {
 
-std::string StatusToJson(const v1::CoordinatorStatus& status) {
+std::string ProtoToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   options.add_whitespace = true;
   std::string json;
-  if (!google::protobuf::util::MessageToJsonString(status, &json, options).ok()) {
-    return "{\"error\": \"status is not printable as JSON\"}\n";
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
+    return "{\"error\": \"not printable as JSON\"}\n";
   }
   return json;
 }
+
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string StatusToJson(const v1::CoordinatorStatus& status) { return ProtoToJson(status); }
 
 std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
   using prometheus::BuildCounter;
@@ -127,80 +145,6 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
     }
   }
   return prometheus::TextSerializer().Serialize(registry.Collect());
-}
-
-const std::string& StatusPageHtml() {
-  static const std::string* const kPage = new std::string(R"html(<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>localsgd coordinator</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin-top:1em}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.state{font-weight:bold}.RUNNING{color:#0a0}.FAILED{color:#c00}.COMPLETED{color:#06c}
-#error{color:#c00}
-</style></head><body>
-<h1>localsgd coordinator</h1>
-<div>Run <span id="run">-</span>: <span id="state" class="state">-</span>
- &middot; round <span id="round">-</span> &middot; global step <span id="step">-</span>
- &middot; <span id="nmembers">0</span> members &middot; up <span id="uptime">-</span> s</div>
-<div id="reason"></div><div id="error"></div>
-<h2>Members</h2>
-<table><thead><tr><th>worker</th><th>host</th><th>step</th><th>loss</th><th>samples/s</th>
-<th>heartbeat age (s)</th></tr></thead><tbody id="members"></tbody></table>
-<h2>Recent rounds</h2>
-<table><thead><tr><th>round</th><th>outcome</th><th>members</th><th>dropped</th>
-<th>duration (s)</th><th>slowest wait (s)</th><th>MB in</th><th>MB out</th><th>codec</th>
-<th>ratio</th><th>exchange</th><th>owners (MB of averaged range)</th></tr></thead><tbody id="rounds"></tbody></table>
-<p><a href="/status">/status</a> (JSON) &middot; <a href="/metrics">/metrics</a> (Prometheus)
- &middot; <a href="/healthz">/healthz</a></p>
-<script>
-function text(id, v) { document.getElementById(id).textContent = v; }
-async function refresh() {
-  try {
-    const s = await (await fetch('/status')).json();
-    const run = s.run || {};
-    const state = (run.state || '').replace('RUN_STATE_', '');
-    text('run', run.run_id || '(none)'); text('state', state);
-    document.getElementById('state').className = 'state ' + state;
-    text('round', run.round); text('step', run.global_step);
-    text('nmembers', (s.members || []).length); text('uptime', Math.round(s.uptime_seconds));
-    text('reason', run.reason || ''); text('error', '');
-    const body = document.getElementById('members'); body.replaceChildren();
-    for (const m of s.members || []) {
-      const tr = document.createElement('tr');
-      for (const v of [m.worker_id, m.hostname, m.step, Number(m.loss).toFixed(4),
-                       Number(m.samples_per_second).toFixed(1),
-                       Number(m.heartbeat_age_seconds).toFixed(1)]) {
-        const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
-      }
-      body.appendChild(tr);
-    }
-    const rounds = document.getElementById('rounds'); rounds.replaceChildren();
-    for (const r of (s.recent_rounds || []).slice(-20).reverse()) {
-      const tr = document.createElement('tr');
-      for (const v of [r.round, (r.outcome || '').replace('ROUND_OUTCOME_', ''),
-                       (r.members || []).length,
-                       [...(r.dropped || []), ...(r.excluded || [])]
-                           .map(d => d.member_id + ': ' + d.reason).join('; '),
-                       Number(r.duration_seconds).toFixed(3),
-                       Number(r.slowest_wait_seconds).toFixed(3),
-                       (Number(r.bytes_received) / 1e6).toFixed(2),
-                       (Number(r.bytes_sent) / 1e6).toFixed(2),
-                       (r.codec || '').replace('CODEC_', ''),
-                       Number(r.compression_ratio).toFixed(2),
-                       (r.exchange || '').replace('EXCHANGE_', ''),
-                       (r.shards || []).map(o => o.owner_id + ' ' +
-                           (Number(o.mean_bytes) / 1e6).toFixed(2)).join(', ')]) {
-        const td = document.createElement('td'); td.textContent = v; tr.appendChild(td);
-      }
-      rounds.appendChild(tr);
-    }
-  } catch (e) { text('error', 'coordinator unreachable: ' + e); }
-}
-refresh(); setInterval(refresh, 1000);
-</script></body></html>
-)html");
-  return *kPage;
 }
 
 }  // namespace localsgd

@@ -3,18 +3,26 @@
 
 #include <string>
 
+#include <google/protobuf/message.h>
+
+#include "absl/strings/string_view.h"
+
 #include "proto/localsgd/v1/coordinator.pb.h"
 
 namespace localsgd {
 
-// The status snapshot as JSON (proto field names, every field printed, enums by name).
+// A message as JSON (proto field names, every field printed, enums by name, 64-bit integers
+// as strings).
+std::string ProtoToJson(const google::protobuf::Message& message);
+
+// `text` as a JSON string literal, quotes included.
+std::string JsonString(absl::string_view text);
+
+// The status snapshot as JSON.
 std::string StatusToJson(const v1::CoordinatorStatus& status);
 
 // The status snapshot in Prometheus' text exposition format (metrics named localsgd_*).
 std::string StatusToPrometheus(const v1::CoordinatorStatus& status);
-
-// A self-contained HTML page that polls /status and shows run, rounds and members.
-const std::string& StatusPageHtml();
 
 }  // namespace localsgd
 

@@ -143,6 +143,11 @@ void CoordinatorClient::Report(int64_t step, double loss, double samples_per_sec
   progress_.set_test_accuracy(test_accuracy);
 }
 
+void CoordinatorClient::ReportTotalSteps(int64_t total_steps) {
+  absl::MutexLock lock(&mu_);
+  progress_.set_total_steps(total_steps);
+}
+
 void CoordinatorClient::ReportModelPath(const std::string& path) {
   absl::MutexLock lock(&mu_);
   progress_.set_model_path(path);

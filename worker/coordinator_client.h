@@ -46,6 +46,8 @@ class CoordinatorClient {
   // Progress for the next heartbeats.
   void Report(int64_t step, double loss, double samples_per_second, bool finished,
               double test_accuracy);
+  // The steps this worker trains in all, for the next heartbeats (the run's progress).
+  void ReportTotalSteps(int64_t total_steps);
   // Where this worker saved the trained model, for the next heartbeats.
   void ReportModelPath(const std::string& path);
 

@@ -375,6 +375,7 @@ int main(int argc, char** argv) {
                   coordinator.worker_id().c_str(), static_cast<long long>(p.step),
                   p.test_accuracy, p.test_loss, p.elapsed_seconds);
     }
+    coordinator.ReportTotalSteps(p.total_steps);
     coordinator.Report(p.step, p.loss, p.samples_per_second, false, test_accuracy);
     if (p.synced) {
       last_round = p.sync_seconds;

@@ -1,0 +1,91 @@
+#include "coordinator/status_page.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+PageData Sample() {
+  PageData data;
+  v1::RunInfo* run = data.status.mutable_run();
+  run->set_run_id("run-1");
+  run->set_state(v1::RUN_STATE_RUNNING);
+  run->set_round(7);
+  run->set_global_step(56);
+  run->set_total_steps(200);
+  run->mutable_spec()->set_name("<script>alert(1)</script>");
+  run->mutable_spec()->mutable_model()->set_builtin("mlp");
+  run->mutable_spec()->set_codec(v1::CODEC_INT8);
+  run->mutable_spec()->set_exchange(v1::EXCHANGE_SHARDED);
+  v1::RunProgress* progress = data.status.mutable_progress();
+  progress->set_global_step(56);
+  progress->set_total_steps(200);
+  progress->set_percent(28);
+  progress->set_elapsed_seconds(70);
+  progress->set_eta_seconds(180);
+  v1::MemberStatus* member = data.status.add_members();
+  member->set_worker_id("node-0/0");
+  member->set_step(60);
+  member->set_heartbeat_age_seconds(30);  // late
+  member->set_test_accuracy(0.8123);
+  v1::Event* event = data.status.add_events();
+  event->set_severity(v1::EVENT_SEVERITY_ERROR);
+  event->set_kind("worker_failed");
+  event->set_text("worker node-1/0 left: failed: dataset.path: cannot open /nope");
+  for (int r = 1; r <= 3; ++r) {
+    v1::SeriesPoint* point = data.series.add_points();
+    point->set_round(r);
+    point->set_global_step(8 * r);
+    point->set_loss_mean(1.0 / r);
+    point->set_loss_min(0.9 / r);
+    point->set_loss_max(1.1 / r);
+    point->set_duration_seconds(0.5);
+    point->set_slowest_wait_seconds(0.2);
+    point->set_bytes_received(1000);
+  }
+  data.runs.push_back(*run);
+  return data;
+}
+
+TEST(StatusPageTest, ShowsProgressNumbersChartsMembersAndFailures) {
+  const std::string page = StatusPage(Sample());
+  EXPECT_THAT(page, HasSubstr("<span id=\"run-state\" class=\"state RUNNING\">RUNNING</span>"));
+  EXPECT_THAT(page, HasSubstr("<b id=\"round\">7</b>"));
+  EXPECT_THAT(page, HasSubstr("<b id=\"global-step\">56</b>"));
+  EXPECT_THAT(page, HasSubstr("<b id=\"members-count\">1</b>"));
+  EXPECT_THAT(page, HasSubstr("<b id=\"accuracy\">0.8123</b>"));
+  EXPECT_THAT(page, HasSubstr("data-percent=\"28.0\""));
+  EXPECT_THAT(page, HasSubstr("<span id=\"eta\">3 min 00 s</span>"));
+  EXPECT_THAT(page, HasSubstr("<span id=\"elapsed\">1 min 10 s</span>"));
+  EXPECT_THAT(page, HasSubstr("codec INT8"));
+  EXPECT_THAT(page, HasSubstr("exchange SHARDED"));
+  EXPECT_THAT(page, HasSubstr("id=\"chart-loss\" data-points=\"3\""));
+  EXPECT_THAT(page, HasSubstr("id=\"chart-round-time\" data-points=\"3\""));
+  EXPECT_THAT(page, HasSubstr("id=\"chart-accuracy\" data-points=\"0\""));
+  EXPECT_THAT(page, HasSubstr("<tr class=\"late\" data-worker=\"node-0/0\">"));
+  EXPECT_THAT(page, HasSubstr("<li class=\"error\" data-kind=\"worker_failed\">"));
+  EXPECT_THAT(page, HasSubstr("cannot open /nope"));
+  // Self-contained and escaped.
+  EXPECT_THAT(page, Not(HasSubstr("http://")));
+  EXPECT_THAT(page, Not(HasSubstr("https://")));
+  EXPECT_THAT(page, Not(HasSubstr("<script>alert")));
+  EXPECT_THAT(page, HasSubstr("&lt;script&gt;alert(1)&lt;/script&gt;"));
+  // The body alone is what the script swaps in.
+  EXPECT_THAT(StatusPageBody(Sample()), Not(HasSubstr("<html")));
+}
+
+TEST(StatusPageTest, AnEmptyCoordinatorRenders) {
+  const std::string page = StatusPage(PageData{});
+  EXPECT_THAT(page, HasSubstr("(none)"));
+  EXPECT_THAT(page, HasSubstr("no rounds yet"));
+  EXPECT_THAT(page, HasSubstr("no runs yet"));
+}
+
+}  // namespace
+}  // namespace localsgd

@@ -88,7 +88,7 @@ struct Line {
 
 std::string ChartFrame(const std::string& id, const std::string& title, const Scale& scale,
                        int digits, size_t points, const std::string& inner,
-                       const std::string& legend) {
+                       const std::string& legend, const std::string& empty) {
   std::string svg = absl::StrFormat(
       "<figure class=\"chart\"><figcaption>%s</figcaption><svg id=\"%s\" data-points=\"%d\" "
       "viewBox=\"0 0 %g %g\" role=\"img\" aria-label=\"%s\">",
@@ -109,15 +109,15 @@ std::string ChartFrame(const std::string& id, const std::string& title, const Sc
         Fixed(scale.y0, digits), kLeft, kHeight - 6, Fixed(scale.x0, 0), kWidth - kRight,
         kHeight - 6, Fixed(scale.x1, 0));
   } else {
-    absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">no rounds yet"
-                                "</text>",
-                          kWidth / 2, kHeight / 2);
+    absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text>",
+                          kWidth / 2, kHeight / 2, empty);
   }
   return absl::StrCat(svg, inner, "</svg>", legend, "</figure>");
 }
 
 std::string LineChart(const std::string& id, const std::string& title,
-                      const std::vector<Line>& lines, int digits, bool from_zero) {
+                      const std::vector<Line>& lines, int digits, bool from_zero,
+                      const std::string& empty) {
   size_t points = 0;
   Scale scale{0, 0, 0, 0};
   bool first = true;
@@ -153,7 +153,7 @@ std::string LineChart(const std::string& id, const std::string& title,
                           Esc(line.name));
   }
   legend += "</div>";
-  return ChartFrame(id, title, scale, digits, points, inner, legend);
+  return ChartFrame(id, title, scale, digits, points, inner, legend, empty);
 }
 
 // Stacked bars, one per round: `parts` (name, color, value per round).
@@ -193,8 +193,7 @@ std::string BarChart(const std::string& id, const std::string& title,
                           Esc(name));
   }
   legend += "</div>";
-  std::string frame = ChartFrame(id, title, scale, digits, n, inner, legend);
-  return frame;
+  return ChartFrame(id, title, scale, digits, n, inner, legend, "no rounds yet");
 }
 
 std::string Charts(const v1::RunSeries& series) {
@@ -222,8 +221,10 @@ std::string Charts(const v1::RunSeries& series) {
   }
   return absl::StrCat(
       "<section class=\"charts\">",
-      LineChart("chart-loss", "Training loss over global step", {high, low, mean}, 3, false),
-      LineChart("chart-accuracy", "Test accuracy over global step", {accuracy}, 3, true),
+      LineChart("chart-loss", "Training loss over global step", {high, low, mean}, 3, false,
+                "no rounds yet"),
+      LineChart("chart-accuracy", "Test accuracy over global step", {accuracy}, 3, true,
+                "no evaluation yet (RunSpec.eval_every_rounds)"),
       BarChart("chart-round-time", "Round time (s): transfer and waiting for the slowest member",
                steps, {{"transfer", "#ff7f0e"}, {"waiting for the slowest", "#d62728"}}, time,
                2, false),

@@ -84,6 +84,7 @@ TEST(StatusPageTest, AnEmptyCoordinatorRenders) {
   const std::string page = StatusPage(PageData{});
   EXPECT_THAT(page, HasSubstr("(none)"));
   EXPECT_THAT(page, HasSubstr("no rounds yet"));
+  EXPECT_THAT(page, HasSubstr("no evaluation yet"));
   EXPECT_THAT(page, HasSubstr("no runs yet"));
 }
 

@@ -6,6 +6,11 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "coordinator/run_manager.h"
@@ -41,7 +46,8 @@ std::string JsonString(absl::string_view text) {
 
 std::string StatusToJson(const v1::CoordinatorStatus& status) { return ProtoToJson(status); }
 
-std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
+std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
+                               const ProcessStats* process) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   prometheus::Registry registry;
@@ -73,11 +79,40 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
   gauge("localsgd_uptime_seconds", "Seconds since the coordinator started.")
       .Add({})
       .Set(status.uptime_seconds());
+  gauge("localsgd_run_total_steps",
+        "Steps the current run trains in all (0 while an epoch run's total is not known).")
+      .Add({})
+      .Set(static_cast<double>(run.total_steps()));
+  gauge("localsgd_run_progress_ratio", "The current run's global step over its total steps.")
+      .Add({})
+      .Set(status.progress().percent() / 100);
+  gauge("localsgd_run_elapsed_seconds", "Seconds the current run has trained (to its end).")
+      .Add({})
+      .Set(status.progress().elapsed_seconds());
+  if (status.progress().eta_seconds() >= 0) {
+    gauge("localsgd_run_eta_seconds", "Seconds left to the current run's end at its rate so far.")
+        .Add({})
+        .Set(status.progress().eta_seconds());
+  }
+  if (run.final_test_accuracy() > 0) {
+    gauge("localsgd_run_final_test_accuracy",
+          "Mean test accuracy the current run's workers reported at its end.")
+        .Add({})
+        .Set(run.final_test_accuracy());
+  }
+  if (status.has_last_commit_time()) {
+    gauge("localsgd_last_commit_timestamp_seconds", "When the latest sync round committed.")
+        .Add({})
+        .Set(static_cast<double>(status.last_commit_time().seconds()) +
+             status.last_commit_time().nanos() * 1e-9);
+  }
 
   auto& step = gauge("localsgd_member_step", "A worker's optimizer step, from its heartbeat.");
   auto& loss = gauge("localsgd_member_loss", "A worker's latest training loss.");
   auto& rate = gauge("localsgd_member_samples_per_second", "A worker's training throughput.");
   auto& age = gauge("localsgd_member_heartbeat_age_seconds", "Seconds since a worker's last heartbeat.");
+  auto& accuracy = gauge("localsgd_member_test_accuracy",
+                         "A worker's test accuracy at its latest evaluation (0 before any).");
   for (const v1::MemberStatus& member : status.members()) {
     prometheus::Labels labels = {{"worker_id", member.worker_id()},
                                  {"node", member.identity().node_name()}};
@@ -85,6 +120,7 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
     loss.Add(labels).Set(member.loss());
     rate.Add(labels).Set(member.samples_per_second());
     age.Add(labels).Set(member.heartbeat_age_seconds());
+    accuracy.Add(labels).Set(member.test_accuracy());
   }
 
   counter("localsgd_heartbeats_total", "Heartbeats accepted.",
@@ -93,14 +129,27 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
           static_cast<double>(status.joins_total()));
   counter("localsgd_leases_expired_total", "Workers removed because their lease expired.",
           static_cast<double>(status.leases_expired_total()));
-  counter("localsgd_bytes_received_total", "Parameter bytes received from members.",
+  counter("localsgd_received_bytes_total", "Parameter bytes received from members.",
           static_cast<double>(status.bytes_received_total()));
-  counter("localsgd_bytes_sent_total", "Parameter bytes sent to members.",
+  counter("localsgd_sent_bytes_total", "Parameter bytes sent to members.",
           static_cast<double>(status.bytes_sent_total()));
-  counter("localsgd_rounds_committed_total", "Sync rounds committed.",
-          static_cast<double>(status.rounds_committed_total()));
-  counter("localsgd_rounds_aborted_total", "Sync rounds aborted (quorum lost, run ended).",
-          static_cast<double>(status.rounds_aborted_total()));
+  auto& rounds = BuildCounter()
+                     .Name("localsgd_rounds_total")
+                     .Help("Sync rounds by outcome (aborted: quorum lost, owner lost, run ended).")
+                     .Register(registry);
+  rounds.Add({{"outcome", "committed"}}).Increment(static_cast<double>(status.rounds_committed_total()));
+  rounds.Add({{"outcome", "aborted"}}).Increment(static_cast<double>(status.rounds_aborted_total()));
+  auto& dropped = BuildCounter()
+                      .Name("localsgd_round_members_dropped_total")
+                      .Help("Members dropped from sync rounds, by why: deadline (too slow), left "
+                            "(lease expired, left, stream ended), refused (bad request), error.")
+                      .Register(registry);
+  for (const char* reason : {"deadline", "left", "refused", "error"}) {
+    auto it = status.members_dropped_total().find(reason);
+    dropped.Add({{"reason", reason}})
+        .Increment(it == status.members_dropped_total().end() ? 0.0
+                                                               : static_cast<double>(it->second));
+  }
   if (status.recent_rounds_size() > 0) {
     const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
     gauge("localsgd_last_round_duration_seconds", "Duration of the latest sync round.")
@@ -120,10 +169,10 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
           "Members whose deltas screening left out of the latest round (norm outliers).")
         .Add({})
         .Set(last.excluded_size());
-    gauge("localsgd_last_round_bytes_received", "Delta bytes received in the latest round.")
+    gauge("localsgd_last_round_received_bytes", "Delta bytes received in the latest round.")
         .Add({})
         .Set(static_cast<double>(last.bytes_received()));
-    gauge("localsgd_last_round_bytes_sent", "Update bytes sent in the latest round.")
+    gauge("localsgd_last_round_sent_bytes", "Update bytes sent in the latest round.")
         .Add({})
         .Set(static_cast<double>(last.bytes_sent()));
     gauge("localsgd_last_round_compression_ratio", "fp32 bytes over encoded bytes.")
@@ -144,7 +193,49 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status) {
       shard_values.Add(labels).Set(static_cast<double>(shard.end() - shard.begin()));
     }
   }
-  return prometheus::TextSerializer().Serialize(registry.Collect());
+  if (process != nullptr) {
+    gauge("process_resident_memory_bytes", "Resident memory size in bytes.")
+        .Add({})
+        .Set(process->resident_bytes);
+    gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.")
+        .Add({})
+        .Set(process->virtual_bytes);
+    gauge("process_open_fds", "Number of open file descriptors.")
+        .Add({})
+        .Set(static_cast<double>(process->open_fds));
+    gauge("process_max_fds", "Maximum number of open file descriptors.")
+        .Add({})
+        .Set(static_cast<double>(process->max_fds));
+    gauge("process_start_time_seconds", "Start time of the process since the Unix epoch.")
+        .Add({})
+        .Set(process->start_time_seconds);
+    counter("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+            process->cpu_seconds);
+  }
+  std::vector<prometheus::MetricFamily> families = registry.Collect();
+  // The round duration histogram, from the coordinator's cumulative bucket counts.
+  prometheus::MetricFamily histogram;
+  histogram.name = "localsgd_round_duration_seconds";
+  histogram.help = "Sync round durations, from opening to commit or abort.";
+  histogram.type = prometheus::MetricType::Histogram;
+  prometheus::ClientMetric metric;
+  const int buckets = std::min(status.round_duration_bucket_bounds_size(),
+                               status.round_duration_bucket_counts_size());
+  for (int b = 0; b < buckets; ++b) {
+    metric.histogram.bucket.push_back(prometheus::ClientMetric::Bucket{
+        static_cast<uint64_t>(status.round_duration_bucket_counts(b)),
+        status.round_duration_bucket_bounds(b)});
+  }
+  metric.histogram.sample_count =
+      buckets > 0 ? static_cast<uint64_t>(status.round_duration_bucket_counts(buckets - 1)) : 0;
+  metric.histogram.sample_sum = status.round_duration_seconds_sum();
+  if (buckets == 0 || !std::isinf(status.round_duration_bucket_bounds(buckets - 1))) {
+    metric.histogram.bucket.push_back(prometheus::ClientMetric::Bucket{
+        metric.histogram.sample_count, std::numeric_limits<double>::infinity()});
+  }
+  histogram.metric.push_back(std::move(metric));
+  families.push_back(std::move(histogram));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace localsgd

@@ -6,6 +6,7 @@
 #include <google/protobuf/message.h>
 
 #include "absl/strings/string_view.h"
+#include "coordinator/process_metrics.h"
 
 #include "proto/localsgd/v1/coordinator.pb.h"
 
@@ -21,8 +22,10 @@ std::string JsonString(absl::string_view text);
 // The status snapshot as JSON.
 std::string StatusToJson(const v1::CoordinatorStatus& status);
 
-// The status snapshot in Prometheus' text exposition format (metrics named localsgd_*).
-std::string StatusToPrometheus(const v1::CoordinatorStatus& status);
+// The status snapshot in Prometheus' text exposition format (metrics named localsgd_*), with
+// the process_* metrics when `process` is given.
+std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
+                               const ProcessStats* process = nullptr);
 
 }  // namespace localsgd
 

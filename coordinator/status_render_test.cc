@@ -27,6 +27,11 @@ v1::CoordinatorStatus Sample() {
   status.set_heartbeats_total(17);
   status.set_bytes_received_total(1 << 20);
   status.set_rounds_committed_total(8);
+  status.mutable_run()->set_total_steps(200);
+  (*status.mutable_members_dropped_total())["deadline"] = 2;
+  for (double bound : {0.25, 0.5, 1.0}) status.add_round_duration_bucket_bounds(bound);
+  for (int count : {0, 1, 1}) status.add_round_duration_bucket_counts(count);
+  status.set_round_duration_seconds_sum(0.25);
   v1::RoundRecord* round = status.add_recent_rounds();
   round->set_round(8);
   round->set_outcome(v1::ROUND_OUTCOME_COMMITTED);
@@ -63,14 +68,29 @@ TEST(StatusRenderTest, PrometheusTextFormat) {
   EXPECT_THAT(text, HasSubstr("localsgd_member_samples_per_second{node=\"node-a\",worker_id=\"node-a/0\"} 1234.5"));
   EXPECT_THAT(text, HasSubstr("# TYPE localsgd_heartbeats_total counter"));
   EXPECT_THAT(text, HasSubstr("localsgd_heartbeats_total 17"));
-  EXPECT_THAT(text, HasSubstr("localsgd_bytes_received_total 1048576"));
-  EXPECT_THAT(text, HasSubstr("localsgd_rounds_committed_total 8"));
+  EXPECT_THAT(text, HasSubstr("localsgd_received_bytes_total 1048576"));
+  EXPECT_THAT(text, HasSubstr("localsgd_rounds_total{outcome=\"committed\"} 8"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_duration_seconds 0.25"));
-  EXPECT_THAT(text, HasSubstr("localsgd_last_round_bytes_received 4000"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_received_bytes 4000"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_compression_ratio 3.9"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_exchange{exchange=\"SHARDED\"} 1"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_shard_mean_bytes{owner_id=\"node-a/0\"} 4000"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_shard_values{owner_id=\"node-a/0\"} 1000"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round_duration_seconds_bucket{le=\"0.5\"} 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round_duration_seconds_bucket{le=\"+Inf\"} 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round_duration_seconds_count 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round_duration_seconds_sum 0.25"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round_members_dropped_total{reason=\"deadline\"} 2"));
+  EXPECT_THAT(text, HasSubstr("localsgd_round_members_dropped_total{reason=\"error\"} 0"));
+  EXPECT_THAT(text, HasSubstr("localsgd_run_total_steps 200"));
+  EXPECT_THAT(text, HasSubstr("localsgd_member_test_accuracy{"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("process_open_fds")));
+  ProcessStats process;
+  process.open_fds = 12;
+  process.cpu_seconds = 1.5;
+  const std::string with_process = StatusToPrometheus(Sample(), &process);
+  EXPECT_THAT(with_process, HasSubstr("process_open_fds 12"));
+  EXPECT_THAT(with_process, HasSubstr("process_cpu_seconds_total 1.5"));
   // Label values are escaped.
   EXPECT_THAT(text, HasSubstr("name=\"fmnist \\\"quoted\\\"\""));
 }

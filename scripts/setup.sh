@@ -17,6 +17,8 @@ PACKAGES=(
   openssl
   # Deployment tests: a real single-node Slurm cluster.
   slurm-wlm munge iproute2
+  # The status page test (headless Chromium) and `promtool check metrics` on /metrics.
+  chromium prometheus
   # Real data.
   dataset-fashion-mnist
 )

@@ -1,0 +1,253 @@
+"""Checks the coordinator's status page in headless Chromium against /status (see
+tests/status_page_test.sh)."""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testutil"))
+import cdp  # noqa: E402
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+class Failure(Exception):
+    pass
+
+
+def wait_for(what, predicate, seconds):
+    deadline = time.time() + seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.time() > deadline:
+            raise Failure(f"{what}: not within {seconds} s")
+        time.sleep(0.25)
+
+
+class Check:
+    def __init__(self, args):
+        self.args = args
+        self.procs = []
+        self.work = args.work
+        open(f"{self.work}/token", "w").write("page-token")
+
+    def spawn(self, name, argv):
+        out = open(f"{self.work}/{name}.out", "w")
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def get(self, path):
+        with urllib.request.urlopen(f"http://{self.http}{path}", timeout=10) as r:
+            return r.read().decode()
+
+    def status(self):
+        return json.loads(self.get("/status"))
+
+    def promtool(self, when):
+        metrics = self.get("/metrics")
+        path = f"{self.work}/metrics-{when}.txt"
+        open(path, "w").write(metrics)
+        result = subprocess.run(["promtool", "check", "metrics"], input=metrics,
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise Failure(f"promtool check metrics ({when}) failed:\n{result.stdout}{result.stderr}")
+        # Members during the run; the run's final accuracy after it (the members left).
+        for name in ["localsgd_round_duration_seconds_bucket", "localsgd_rounds_total",
+                     "localsgd_round_members_dropped_total", "localsgd_received_bytes_total",
+                     "localsgd_run_total_steps", "localsgd_last_commit_timestamp_seconds",
+                     "process_cpu_seconds_total", "process_resident_memory_bytes",
+                     "process_open_fds",
+                     "localsgd_member_step" if when == "during"
+                     else "localsgd_run_final_test_accuracy"]:
+            if name not in metrics:
+                raise Failure(f"/metrics ({when}) has no {name}")
+        print(f"promtool check metrics passed {when} the run", flush=True)
+
+    def start(self, spec):
+        open(f"{self.work}/spec.textproto", "w").write(spec)
+        result = subprocess.run(
+            [f"{self.args.bin}/coordinator/localsgdctl", f"--coordinator={self.grpc}",
+             f"--token_file={self.work}/token", "start", f"--spec={self.work}/spec.textproto"],
+            capture_output=True, text=True)
+        if result.returncode != 0:
+            raise Failure(f"localsgdctl start failed: {result.stderr}")
+
+    def worker(self, name, node, num_nodes):
+        return self.spawn(name, [
+            f"{self.args.bin}/worker/worker", f"--coordinator={self.grpc}",
+            f"--token_file={self.work}/token", f"--node_name=node-{node}",
+            f"--node_rank={node}", f"--num_nodes={num_nodes}", "--local_rank=0",
+            "--local_world_size=1", f"--rendezvous_dir={self.work}/rdv",
+            f"--save_model={self.work}/model.pt", "--log_every=100000"])
+
+    def page_numbers(self, browser, fresh=False):
+        """The numbers the page shows; `fresh`: after making the page refresh itself from the
+        server once more (it does so once a second on its own)."""
+        read = """() => {
+          const text = id => (document.getElementById(id) || {}).textContent;
+          return {state: text('run-state'), run: text('run-id'), round: Number(text('round')),
+                  step: Number(text('global-step')), members: Number(text('members-count')),
+                  accuracy: text('accuracy'),
+                  loss_points: Number(document.getElementById('chart-loss').dataset.points),
+                  accuracy_points:
+                      Number(document.getElementById('chart-accuracy').dataset.points),
+                  events: [...document.querySelectorAll('#events li')].map(
+                      li => [li.className, li.textContent])};
+        }"""
+        if fresh:
+            return browser.evaluate(f"(async () => {{ await refresh(); return ({read})(); }})()")
+        return browser.evaluate(f"({read})()")
+
+    def run(self):
+        coord = self.spawn("coordinator", [
+            f"{self.args.bin}/coordinator/coordinator", "--grpc_address=127.0.0.1:0",
+            "--http_address=127.0.0.1:0", f"--token_file={self.work}/token"])
+        log = f"{self.work}/coordinator.out"
+        self.grpc = wait_for("the coordinator's gRPC port", lambda: (re.findall(
+            r"grpc listening on (\S+)", open(log).read()) or [None])[0], 30)
+        self.http = wait_for("the coordinator's HTTP port", lambda: (re.findall(
+            r"http listening on (\S+)", open(log).read()) or [None])[0], 30)
+        browser = cdp.Browser()
+        try:
+            browser.navigate(f"http://{self.http}/")
+            # Rendered on the server: the numbers are there before any script ran.
+            first = self.page_numbers(browser)
+            if first["run"] != "(none)" or first["state"] != "IDLE":
+                raise Failure(f"a fresh coordinator's page shows {first}")
+            self.check_training_run(browser)
+            self.check_failed_run(browser)
+        finally:
+            browser.close()
+        coord.terminate()
+        if coord.wait(timeout=30) != 0:
+            raise Failure(f"the coordinator exited {coord.returncode} on SIGTERM")
+
+    def check_training_run(self, browser):
+        self.start(f"""
+name: "page-test"
+model {{ builtin: "mlp" }}
+dataset {{ kind: DATASET_KIND_FASHION_MNIST path: "{FMNIST}" }}
+local_sgd_steps: 16
+total_steps: 1600
+batch_size: 64
+min_workers: 2
+eval_every_rounds: 5
+optimizer {{ lr: 0.05 momentum: 0.9 }}
+""")
+        workers = [self.worker(f"w{n}", n, 2) for n in range(2)]
+        # Charted live: at least two rounds on the loss chart while the run goes on.
+        def charted():
+            numbers = self.page_numbers(browser)
+            return numbers if numbers["loss_points"] >= 2 and numbers["state"] == "RUNNING" \
+                else None
+        wait_for("two rounds charted during the run", charted, 240)
+        # The page's numbers against /status read just before and after (the run moves on).
+        before = self.status()
+        numbers = self.page_numbers(browser, fresh=True)
+        after = self.status()
+        run_before, run_after = before["run"], after["run"]
+        if not int(run_before["round"]) <= numbers["round"] <= int(run_after["round"]):
+            raise Failure(f"page round {numbers['round']} not within /status's "
+                          f"{run_before['round']}..{run_after['round']}")
+        if not int(run_before["global_step"]) <= numbers["step"] <= int(run_after["global_step"]):
+            raise Failure(f"page global step {numbers['step']} not within /status's "
+                          f"{run_before['global_step']}..{run_after['global_step']}")
+        if numbers["members"] != len(after["members"]) or numbers["run"] != run_after["run_id"]:
+            raise Failure(f"page shows {numbers}, /status {len(after['members'])} members of "
+                          f"{run_after['run_id']}")
+        series = json.loads(self.get(f"/runs/{run_after['run_id']}/series"))
+        if len(series["points"]) < 2:
+            raise Failure(f"/runs/ID/series has {len(series['points'])} points")
+        self.promtool("during")
+        # The screenshot half-way, with evaluations charted too (or at the end).
+        wait_for("half of the run", lambda: (
+            lambda n: n["step"] >= 800 or n["state"] != "RUNNING")(
+                self.page_numbers(browser)), 300)
+        browser.screenshot(f"{self.args.out}/page-during-run.png")
+        print(f"during the run: page {numbers['round']} rounds, global step {numbers['step']}, "
+              f"{numbers['members']} members, {numbers['loss_points']} points charted", flush=True)
+
+        for w in workers:
+            if w.wait(timeout=600) != 0:
+                raise Failure(f"a worker exited {w.returncode}: "
+                              + open(f"{self.work}/w0.out").read()[-2000:])
+        status = wait_for("the run's final accuracy in status", lambda: (
+            lambda s: s if s["run"]["state"] == "RUN_STATE_COMPLETED"
+            and s["run"]["final_test_accuracy"] > 0 else None)(self.status()), 30)
+        final = status["run"]
+        # The page updates itself once a second: it shows the end without a reload.
+        expected = f"{final['final_test_accuracy']:.4f}"
+        done = wait_for("the page showing the completed run", lambda: (
+            lambda n: n if n["state"] == "COMPLETED" and n["accuracy"] == expected
+            and n["round"] == int(final["round"]) else None)(self.page_numbers(browser)), 30)
+        if done["accuracy_points"] < 1:
+            raise Failure("no test accuracy charted")
+        self.promtool("after")
+        browser.screenshot(f"{self.args.out}/page-after-run.png")
+        print(f"after the run: page shows COMPLETED, round {done['round']}, test accuracy "
+              f"{done['accuracy']} (status {final['final_test_accuracy']:.4f})", flush=True)
+
+    def check_failed_run(self, browser):
+        self.start("""
+name: "bad-data"
+model { builtin: "mlp" }
+dataset { kind: DATASET_KIND_FASHION_MNIST path: "/nonexistent/fashion" }
+min_workers: 1
+""")
+        worker = self.worker("bad", 0, 1)
+        if worker.wait(timeout=120) == 0:
+            raise Failure("the worker with a bad dataset path exited 0")
+        error = [l for l in open(f"{self.work}/bad.out").read().splitlines()
+                 if "dataset.path" in l][-1]
+        message = error[error.index("dataset.path"):]
+        def failure_shown():
+            numbers = self.page_numbers(browser)
+            shown = [text for cls, text in numbers["events"] if cls == "error" and message in text]
+            return numbers if numbers["state"] == "FAILED" and shown else None
+        numbers = wait_for("the worker's failure on the page", failure_shown, 30)
+        reason = browser.evaluate("document.getElementById('run-reason').textContent")
+        if message not in reason:
+            raise Failure(f"the run's reason on the page does not say why: {reason}")
+        browser.screenshot(f"{self.args.out}/page-failed-run.png")
+        runs = json.loads(self.get("/runs"))["runs"]
+        if [r["state"] for r in runs] != ["RUN_STATE_FAILED", "RUN_STATE_COMPLETED"]:
+            raise Failure(f"/runs lists {[r['state'] for r in runs]}")
+        print(f"failed run: page shows FAILED with \"{message}\"", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    check = Check(args)
+    try:
+        check.run()
+        print("status page: every check passed", flush=True)
+        return 0
+    except Failure as f:
+        print(f"status page: FAILED: {f}", file=sys.stderr, flush=True)
+        for name in ["coordinator", "w0", "w1", "bad"]:
+            path = f"{args.work}/{name}.out"
+            if os.path.exists(path):
+                print(f"--- {name} (last lines)\n" + "".join(open(path).readlines()[-15:]),
+                      file=sys.stderr)
+        return 1
+    finally:
+        for proc in check.procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

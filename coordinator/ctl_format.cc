@@ -1,5 +1,7 @@
 #include "coordinator/ctl_format.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -14,12 +16,24 @@ std::string EnumSuffix(const std::string& name, absl::string_view prefix) {
   return name.size() > prefix.size() ? name.substr(prefix.size()) : name;
 }
 
-// "24/1000" for a run of total steps, "24 (3 epochs)" for a run of epochs.
+// "24/1000" for a run of total steps, "24/4690 (3 epochs)" for a run of epochs ("24 (3
+// epochs)" while no worker has reported its total).
 std::string StepOfTotal(const v1::RunInfo& run) {
+  const int64_t total = run.total_steps() > 0 ? run.total_steps() : run.spec().total_steps();
+  std::string out = absl::StrCat(run.global_step());
+  if (total > 0) absl::StrAppend(&out, "/", total);
   if (run.spec().duration_case() == v1::RunSpec::kEpochs) {
-    return absl::StrCat(run.global_step(), " (", run.spec().epochs(), " epochs)");
+    absl::StrAppend(&out, " (", run.spec().epochs(), " epochs)");
   }
-  return absl::StrCat(run.global_step(), "/", run.spec().total_steps());
+  return out;
+}
+
+// "45s", "3m05s", "2h07m".
+std::string Span(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60);
 }
 
 }  // namespace
@@ -36,10 +50,32 @@ std::string FormatRunLine(const v1::RunInfo& run) {
   return line;
 }
 
+std::string FormatProgress(const v1::CoordinatorStatus& status) {
+  const v1::RunProgress& progress = status.progress();
+  std::string out =
+      progress.total_steps() > 0
+          ? absl::StrFormat("%.1f%% (%d/%d)", progress.percent(), progress.global_step(),
+                            progress.total_steps())
+          : absl::StrFormat("step %d of an unknown total", progress.global_step());
+  absl::StrAppend(&out, ", elapsed ", Span(progress.elapsed_seconds()));
+  if (progress.eta_seconds() >= 0) absl::StrAppend(&out, ", ETA ", Span(progress.eta_seconds()));
+  return out;
+}
+
 std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   std::string out = absl::StrFormat("coordinator up %.0fs, %d members\n", status.uptime_seconds(),
                                     status.members_size());
   absl::StrAppend(&out, "run: ", FormatRunLine(status.run()), "\n");
+  const v1::RunInfo& run = status.run();
+  if (!run.run_id().empty()) absl::StrAppend(&out, "progress: ", FormatProgress(status), "\n");
+  if (run.member_results_size() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("result: final loss %.4f, test accuracy %s (%d workers)\n",
+                                          run.final_loss(),
+                                          run.final_test_accuracy() > 0
+                                              ? absl::StrFormat("%.4f", run.final_test_accuracy())
+                                              : "not evaluated",
+                                          run.member_results_size()));
+  }
   const v1::RunSpec& spec = status.run().spec();
   if (!status.run().run_id().empty()) {
     std::string model = spec.model().has_builtin() ? spec.model().builtin()
@@ -58,6 +94,17 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   if (status.recent_rounds_size() > 0) {
     absl::StrAppend(&out, "last round: ", FormatRound(status.recent_rounds(
                                                status.recent_rounds_size() - 1)), "\n");
+  }
+  // The latest events, failures first to the eye.
+  const int events = status.events_size();
+  for (int i = std::max(0, events - 5); i < events; ++i) {
+    const v1::Event& e = status.events(i);
+    absl::StrAppend(&out, i == std::max(0, events - 5) ? "events:\n" : "", "  ",
+                    absl::FormatTime("%H:%M:%S", FromProtoTime(e.time()), absl::UTCTimeZone()),
+                    e.severity() == v1::EVENT_SEVERITY_ERROR     ? " ERROR "
+                    : e.severity() == v1::EVENT_SEVERITY_WARNING ? " WARN  "
+                                                                 : " ",
+                    e.text(), "\n");
   }
   if (status.members_size() == 0) {
     absl::StrAppend(&out, "no members\n");
@@ -112,6 +159,7 @@ std::string FormatWatchLine(const v1::CoordinatorStatus& status) {
       absl::FormatTime("%H:%M:%S", FromProtoTime(status.time()), absl::UTCTimeZone());
   std::string line = absl::StrCat(time, " ", FormatRunLine(status.run()), " members ",
                                   status.members_size());
+  if (!status.run().run_id().empty()) absl::StrAppend(&line, " | ", FormatProgress(status), " |");
   if (status.members_size() > 0) {
     absl::StrAppend(&line, absl::StrFormat(" loss %.4f samples/s %.1f",
                                            loss_sum / status.members_size(),
@@ -123,6 +171,26 @@ std::string FormatWatchLine(const v1::CoordinatorStatus& status) {
                                            (last.bytes_received() + last.bytes_sent()) / 1e6));
   }
   return line;
+}
+
+std::string FormatRunsTable(const v1::ListRunsResponse& runs) {
+  if (runs.runs_size() == 0) return "no runs\n";
+  std::string out = absl::StrFormat("%-26s %-20s %-10s %14s %7s %10s %9s  %s\n", "RUN", "NAME",
+                                    "STATE", "STEP", "ROUNDS", "FINAL LOSS", "TEST ACC", "WHY");
+  for (const v1::RunInfo& run : runs.runs()) {
+    absl::StrAppend(
+        &out, absl::StrFormat("%-26s %-20s %-10s %14s %7d %10s %9s  %s\n", run.run_id(),
+                              run.spec().name(), RunStateName(run.state()), StepOfTotal(run),
+                              run.round(),
+                              run.member_results_size() > 0
+                                  ? absl::StrFormat("%.4f", run.final_loss())
+                                  : "-",
+                              run.final_test_accuracy() > 0
+                                  ? absl::StrFormat("%.4f", run.final_test_accuracy())
+                                  : "-",
+                              run.reason()));
+  }
+  return out;
 }
 
 }  // namespace localsgd

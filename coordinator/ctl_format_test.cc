@@ -49,6 +49,15 @@ v1::CoordinatorStatus Sample() {
   v1::DroppedMember* dropped = round->add_dropped();
   dropped->set_member_id("node-b/0");
   dropped->set_reason("missed the round deadline");
+  v1::RunProgress* progress = status.mutable_progress();
+  progress->set_global_step(24);
+  progress->set_total_steps(1000);
+  progress->set_percent(2.4);
+  progress->set_elapsed_seconds(65);
+  progress->set_eta_seconds(2644);
+  v1::Event* event = status.add_events();
+  event->set_severity(v1::EVENT_SEVERITY_ERROR);
+  event->set_text("worker node-c/0 left: failed: dataset.path: cannot open /x");
   return status;
 }
 
@@ -80,11 +89,43 @@ TEST(CtlFormatTest, StatusTable) {
   EXPECT_THAT(FormatStatusTable(saved), HasSubstr("trained model: /runs/model.pt"));
 }
 
+TEST(CtlFormatTest, ProgressResultAndEvents) {
+  EXPECT_EQ(FormatProgress(Sample()), "2.4% (24/1000), elapsed 1m05s, ETA 44m04s");
+  std::string table = FormatStatusTable(Sample());
+  EXPECT_THAT(table, HasSubstr("progress: 2.4% (24/1000), elapsed 1m05s, ETA 44m04s"));
+  EXPECT_THAT(table, HasSubstr("ERROR worker node-c/0 left: failed: dataset.path: cannot open /x"));
+  v1::CoordinatorStatus done = Sample();
+  done.mutable_run()->set_state(v1::RUN_STATE_COMPLETED);
+  done.mutable_run()->set_final_loss(0.3117);
+  done.mutable_run()->set_final_test_accuracy(0.873);
+  done.mutable_run()->add_member_results()->set_worker_id("node-a/0");
+  done.mutable_progress()->set_eta_seconds(-1);
+  EXPECT_THAT(FormatStatusTable(done),
+              HasSubstr("result: final loss 0.3117, test accuracy 0.8730 (1 workers)"));
+  EXPECT_EQ(FormatProgress(done), "2.4% (24/1000), elapsed 1m05s");
+}
+
+TEST(CtlFormatTest, RunsTable) {
+  EXPECT_EQ(FormatRunsTable(v1::ListRunsResponse()), "no runs\n");
+  v1::ListRunsResponse runs;
+  v1::RunInfo* run = runs.add_runs();
+  *run = Sample().run();
+  run->set_state(v1::RUN_STATE_FAILED);
+  run->set_reason("every worker failed before training");
+  const std::string table = FormatRunsTable(runs);
+  EXPECT_THAT(table, HasSubstr("RUN"));
+  EXPECT_THAT(table, HasSubstr("run-1"));
+  EXPECT_THAT(table, HasSubstr("FAILED"));
+  EXPECT_THAT(table, HasSubstr("24/1000"));
+  EXPECT_THAT(table, HasSubstr("every worker failed before training"));
+}
+
 TEST(CtlFormatTest, WatchLineAggregates) {
   std::string line = FormatWatchLine(Sample());
   EXPECT_THAT(line, HasSubstr("RUNNING round 3 step 24/1000 members 2"));
   EXPECT_THAT(line, HasSubstr("loss 0.3750"));
   EXPECT_THAT(line, HasSubstr("samples/s 2000.0"));
+  EXPECT_THAT(line, HasSubstr("| 2.4% (24/1000), elapsed 1m05s, ETA 44m04s |"));
   EXPECT_THAT(line, HasSubstr("| last round 0.500 s 4.00 MB"));
 }
 

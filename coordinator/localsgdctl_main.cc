@@ -30,7 +30,7 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call.");
 ABSL_FLAG(std::string, spec, "", "start: the run spec, a text-format RunSpec file.");
 ABSL_FLAG(std::string, run_id, "", "stop: the run to stop (default: the active run).");
 ABSL_FLAG(std::string, reason, "", "stop: why, shown in status.");
-ABSL_FLAG(bool, json, false, "status: print the status as JSON instead of a table.");
+ABSL_FLAG(bool, json, false, "status, runs: print JSON instead of a table.");
 ABSL_FLAG(std::string, out, "",
           "fetch: where to write the committed global model, as raw little-endian fp32 values "
           "in the flat order of the model's parameters.");
@@ -49,6 +49,7 @@ constexpr char kUsage[] =
     "  stop [--run_id=ID] [--reason=TEXT]\n"
     "                             stop the active run\n"
     "  status [--json]            the run and its members\n"
+    "  runs [--json]              the runs this coordinator knows, newest first\n"
     "  watch [--interval=1s] [--until_done]\n"
     "                             a line per status change until Ctrl-C\n"
     "  fetch --out=FILE [--run_id=ID]\n"
@@ -127,6 +128,17 @@ class Ctl {
     return 0;
   }
 
+  int Runs() {
+    localsgd::v1::ListRunsResponse runs;
+    auto context = Context(/*authenticated=*/false);
+    grpc::Status result = stub_->ListRuns(context.get(), localsgd::v1::ListRunsRequest(), &runs);
+    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
+    std::string out = absl::GetFlag(FLAGS_json) ? localsgd::ProtoToJson(runs)
+                                                : localsgd::FormatRunsTable(runs);
+    std::fputs(out.c_str(), stdout);
+    return 0;
+  }
+
   int Watch() {
     localsgd::v1::WatchStatusRequest request;
     request.set_min_interval_seconds(absl::ToDoubleSeconds(absl::GetFlag(FLAGS_interval)));
@@ -171,7 +183,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, watch, fetch)"
+    return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, runs, watch, fetch)"
                                  : absl::StrCat("one COMMAND expected, got \"", args[2], "\" too"));
   }
   absl::StatusOr<std::string> token =
@@ -187,8 +199,9 @@ int main(int argc, char** argv) {
   if (command == "start") return ctl.Start();
   if (command == "stop") return ctl.Stop();
   if (command == "status") return ctl.Status();
+  if (command == "runs") return ctl.Runs();
   if (command == "watch") return ctl.Watch();
   if (command == "fetch") return ctl.Fetch();
   return Usage(
-      absl::StrCat("unknown command \"", command, "\" (start, stop, status, watch, fetch)"));
+      absl::StrCat("unknown command \"", command, "\" (start, stop, status, runs, watch, fetch)"));
 }

@@ -82,6 +82,20 @@ watch_rc=0
 wait "$watch_pid" || watch_rc=$?
 [[ "$watch_rc" == "1" ]] || fail "watch exited $watch_rc: $(cat "$WORK/watch.out")"
 expect_contains "$(cat "$WORK/watch.out")" "STOPPED round 0 step 0/400 — test over"
+expect_contains "$(cat "$WORK/watch.out")" "| 0.0% (0/400), elapsed"
+
+# The run history: the stopped run, and a second one newest first; over HTTP too.
+ctl --token_file="$WORK/token" start --spec="$SPEC" >/dev/null
+out=$(ctl runs)
+expect_contains "$out" "STATE"
+[[ $(grep -c "demo" <<<"$out") == 2 ]] || fail "runs does not list both runs: $out"
+expect_contains "$(sed -n 3p <<<"$out")" "$run_id"
+expect_contains "$(sed -n 3p <<<"$out")" "test over"
+out=$(curl -fsS "http://$HTTP/runs/$run_id")
+expect_contains "$out" "\"state\": \"RUN_STATE_STOPPED\""
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://$HTTP/runs/no-such-run/series")
+[[ "$code" == "404" ]] || fail "series of an unknown run answered $code"
+ctl --token_file="$WORK/token" stop >/dev/null
 
 # Usage errors.
 if out=$(ctl 2>&1); then fail "no command accepted"; fi
@@ -95,7 +109,8 @@ wait "$coord_pid"
 expect_contains "$(cat "$WORK/coord.err")" "coordinator stopped"
 start_with_state_dir
 out=$(ctl status)
-expect_contains "$out" "$run_id (demo) STOPPED"
+expect_contains "$out" "(demo) STOPPED"
+[[ $(ctl runs | grep -c "demo") == 2 ]] || fail "the run history did not survive the restart"
 kill -TERM "$coord_pid"
 wait "$coord_pid"
 echo "PASS"

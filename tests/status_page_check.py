@@ -124,6 +124,7 @@ class Check:
             if first["run"] != "(none)" or first["state"] != "IDLE":
                 raise Failure(f"a fresh coordinator's page shows {first}")
             self.check_training_run(browser)
+            self.check_monitoring_folder()
             self.check_failed_run(browser)
         finally:
             browser.close()
@@ -195,6 +196,27 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
         browser.screenshot(f"{self.args.out}/page-after-run.png")
         print(f"after the run: page shows COMPLETED, round {done['round']}, test accuracy "
               f"{done['accuracy']} (status {final['final_test_accuracy']:.4f})", flush=True)
+
+    def check_monitoring_folder(self):
+        """deploy/monitoring: a valid Prometheus config, and a Grafana dashboard whose every
+        metric is one /metrics served during or after the run."""
+        folder = f"{self.args.bin}/deploy/monitoring"
+        result = subprocess.run(["promtool", "check", "config", f"{folder}/prometheus.yml"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise Failure(f"promtool check config: {result.stdout}{result.stderr}")
+        served = open(f"{self.work}/metrics-during.txt").read() + \
+            open(f"{self.work}/metrics-after.txt").read()
+        dashboard = json.load(open(f"{folder}/grafana-dashboard.json"))
+        used = set()
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                used |= set(re.findall(r"\b(?:localsgd|process)_[a-z_]+", target["expr"]))
+        missing = sorted(name for name in used if not re.search(rf"^{name}[{{ ]", served, re.M))
+        if missing:
+            raise Failure(f"the Grafana dashboard uses metrics /metrics does not serve: {missing}")
+        print(f"deploy/monitoring: prometheus.yml valid, the dashboard's {len(used)} metrics "
+              "all served", flush=True)
 
     def check_failed_run(self, browser):
         self.start("""

@@ -26,12 +26,14 @@ Usage: chaos_soak.py --bin BAZEL_BIN --work DIR [--faults 50] [--seed 1]
 """
 import argparse
 import collections
+import fnmatch
 import glob
 import hashlib
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +88,9 @@ class Soak:
         self.violations = []
         self.lock = threading.Lock()
         self.counts = collections.Counter()
+        # The workers' dumps (a model copy per rank and sync: gigabytes per run) are read into
+        # digests and deleted as the soak goes: path -> (size, sha256) of each post-sync file.
+        self.digests = {}
 
     # ---- processes -------------------------------------------------------------------------
     def log(self, text):
@@ -269,6 +274,7 @@ class Soak:
                 return f"StopRun refused: {result.stderr.strip()}"
             self.stopped_runs.add(run)
             self.expect_workers_exit(f"run {run} stopped", 60)
+            self.forget_run(run)
             self.start_run()
             return f"run {run} stopped, {self.runs[-1]} started"
         raise ValueError(kind)
@@ -306,6 +312,33 @@ class Soak:
         return open(f"{self.work}/logs/{self.names[proc.pid]}.err", errors="replace").read()[-1500:]
 
     # ---- the models ------------------------------------------------------------------------
+    def digest_dumps(self, settled=1.0):
+        """Replaces the post-sync dumps in pass-<k>/ folders older than `settled` seconds with
+        their digests and deletes every other dump file (pre-sync files, the latest-wins copies
+        in the main folders), so that the soak's disk use stays small."""
+        now = time.time()
+        for path in glob.glob(f"{self.work}/dump/*/node-*-i*/**/*.bin", recursive=True):
+            try:
+                if now - os.path.getmtime(path) < settled:
+                    continue
+                if "/pass-" in path and path.endswith("-post.bin"):
+                    data = open(path, "rb").read()
+                    self.digests[path] = (len(data), hashlib.sha256(data).hexdigest())
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def forget_run(self, run):
+        """Drops what is left of a finished run's dumps."""
+        prefix = f"{self.work}/dump/{run}/"
+        self.digests = {p: d for p, d in self.digests.items() if not p.startswith(prefix)}
+        shutil.rmtree(prefix, ignore_errors=True)
+
+    def posts(self, pattern):
+        """(size, digest) of the post-sync dumps matching `pattern`, digested or not."""
+        self.digest_dumps(settled=0)
+        return {path: d for path, d in self.digests.items() if fnmatch.fnmatch(path, pattern)}
+
     def check_models(self, run, final):
         """Within a node incarnation: its ranks agree after each sync. Across nodes: two nodes
         whose syncs at the same step both succeeded (the same round: every node follows the
@@ -314,7 +347,8 @@ class Soak:
         synced = collections.defaultdict(dict)  # step -> node -> digest (successful syncs)
         # Each pass of a rank (a new one when its step went back) is in pass-<k>/; the node's
         # ranks go back together.
-        dirs = glob.glob(f"{self.work}/dump/{run}/node-*-i*/pass-*")
+        posts = self.posts(f"{self.work}/dump/{run}/node-*-i*/pass-*/*-post.bin")
+        dirs = {os.path.dirname(path) for path in posts}
         for inc_dir in sorted(dirs):
             node = int(re.search(r"node-(\d+)-i", inc_dir).group(1))
             inc = re.search(r"-i(\d+)", inc_dir).group(1)
@@ -322,12 +356,12 @@ class Soak:
             for log in glob.glob(f"{self.work}/logs/w-{run}-{node}-*-i{inc}.err"):
                 failed |= {int(s) for s in re.findall(r"sync at step (\d+):", open(log).read())}
             steps = collections.defaultdict(dict)
-            for path in glob.glob(f"{inc_dir}/*-post.bin"):
-                if os.path.getsize(path) != size:
-                    continue  # written while its process was killed
+            for path, (length, digest) in posts.items():
+                if os.path.dirname(path) != inc_dir or length != size:
+                    continue  # another folder, or written while its process was killed
                 name = os.path.basename(path)
                 rank, step = int(name.split("-")[2]), int(name.split("-")[3])
-                steps[step][rank] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+                steps[step][rank] = digest
             # A sync after which the node's step moved (it adopted a committed model of another
             # round: stale, or a new leader) holds that round's model: not compared either, nor
             # is the last sync of a pass.
@@ -367,11 +401,13 @@ class Soak:
             faults = 0
             while faults < self.args.faults:
                 time.sleep(self.rng.uniform(0.2, 2 * self.args.mean_interval))
+                self.digest_dumps()
                 self.check(f"before fault {faults + 1}")
                 run_id, state = self.run_state()
                 if state == "RUN_STATE_COMPLETED":
                     self.expect_workers_exit(f"run {run_id} completed", 90)
                     self.check_run_end(run_id)
+                    self.forget_run(run_id)
                     self.start_run()
                     continue
                 kind = self.rng.choices(kinds, weights)[0]
@@ -388,6 +424,7 @@ class Soak:
                     raise Violation(f"run {run} did not complete within {self.args.end_timeout} s "
                                     f"of the last fault")
                 self.check("waiting for the end")
+                self.digest_dumps()
                 time.sleep(1)
             self.expect_workers_exit(f"run {run} completed", 90)
             checked = self.check_run_end(run)
@@ -442,12 +479,12 @@ class Soak:
                 if self.ended_workers[(node, rank)].pid in self.killed:
                     continue  # killed by the last fault, as the run ended
                 # The latest pass, then the latest step.
-                posts = glob.glob(f"{inc_dir}/pass-*/node-{node}-{rank}-*-post.bin")
+                posts = self.posts(f"{inc_dir}/pass-*/node-{node}-{rank}-*-post.bin")
                 if not posts:
                     continue  # this incarnation never synced (started just before the end)
                 last = max(posts, key=lambda p: (int(re.search(r"pass-(\d+)/", p).group(1)),
                                                  int(os.path.basename(p).split("-")[3])))
-                if open(last, "rb").read() != final:
+                if posts[last] != (len(final), hashlib.sha256(final).hexdigest()):
                     raise Violation(f"run {run}: node-{node}/{rank} ended on other parameters "
                                     f"than FetchModel's final model ({last})")
         saved = []

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Workers given bad input fail with one clear line naming the file or flag, exit non-zero,
-# and leave no half-joined member in the coordinator.
+# and leave no half-joined member in the coordinator. A run whose only worker failed so
+# before training fails at once, with the worker's error as its reason.
 set -euo pipefail
 
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -25,7 +26,13 @@ expect_failure() {  # message, then the spec (or "" for flag checks), then worke
   grep -qF -- "$message" <<<"$out" || fail "expected \"$message\" in: $out"
   members=$(curl -fsS "http://$HTTP/metrics" | sed -n 's/^localsgd_members //p')
   [[ "$members" == "0" ]] || fail "a half-joined member is left after: $message"
-  [[ -z "$spec" ]] || ctl stop >/dev/null
+  if [[ -n "$spec" ]]; then
+    run=$(ctl status --json)
+    grep -qF '"state": "RUN_STATE_FAILED"' <<<"$run" || fail "the run did not fail: $run"
+    grep -qF "every worker failed before training: node-0/0: failed: " <<<"$run" \
+      || fail "the run's reason does not name the worker's error: $run"
+    grep -qF -- "$message" <<<"$run" || fail "the run's reason lacks \"$message\": $run"
+  fi
 }
 
 expect_failure "--device: cuda:7 does not exist" "" --device=cuda:7

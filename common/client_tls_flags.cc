@@ -3,6 +3,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "common/tls.h"
 
 ABSL_FLAG(std::string, tls_ca, "",
@@ -20,6 +22,15 @@ ClientTls ClientTlsFromFlags() {
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags() {
   return MakeChannelCredentials(ClientTlsFromFlags());
+}
+
+void HelpShowsTlsFlags(std::string main_file) {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [main_file](absl::string_view path) {
+    return absl::StrContains(path, main_file) || absl::StrContains(path, "client_tls_flags");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 }  // namespace localsgd

@@ -2,6 +2,7 @@
 #define LOCALSGD_COMMON_CLIENT_TLS_FLAGS_H_
 
 #include <memory>
+#include <string>
 
 #include <grpcpp/security/credentials.h>
 
@@ -16,6 +17,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFrom
 
 // The same flags' values.
 ClientTls ClientTlsFromFlags();
+
+// For a client's `main`: --help lists the flags defined in files whose path contains
+// `main_file` and these TLS flags (by default it shows the main file's only).
+void HelpShowsTlsFlags(std::string main_file);
 
 }  // namespace localsgd
 

@@ -13,6 +13,17 @@ std::string Quoted(absl::string_view text) {
                       text.size(), " bytes)");
 }
 
+std::string ConnectionHint(const absl::Status& status) {
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    return " (is a coordinator listening there? check --coordinator, and with TLS --tls_ca)";
+  }
+  if (absl::IsUnauthenticated(status)) {
+    return " (give the coordinator's token with --token_file=FILE or --token)";
+  }
+  if (absl::IsPermissionDenied(status)) return " (the token differs from the coordinator's)";
+  return "";
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message().substr(0, kMaxStatusMessageBytes));

@@ -19,6 +19,11 @@ inline constexpr size_t kMaxEchoedBytes = 128;
 // and cut to kMaxEchoedBytes with its full length said after.
 std::string Quoted(absl::string_view text);
 
+// What to check when a client's call to the coordinator failed with `status`, as " (...)",
+// or "" when there is nothing to add: where it listens (UNAVAILABLE, DEADLINE_EXCEEDED), the
+// token (UNAUTHENTICATED, PERMISSION_DENIED).
+std::string ConnectionHint(const absl::Status& status);
+
 // Maps an absl::Status to the grpc::Status with the same code and message (cut to
 // kMaxStatusMessageBytes). The two code enums share their numbering (both follow
 // google.rpc.Code).

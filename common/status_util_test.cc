@@ -1,5 +1,6 @@
 #include "common/status_util.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace localsgd {
@@ -42,6 +43,22 @@ TEST(StatusUtilTest, EchoedIdsAndLongMessagesAreCut) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_LT(status.error_message().size(), 1100u);
   EXPECT_NE(status.error_message().find("(5000 bytes)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace localsgd
+
+namespace localsgd {
+namespace {
+
+TEST(StatusUtilTest, ConnectionHintsSayWhatToCheck) {
+  EXPECT_THAT(ConnectionHint(absl::UnavailableError("failed to connect")),
+              ::testing::HasSubstr("check --coordinator"));
+  EXPECT_THAT(ConnectionHint(absl::UnauthenticatedError("missing bearer token")),
+              ::testing::HasSubstr("--token_file"));
+  EXPECT_THAT(ConnectionHint(absl::PermissionDeniedError("wrong token")),
+              ::testing::HasSubstr("token differs"));
+  EXPECT_EQ(ConnectionHint(absl::InvalidArgumentError("spec")), "");
 }
 
 }  // namespace

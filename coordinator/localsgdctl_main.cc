@@ -43,7 +43,7 @@ namespace {
 using localsgd::v1::Coordinator;
 
 constexpr char kUsage[] =
-    "localsgdctl: the operator's command line for a localsgd coordinator.\n"
+    "the operator's command line for a localsgd coordinator.\n"
     "Usage: localsgdctl [--coordinator=HOST:PORT] [--token_file=FILE] COMMAND\n"
     "  start --spec=FILE          start a run from a text-format RunSpec\n"
     "  stop [--run_id=ID] [--reason=TEXT]\n"
@@ -61,8 +61,8 @@ int Usage(const std::string& message) {
 }
 
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "localsgdctl: %s: %s\n", absl::StatusCodeToString(status.code()).c_str(),
-               std::string(status.message()).c_str());
+  std::fprintf(stderr, "localsgdctl: %s: %s%s\n", absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str(), localsgd::ConnectionHint(status).c_str());
   return 1;
 }
 
@@ -181,6 +181,7 @@ class Ctl {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  localsgd::HelpShowsTlsFlags("localsgdctl_main");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, runs, watch, fetch)"

@@ -312,10 +312,11 @@ class Soak:
         return open(f"{self.work}/logs/{self.names[proc.pid]}.err", errors="replace").read()[-1500:]
 
     # ---- the models ------------------------------------------------------------------------
-    def digest_dumps(self, settled=1.0):
+    def digest_dumps(self, settled=10.0):
         """Replaces the post-sync dumps in pass-<k>/ folders older than `settled` seconds with
         their digests and deletes every other dump file (pre-sync files, the latest-wins copies
-        in the main folders), so that the soak's disk use stays small."""
+        in the main folders), so that the soak's disk use stays small. `settled` is longer than
+        any pause a fault makes, so no file is read while its writer is stopped mid-write."""
         now = time.time()
         for path in glob.glob(f"{self.work}/dump/*/node-*-i*/**/*.bin", recursive=True):
             try:

@@ -34,16 +34,23 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(Op
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient(std::move(options)));
   const absl::Time give_up = absl::Now() + client->options_.connect_timeout;
   absl::Duration backoff = absl::Milliseconds(100);
+  const std::function<bool()>& stop = client->options_.stop;
+  auto stopped = [&] { return stop != nullptr && stop(); };
   while (true) {
-    absl::Status status = client->Join();
+    // Short attempts, so that a stop is seen soon even when connecting hangs.
+    absl::Status status = client->Join(absl::Seconds(3));
     if (status.ok()) break;
+    if (stopped()) return absl::CancelledError("stopped while connecting to the coordinator");
     if (!Retryable(status) || absl::Now() + backoff > give_up) {
       return absl::Status(status.code(), absl::StrCat("join ", client->options_.address, ": ",
-                                                      status.message()));
+                                                      status.message(), ConnectionHint(status)));
     }
     LogWarning(absl::StrCat("coordinator ", client->options_.address, " unreachable (",
                             status.message(), "); retrying in ", absl::FormatDuration(backoff)));
-    absl::SleepFor(backoff);
+    for (const absl::Time until = absl::Now() + backoff; absl::Now() < until;) {
+      if (stopped()) return absl::CancelledError("stopped while connecting to the coordinator");
+      absl::SleepFor(absl::Milliseconds(100));
+    }
     backoff = std::min(backoff * 2, absl::Seconds(10));
   }
   CoordinatorClient* raw = client.get();
@@ -53,7 +60,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(Op
 
 CoordinatorClient::~CoordinatorClient() { Leave("worker exiting").IgnoreError(); }
 
-absl::Status CoordinatorClient::Join() {
+absl::Status CoordinatorClient::Join(absl::Duration deadline) {
   v1::JoinRequest request;
   *request.mutable_identity() = options_.identity;
   request.set_hostname(options_.hostname);
@@ -65,7 +72,8 @@ absl::Status CoordinatorClient::Join() {
     request.set_replaces(replaces_);
   }
   v1::JoinResponse response;
-  grpc::Status status = stub_->Join(Context().get(), request, &response);
+  grpc::Status status =
+      stub_->Join(AuthorizedContext(options_.token, deadline).get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();

@@ -34,6 +34,9 @@ class CoordinatorClient {
     std::string data_address;
     // How long to keep retrying an unreachable coordinator before giving up.
     absl::Duration connect_timeout = absl::Minutes(5);
+    // Connect gives up (CANCELLED) once this returns true, e.g. on Ctrl-C; looked at every
+    // 100 ms while it waits to retry.
+    std::function<bool()> stop;
   };
 
   // Joins (retrying with backoff on UNAVAILABLE) and starts heartbeating.
@@ -74,7 +77,7 @@ class CoordinatorClient {
 
  private:
   explicit CoordinatorClient(Options options);
-  absl::Status Join();
+  absl::Status Join(absl::Duration deadline = absl::Seconds(10));
   absl::Status Beat();
   void HeartbeatLoop();
   std::unique_ptr<grpc::ClientContext> Context() const;

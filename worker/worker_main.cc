@@ -69,12 +69,20 @@ ABSL_FLAG(std::string, dump_dir, "",
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
 
-void OnSignal(int) { g_stop.store(true); }
+void OnSignal(int sig) {
+  g_signal.store(sig);
+  g_stop.store(true);
+}
 
+// A worker stopped by SIGTERM or SIGINT exits 128 + the signal's number after leaving, so that
+// a job runner (srun, a Kubernetes Job, a shell) does not count it as a success.
+int SignalExit() { return 128 + g_signal.load(); }
+
+// Errors are printed once, as a log line on stderr.
 int Fail(const std::string& message) {
   localsgd::LogError(message);
-  std::fprintf(stderr, "worker: %s\n", message.c_str());
   return 1;
 }
 
@@ -129,6 +137,7 @@ int main(int argc, char** argv) {
       "The localsgd worker: trains one rank of a run.\n"
       "Usage: worker --coordinator=HOST:PORT --token_file=FILE --node_name=NAME "
       "[--local_rank=R --local_world_size=N] [--node_rank=I --num_nodes=M] [--device=cpu]");
+  localsgd::HelpShowsTlsFlags("worker_main");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::fprintf(stderr, "worker: unexpected argument \"%s\" (see --help)\n", args[1]);
@@ -193,9 +202,16 @@ int main(int argc, char** argv) {
   client_options.identity.set_local_world_size(local_world);
   client_options.hostname = node;
   client_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  client_options.stop = [] { return g_stop.load(); };
   absl::StatusOr<std::unique_ptr<localsgd::CoordinatorClient>> client =
       localsgd::CoordinatorClient::Connect(client_options);
-  if (!client.ok()) return Fail(client.status().ToString());
+  if (!client.ok()) {
+    if (g_stop.load()) {
+      localsgd::LogInfo("stopped by signal while connecting to the coordinator");
+      return SignalExit();
+    }
+    return Fail(client.status().ToString());
+  }
   localsgd::CoordinatorClient& coordinator = **client;
   auto leave_and_fail = [&](const std::string& message) {
     coordinator.Leave(absl::StrCat("failed: ", message)).IgnoreError();
@@ -203,7 +219,14 @@ int main(int argc, char** argv) {
   };
   localsgd::LogInfo(absl::StrCat("joined as ", coordinator.worker_id(), "; waiting for a run"));
 
+  // A signal at any stage before training: leave, say so once, exit 128 + signal.
+  auto stopped_by_signal = [&] {
+    localsgd::LogInfo("stopped by signal before training");
+    coordinator.Leave("stopped by signal").IgnoreError();
+    return SignalExit();
+  };
   absl::StatusOr<localsgd::v1::RunInfo> run = coordinator.WaitForRun([] { return g_stop.load(); });
+  if (!run.ok() && g_stop.load()) return stopped_by_signal();
   if (!run.ok()) return leave_and_fail(run.status().ToString());
   // Training stops on a signal, and when an operator stops the run (or it failed): no worker
   // trains on alone for a run that has ended.
@@ -248,8 +271,10 @@ int main(int argc, char** argv) {
   };
   absl::StatusOr<std::unique_ptr<localsgd::NodeGroup>> group = localsgd::NodeGroup::Form(
       absl::StrCat(absl::GetFlag(FLAGS_rendezvous_dir), "/localsgd-", run->run_id(), "-", node),
-      local_rank, local_world, timeout, factory, run_ended);
+      local_rank, local_world, timeout, factory,
+      [&] { return g_stop.load() || run_ended(); });
   if (!group.ok()) {
+    if (g_stop.load()) return stopped_by_signal();
     coordinator.Flush().IgnoreError();
     if (run_ended()) return ended_before_training();
     return leave_and_fail(group.status().ToString());
@@ -327,6 +352,7 @@ int main(int argc, char** argv) {
   if (spec->enabled()) {
     absl::StatusOr<int64_t> resume_at = hierarchical.Start(tensors);
     if (!resume_at.ok()) {
+      if (g_stop.load()) return stopped_by_signal();
       // The run stopped before this worker began (it started just then): not a failure.
       coordinator.Flush().IgnoreError();
       if (run_ended()) return ended_before_training();
@@ -438,5 +464,5 @@ int main(int argc, char** argv) {
                     : g_stop.load()  ? "stopped by signal"
                                      : "the run was stopped")
       .IgnoreError();
-  return 0;
+  return result->stopped && g_stop.load() ? SignalExit() : 0;
 }

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
-#include "common/malloc_tuning.h"
+#include "common/command_line.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, grpc_address, "127.0.0.1:50051",
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       "The localsgd coordinator: tracks workers, runs and sync rounds.\n"
       "Usage: coordinator [--grpc_address=HOST:PORT] [--http_address=HOST:PORT] "
       "[--token_file=FILE] [--state_dir=DIR]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = localsgd::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::fprintf(stderr, "coordinator: unexpected argument \"%s\" (see --help)\n", args[1]);
     return 2;

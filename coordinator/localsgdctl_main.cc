@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/averaging_client.h"
 #include "common/client_tls_flags.h"
+#include "common/command_line.h"
 #include "common/file_util.h"
 #include "common/grpc_channel.h"
 #include "common/run_spec.h"
@@ -182,7 +182,7 @@ class Ctl {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   localsgd::HelpShowsTlsFlags("localsgdctl_main");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = localsgd::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, runs, watch, fetch)"
                                  : absl::StrCat("one COMMAND expected, got \"", args[2], "\" too"));

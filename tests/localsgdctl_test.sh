@@ -97,11 +97,23 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://$HTTP/runs/no-such-run/ser
 [[ "$code" == "404" ]] || fail "series of an unknown run answered $code"
 ctl --token_file="$WORK/token" stop >/dev/null
 
-# Usage errors.
-if out=$(ctl 2>&1); then fail "no command accepted"; fi
+# Usage errors exit 2; --help exits 0 and shows the TLS flags.
+rc=0; out=$(ctl 2>&1) || rc=$?
+[[ $rc == 2 ]] || fail "no command: exit $rc"
 expect_contains "$out" "missing COMMAND"
-if out=$(ctl frobnicate 2>&1); then fail "unknown command accepted"; fi
+rc=0; out=$(ctl frobnicate 2>&1) || rc=$?
+[[ $rc == 2 ]] || fail "unknown command: exit $rc"
 expect_contains "$out" "unknown command"
+rc=0; out=$(ctl --no_such_flag status 2>&1) || rc=$?
+[[ $rc == 2 ]] || fail "unknown flag: exit $rc: $out"
+rc=0; out=$(ctl --help 2>&1) || rc=$?
+[[ $rc == 0 ]] || fail "--help: exit $rc"
+expect_contains "$out" "--tls_ca"
+[[ "$out" != *"localsgdctl: localsgdctl"* ]] || fail "--help repeats the program name: $out"
+# A coordinator that is not there: what to check.
+rc=0; out=$("$BIN/coordinator/localsgdctl" --coordinator=127.0.0.1:1 status 2>&1) || rc=$?
+[[ $rc == 1 ]] || fail "unreachable coordinator: exit $rc"
+expect_contains "$out" "check --coordinator"
 
 # SIGTERM, then a restart on the same state dir shows the same run.
 kill -TERM "$coord_pid"

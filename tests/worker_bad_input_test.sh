@@ -35,6 +35,18 @@ expect_failure() {  # message, then the spec (or "" for flag checks), then worke
   fi
 }
 
+# Flag errors are usage errors: exit 2.
+for flags in "--device=cuda:7" "--local_rank=2 --local_world_size=2" "--no_such_flag"; do
+  rc=0
+  # shellcheck disable=SC2086
+  out=$(worker $flags 2>&1) || rc=$?
+  [[ $rc == 2 ]] || fail "worker $flags: exit $rc, not 2: $out"
+done
+rc=0
+out=$(worker --help 2>&1) || rc=$?
+[[ $rc == 0 ]] || fail "worker --help: exit $rc"
+grep -qF -- "--tls_ca" <<<"$out" || fail "worker --help does not show the TLS flags"
+
 expect_failure "--device: cuda:7 does not exist" "" --device=cuda:7
 expect_failure "--device: \"tpu\" is not a device" "" --device=tpu
 expect_failure "--local_rank must be in" "" --local_rank=2 --local_world_size=2

@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
-#include "common/client_tls_flags.h"
 #include "common/averaging_client.h"
+#include "common/client_tls_flags.h"
+#include "common/command_line.h"
 #include "common/log.h"
 #include "common/malloc_tuning.h"
 #include "common/run_spec.h"
@@ -86,6 +86,12 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// A flag that is wrong: exit 2, like any usage error.
+int UsageError(const std::string& message) {
+  localsgd::LogError(message);
+  return 2;
+}
+
 // Testing aid (--dump_dir): writes the flat tensors before and after each sync, as
 // <dir>/<node>-<rank>-<step>-pre.bin and -post.bin (a later sync at the same step overwrites
 // them), and the same files of each pass as <dir>/pass-<k>/..., where a new pass begins when
@@ -138,7 +144,7 @@ int main(int argc, char** argv) {
       "Usage: worker --coordinator=HOST:PORT --token_file=FILE --node_name=NAME "
       "[--local_rank=R --local_world_size=N] [--node_rank=I --num_nodes=M] [--device=cpu]");
   localsgd::HelpShowsTlsFlags("worker_main");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = localsgd::ParseCommandLine(argc, argv);
   if (args.size() > 1) {
     std::fprintf(stderr, "worker: unexpected argument \"%s\" (see --help)\n", args[1]);
     return 2;
@@ -148,27 +154,27 @@ int main(int argc, char** argv) {
   const int node_rank = absl::GetFlag(FLAGS_node_rank);
   const int num_nodes = absl::GetFlag(FLAGS_num_nodes);
   if (local_world < 1 || local_rank < 0 || local_rank >= local_world) {
-    return Fail("--local_rank must be in [0, --local_world_size)");
+    return UsageError("--local_rank must be in [0, --local_world_size)");
   }
   if (num_nodes < 1 || node_rank < 0 || node_rank >= num_nodes) {
-    return Fail("--node_rank must be in [0, --num_nodes)");
+    return UsageError("--node_rank must be in [0, --num_nodes)");
   }
   torch::Device device(torch::kCPU);
   try {
     device = torch::Device(absl::GetFlag(FLAGS_device));
   } catch (const c10::Error&) {
-    return Fail(absl::StrCat("--device: \"", absl::GetFlag(FLAGS_device),
+    return UsageError(absl::StrCat("--device: \"", absl::GetFlag(FLAGS_device),
                              "\" is not a device (cpu, cuda:N)"));
   }
   if (device.is_cuda() && (!torch::cuda::is_available() ||
                            device.index() >= static_cast<int>(torch::cuda::device_count()))) {
-    return Fail(absl::StrCat("--device: ", absl::GetFlag(FLAGS_device),
+    return UsageError(absl::StrCat("--device: ", absl::GetFlag(FLAGS_device),
                              " does not exist on this machine (this LibTorch sees ",
                              torch::cuda::device_count(), " CUDA devices)"));
   }
   absl::StatusOr<std::string> token =
       localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
-  if (!token.ok()) return Fail(std::string(token.status().message()));
+  if (!token.ok()) return UsageError(std::string(token.status().message()));
   std::string node = absl::GetFlag(FLAGS_node_name);
   if (node.empty()) {
     char host[256] = {};
@@ -182,7 +188,7 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       localsgd::ChannelCredentialsFromFlags();
-  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  if (!credentials.ok()) return UsageError(std::string(credentials.status().message()));
   // Whichever rank leads the node (local rank 0, or the rank that takes over when it dies)
   // serves the sharded data plane on its own port, with the coordinator's rules: the bearer
   // token, and TLS (mutual when this worker has a client certificate).
@@ -190,7 +196,7 @@ int main(int argc, char** argv) {
   const localsgd::ClientTls client_tls = localsgd::ClientTlsFromFlags();
   const bool tls = !client_tls.ca_file.empty();
   if (absl::GetFlag(FLAGS_data_tls_cert).empty() != absl::GetFlag(FLAGS_data_tls_key).empty()) {
-    return Fail("--data_tls_cert and --data_tls_key: give both or neither");
+    return UsageError("--data_tls_cert and --data_tls_key: give both or neither");
   }
 
   localsgd::CoordinatorClient::Options client_options;

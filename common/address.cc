@@ -1,5 +1,7 @@
 #include "common/address.h"
 
+#include <arpa/inet.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -39,6 +41,13 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, absl::string_view
     return error("port must be 0..65535");
   }
   return HostPort{std::string(host), port};
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  const std::string text(host);
+  return inet_pton(AF_INET, text.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 absl::StatusOr<std::string> ResolveAdvertisedAddress(absl::string_view advertised,

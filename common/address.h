@@ -22,6 +22,10 @@ struct HostPort {
 // or field in the error message.
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view text, absl::string_view flag);
 
+// Whether `host` (as in HostPort) can only be reached from this machine: "localhost", an
+// address in 127.0.0.0/8, or ::1. Wildcards ("", "0.0.0.0", "::") and other names are not.
+bool IsLoopbackHost(absl::string_view host);
+
 // A node leader's advertised data-plane address (JoinRequest.data_address) made concrete: a
 // wildcard or empty host ("", "0.0.0.0", "::") becomes the host of `peer`, the address the
 // Join came from as gRPC names it ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234"). Empty stays

@@ -20,6 +20,15 @@ TEST(AddressTest, ParsesHostsAndPorts) {
   EXPECT_EQ(c->ToString(), "node-1.cluster:50051");
 }
 
+TEST(AddressTest, LoopbackHosts) {
+  for (const char* host : {"localhost", "127.0.0.1", "127.1.2.3", "::1"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"", "0.0.0.0", "::", "10.0.0.1", "node-1", "128.0.0.1", "::2"}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << host;
+  }
+}
+
 TEST(AddressTest, RejectsMalformedWithTheFlagName) {
   for (const char* bad : {"", "localhost", ":80", "host:", "host:65536", "host:-1",
                           "host:12ab", "::1:80", "[::1:80", "a b:80", "[]:80"}) {

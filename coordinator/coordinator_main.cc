@@ -9,6 +9,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/address.h"
 #include "common/auth.h"
 #include "common/command_line.h"
 #include "common/log.h"
@@ -34,6 +35,10 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA that client certificates must chain to; set: mutual TLS (clients without a "
           "valid certificate are refused).");
+ABSL_FLAG(bool, insecure, false,
+          "Serve a --grpc_address other hosts can reach without a token (anyone who reaches it "
+          "can then start and stop runs and join them). Without this flag the coordinator "
+          "refuses to start so.");
 ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(15),
           "A worker whose heartbeats stop for this long is removed.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(3),
@@ -72,6 +77,17 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> token =
       localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) return Fail(token.status());
+  if (token->empty() && !absl::GetFlag(FLAGS_insecure)) {
+    absl::StatusOr<localsgd::HostPort> listen =
+        localsgd::ParseHostPort(absl::GetFlag(FLAGS_grpc_address), "--grpc_address");
+    if (listen.ok() && !localsgd::IsLoopbackHost(listen->host)) {
+      std::fprintf(stderr,
+                   "coordinator: --grpc_address %s can be reached from other hosts and no token "
+                   "is set: give --token_file (or --insecure to serve it without auth)\n",
+                   absl::GetFlag(FLAGS_grpc_address).c_str());
+      return 2;
+    }
+  }
 
   localsgd::CoordinatorServer::Options options;
   options.grpc_address = absl::GetFlag(FLAGS_grpc_address);

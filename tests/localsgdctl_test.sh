@@ -110,6 +110,17 @@ rc=0; out=$(ctl --help 2>&1) || rc=$?
 [[ $rc == 0 ]] || fail "--help: exit $rc"
 expect_contains "$out" "--tls_ca"
 [[ "$out" != *"localsgdctl: localsgdctl"* ]] || fail "--help repeats the program name: $out"
+# A coordinator other hosts can reach is refused without a token, unless --insecure.
+rc=0; out=$("$BIN/coordinator/coordinator" --grpc_address=0.0.0.0:0 --http_address= 2>&1) || rc=$?
+[[ $rc == 2 ]] || fail "a token-less coordinator on 0.0.0.0: exit $rc"
+expect_contains "$out" "give --token_file (or --insecure"
+"$BIN/coordinator/coordinator" --grpc_address=0.0.0.0:0 --http_address= --insecure \
+  >"$WORK/insecure.out" 2>&1 &
+insecure=$!
+for _ in $(seq 1 100); do grep -q "grpc listening" "$WORK/insecure.out" && break; sleep 0.1; done
+grep -q "grpc listening" "$WORK/insecure.out" || fail "--insecure did not start: $(cat "$WORK/insecure.out")"
+kill -TERM "$insecure"
+wait "$insecure"
 # A coordinator that is not there: what to check.
 rc=0; out=$("$BIN/coordinator/localsgdctl" --coordinator=127.0.0.1:1 status 2>&1) || rc=$?
 [[ $rc == 1 ]] || fail "unreachable coordinator: exit $rc"

@@ -1,4 +1,5 @@
 // localsgdctl: the operator's command line over the coordinator's gRPC API.
+#include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
@@ -28,6 +29,10 @@ ABSL_FLAG(std::string, token, "", "Bearer token for start/stop.");
 ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call.");
 ABSL_FLAG(std::string, spec, "", "start: the run spec, a text-format RunSpec file.");
+ABSL_FLAG(bool, if_absent, false,
+          "start: succeed without starting anything when a run with this spec is already "
+          "waiting or running (a start job run again, a requeued batch job); a different "
+          "active run is still an error.");
 ABSL_FLAG(std::string, run_id, "", "stop: the run to stop (default: the active run).");
 ABSL_FLAG(std::string, reason, "", "stop: why, shown in status.");
 ABSL_FLAG(bool, json, false, "status, runs: print JSON instead of a table.");
@@ -45,7 +50,9 @@ using localsgd::v1::Coordinator;
 constexpr char kUsage[] =
     "the operator's command line for a localsgd coordinator.\n"
     "Usage: localsgdctl [--coordinator=HOST:PORT] [--token_file=FILE] COMMAND\n"
-    "  start --spec=FILE          start a run from a text-format RunSpec\n"
+    "  start --spec=FILE [--if_absent]\n"
+    "                             start a run from a text-format RunSpec; --if_absent: or\n"
+    "                             find it already running\n"
     "  stop [--run_id=ID] [--reason=TEXT]\n"
     "                             stop the active run\n"
     "  status [--json]            the run and its members\n"
@@ -100,8 +107,30 @@ class Ctl {
     localsgd::v1::StartRunResponse response;
     auto context = Context(/*authenticated=*/true);
     grpc::Status status = stub_->StartRun(context.get(), request, &response);
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+        absl::GetFlag(FLAGS_if_absent)) {
+      return StartedAlready(*spec);
+    }
     if (!status.ok()) return Fail(localsgd::FromGrpcStatus(status));
     std::printf("started %s\n", localsgd::FormatRunLine(response.run()).c_str());
+    return 0;
+  }
+
+  // start --if_absent, when another run is active: fine if it runs this spec.
+  int StartedAlready(const localsgd::v1::RunSpec& spec) {
+    localsgd::v1::CoordinatorStatus status;
+    auto context = Context(/*authenticated=*/false);
+    grpc::Status result = stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
+    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
+    absl::StatusOr<localsgd::v1::RunSpec> wanted = localsgd::NormalizeRunSpec(spec);
+    if (!wanted.ok()) return Fail(wanted.status());
+    localsgd::v1::RunSpec running = status.run().spec();
+    if (spec.name().empty()) running.clear_name();  // named after its run id
+    if (!google::protobuf::util::MessageDifferencer::Equals(*wanted, running)) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "run ", status.run().run_id(), " is active with another spec; stop it first")));
+    }
+    std::printf("already active: %s\n", localsgd::FormatRunLine(status.run()).c_str());
     return 0;
   }
 

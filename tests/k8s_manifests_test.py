@@ -158,6 +158,8 @@ check(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name",
 spec_text = get("ConfigMap", "localsgd-run-spec")["data"]["spec.textproto"]
 starter = get("Job", "localsgd-start-run")["spec"]["template"]["spec"]["containers"][0]
 check(flags(starter["args"])["spec"] == "/etc/localsgd/spec/spec.textproto", "start job: spec path")
+check("if_absent" in flags(starter["args"]),
+      "start job: --if_absent, so that a retried or re-created Job finds its run instead of failing")
 check_tls("start job", get("Job", "localsgd-start-run")["spec"]["template"]["spec"],
           flags(starter["args"]), ["tls_ca", "tls_cert", "tls_key"])
 with tempfile.TemporaryDirectory() as work:

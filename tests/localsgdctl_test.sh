@@ -54,6 +54,14 @@ expect_contains "$out" "(demo) WAITING_FOR_WORKERS"
 run_id=$(sed -n 's/^started \(run-[^ ]*\).*/\1/p' <<<"$out")
 
 if out=$(ctl --token_file="$WORK/token" start --spec="$SPEC" 2>&1); then fail "second start succeeded"; fi
+# start --if_absent: the same spec already active is fine (a start job run again, a requeued
+# batch job); another spec is not.
+out=$(ctl --token_file="$WORK/token" start --if_absent --spec="$SPEC")
+expect_contains "$out" "already active: $run_id"
+sed 's/local_sgd_steps: 8/local_sgd_steps: 16/' "$SPEC" > "$WORK/other.textproto"
+rc=0; out=$(ctl --token_file="$WORK/token" start --if_absent --spec="$WORK/other.textproto" 2>&1) || rc=$?
+[[ $rc == 1 ]] || fail "start --if_absent of another spec: exit $rc: $out"
+expect_contains "$out" "is active with another spec"
 expect_contains "$out" "FAILED_PRECONDITION"
 
 out=$(ctl status)

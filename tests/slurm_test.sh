@@ -30,12 +30,14 @@ total_steps: 24
 batch_size: 32
 min_workers: 1
 SPEC
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-LOCALSGD_BIN="$ROOT" LOCALSGD_SPEC="$WORK/spec.textproto" LOCALSGD_DIR="$WORK" LOCALSGD_PORT="$port" \
+# No LOCALSGD_PORT: the job's coordinator picks free ports and says which.
+LOCALSGD_BIN="$ROOT" LOCALSGD_SPEC="$WORK/spec.textproto" LOCALSGD_DIR="$WORK" \
   timeout 600 sbatch --wait --nodes=1 --ntasks-per-node=2 --chdir="$WORK" --output="$WORK/job.out" \
   "$ROOT/deploy/slurm/localsgd.sbatch" >/dev/null || fail "the job failed"
 
 grep -q "COMPLETED round 6 step 24/24" "$WORK/job.out" || fail "run not completed"
+grep -Eq "^coordinator [^ ]+:[1-9][0-9]*, status http://[^ ]+:[1-9][0-9]*/" "$WORK/job.out" \
+  || fail "the job does not say where its coordinator listens"
 status=$(ls "$WORK"/localsgd-*/status.json)
 /usr/bin/python3 - "$status" <<'PY' || fail "round check failed"
 import json, sys

@@ -64,6 +64,7 @@ def get(kind, name):
 
 known = {path: known_flags(binary) for path, binary in BINARIES.items()}
 images = set()
+secrets = set()
 for (kind, name), doc in objects.items():
     if kind not in ("Deployment", "Job"):
         continue
@@ -78,14 +79,39 @@ for (kind, name), doc in objects.items():
             for invocation in re.findall(re.escape(path) + r"((?:\s+\\?\s*--\S+)*)", text):
                 for flag in flags([invocation]):
                     check(flag in flag_set, f"{name}: {os.path.basename(path)} has no --{flag}")
+    for container in pod["containers"]:
+        # Least privilege and bounded resources, for every container.
+        security = container.get("securityContext", {})
+        check(security.get("runAsNonRoot") is True and security.get("runAsUser", 0) != 0,
+              f"{name}: must run as a non-root user")
+        check(security.get("allowPrivilegeEscalation") is False,
+              f"{name}: allowPrivilegeEscalation must be false")
+        check(security.get("readOnlyRootFilesystem") is True,
+              f"{name}: the root filesystem must be read-only")
+        resources = container.get("resources", {})
+        for bound in ("requests", "limits"):
+            for what in ("cpu", "memory"):
+                check(what in resources.get(bound, {}), f"{name}: no {what} {bound}")
     for volume in volumes.values():
         if "secret" in volume:
-            get("Secret", volume["secret"]["secretName"])
+            secrets.add(volume["secret"]["secretName"])
         if "configMap" in volume:
             get("ConfigMap", volume["configMap"]["name"])
         if "persistentVolumeClaim" in volume:
             get("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
 check(len(images) == 1, f"containers use more than one image: {images}")
+# Secrets are created by the operator (documented commands), never shipped with placeholders
+# (a placeholder token is one anyone knows, and the coordinator would accept it).
+header = "".join(open(path).read() for path in glob.glob(f"{ROOT}/deploy/k8s/*.yaml"))
+for secret in sorted(secrets):
+    check(("Secret", secret) not in objects, f"Secret {secret} is shipped; document its creation")
+    check(f"kubectl create secret generic {secret}" in header,
+          f"Secret {secret}: no kubectl command to create it")
+check("REPLACE_WITH" not in header, "a placeholder value is shipped")
+# The image runs as the non-root user the manifests name, with the launcher.
+dockerfile = open(f"{ROOT}/deploy/Dockerfile").read()
+check(re.search(r"^USER 65532$", dockerfile, re.M) is not None, "Dockerfile: not USER 65532")
+check("/opt/localsgd/bin/launch-ranks" in dockerfile, "Dockerfile: no launch-ranks")
 
 # Coordinator: ports and probes agree with its flags; the Service selects it.
 deployment = get("Deployment", "localsgd-coordinator")
@@ -148,6 +174,23 @@ check(wspec["template"]["spec"].get("subdomain") == "localsgd-workers",
 data_port = {p["name"]: p["port"] for p in data_service["spec"]["ports"]}["data"]
 check(wflags["data_address"] == f"$(hostname).localsgd-workers:{data_port}",
       "workers: --data_address is not the pod's name under the Service, on its data port")
+# One launcher per pod for the node's ranks: SIGTERM forwarded, a failed rank fails the pod.
+wtext = " ".join(wcontainer["command"] + wcontainer["args"])
+check(re.search(r"exec /opt/localsgd/bin/launch-ranks \"\$LOCAL_WORLD_SIZE\"", wtext) is not None,
+      "workers: the ranks are not started by launch-ranks $LOCAL_WORLD_SIZE")
+check(wflags.get("local_rank") == "{rank}", "workers: --local_rank is not the launcher's {rank}")
+check(wflags.get("device") == "cuda:{rank}", "workers: one GPU per rank (--device=cuda:{rank})")
+wpod = wspec["template"]["spec"]
+wvolumes = {v["name"]: v for v in wpod["volumes"]}
+wmounts = {m["mountPath"]: wvolumes[m["name"]] for m in wcontainer["volumeMounts"]}
+check(wmounts.get("/dev/shm", {}).get("emptyDir", {}).get("medium") == "Memory",
+      "workers: /dev/shm must be a memory emptyDir (NCCL)")
+check("emptyDir" in wmounts.get(wflags["rendezvous_dir"], {}),
+      "workers: --rendezvous_dir not on a writable emptyDir (the root filesystem is read-only)")
+check("persistentVolumeClaim" in wmounts.get(os.path.dirname(wflags.get("save_model", "")), {}),
+      "workers: --save_model not on a PersistentVolumeClaim (the trained model would be lost)")
+check(any("persistentVolumeClaim" in v and p == "/data" for p, v in wmounts.items()),
+      "workers: no data volume")
 env = {e["name"]: e for e in wcontainer["env"]}
 gpus = wcontainer["resources"]["limits"]["nvidia.com/gpu"]
 check(int(env["LOCAL_WORLD_SIZE"]["value"]) == int(gpus), "workers: one worker per GPU")

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# deploy/bin/launch-ranks: {rank} substituted, the first failure's status, SIGTERM forwarded
+# to every rank, usage errors exit 2.
+set -euo pipefail
+LAUNCH="$TEST_SRCDIR/$TEST_WORKSPACE/deploy/bin/launch-ranks"
+WORK="$TEST_TMPDIR"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$("$LAUNCH" 3 sh -c 'echo "rank {rank} of 3"')
+for rank in 0 1 2; do grep -q "rank $rank of 3" <<<"$out" || fail "rank $rank did not run: $out"; done
+
+# The first rank to fail gives the status; the others are waited for.
+rc=0
+"$LAUNCH" 3 sh -c 'if [ {rank} = 1 ]; then exit 7; fi; sleep 0.5; touch "$0.{rank}"' "$WORK/done" \
+  2>"$WORK/err" || rc=$?
+[[ $rc == 7 ]] || fail "a failed rank gave $rc, not 7"
+[[ -e "$WORK/done.0" && -e "$WORK/done.2" ]] || fail "the other ranks were not waited for"
+grep -q "exited 7" "$WORK/err" || fail "the failure is not reported: $(cat "$WORK/err")"
+
+# SIGTERM reaches every rank; the launcher exits with their status (143).
+"$LAUNCH" 2 sh -c 'trap "echo {rank} >> $0; exit 143" TERM; while :; do sleep 0.1; done' \
+  "$WORK/terms" 2>/dev/null &
+launcher=$!
+for _ in $(seq 1 50); do [[ $(pgrep -P "$launcher" | wc -l) == 2 ]] && break; sleep 0.1; done
+kill -TERM "$launcher"
+rc=0
+wait "$launcher" || rc=$?
+[[ $rc == 143 ]] || fail "SIGTERM: exit $rc, not 143"
+[[ $(sort "$WORK/terms" | tr '\n' ' ') == "0 1 " ]] || fail "not every rank got SIGTERM: $(cat "$WORK/terms")"
+
+rc=0
+"$LAUNCH" 2>/dev/null || rc=$?
+[[ $rc == 2 ]] || fail "no arguments: exit $rc"
+echo PASS

@@ -39,6 +39,9 @@ DataSplits Synthetic(int64_t samples, uint64_t seed) {
   return splits;
 }
 
+// The usual Fashion-MNIST normalisation (mean 0.2860, std 0.3530 over the training set).
+constexpr InputNormalization kIdxNormalization{255, 0.2860, 0.3530};
+
 absl::StatusOr<Dataset> IdxPair(const std::string& dir, const std::string& prefix) {
   absl::StatusOr<torch::Tensor> images = ReadIdx(absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte"));
   if (!images.ok()) return images.status();
@@ -50,8 +53,8 @@ absl::StatusOr<Dataset> IdxPair(const std::string& dir, const std::string& prefi
                                                    "-*: images and labels do not match"));
   }
   Dataset d;
-  // The usual Fashion-MNIST normalisation (mean 0.2860, std 0.3530 over the training set).
-  d.inputs = ((images->to(torch::kFloat32) / 255.0) - 0.2860) / 0.3530;
+  const InputNormalization n = kIdxNormalization;
+  d.inputs = (images->to(torch::kFloat32) / n.divisor - n.mean) / n.std;
   d.inputs = d.inputs.unsqueeze(1);
   d.targets = labels->to(torch::kInt64);
   return d;
@@ -177,6 +180,13 @@ absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path) {
                             count));
   }
   return torch::from_blob(data.data() + offset, shape, torch::kUInt8).clone();
+}
+
+InputNormalization NormalizationOf(const v1::DatasetSpec& spec) {
+  if (spec.kind() == v1::DATASET_KIND_FASHION_MNIST || spec.kind() == v1::DATASET_KIND_MNIST) {
+    return kIdxNormalization;
+  }
+  return InputNormalization{};
 }
 
 absl::StatusOr<DataSplits> LoadData(const v1::DatasetSpec& spec, uint64_t seed) {

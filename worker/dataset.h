@@ -22,6 +22,16 @@ struct DataSplits {
   Dataset test;
 };
 
+// How LoadData turns raw inputs into model inputs: (x / divisor - mean) / std (IDX datasets:
+// 0-255 pixels with the Fashion-MNIST mean and deviation; others as they are). A saved
+// built-in model applies it itself (Model::SaveInfo).
+struct InputNormalization {
+  double divisor = 1;
+  double mean = 0;
+  double std = 1;
+};
+InputNormalization NormalizationOf(const v1::DatasetSpec& spec);
+
 // Loads the spec's data:
 //  - synthetic: a deterministic 10-class task on 28x28 inputs from `seed` (noisy copies of
 //    ten random prototypes), synthetic_samples training and 2048 test examples;

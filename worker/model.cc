@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace localsgd {
 namespace {
@@ -24,6 +25,17 @@ struct MlpImpl : torch::nn::Module {
     return fc3(x);
   }
   torch::nn::Linear fc1, fc2, fc3;
+  // The same network as a TorchScript method on the parameters (named with _ for .), raw
+  // inputs normalised first.
+  static constexpr char kName[] = "localsgd.Mlp";
+  static constexpr char kScript[] = R"(
+def forward(self, x):
+    x = (x.float() / self.input_divisor - self.input_mean) / self.input_std
+    x = x.reshape([x.size(0), 784])
+    x = torch.relu(torch.matmul(x, self.fc1_weight.t()) + self.fc1_bias)
+    x = torch.relu(torch.matmul(x, self.fc2_weight.t()) + self.fc2_bias)
+    return torch.matmul(x, self.fc3_weight.t()) + self.fc3_bias
+)";
 };
 TORCH_MODULE(Mlp);
 
@@ -45,8 +57,25 @@ struct CnnImpl : torch::nn::Module {
   }
   torch::nn::Conv2d conv1, conv2;
   torch::nn::Linear fc1, fc2;
+  static constexpr char kName[] = "localsgd.Cnn";
+  static constexpr char kScript[] = R"(
+def forward(self, x):
+    x = (x.float() / self.input_divisor - self.input_mean) / self.input_std
+    x = x.reshape([x.size(0), 1, 28, 28])
+    x = torch.max_pool2d(torch.relu(torch.conv2d(x, self.conv1_weight, self.conv1_bias, [1, 1], [1, 1])), [2, 2])
+    x = torch.max_pool2d(torch.relu(torch.conv2d(x, self.conv2_weight, self.conv2_bias, [1, 1], [1, 1])), [2, 2])
+    x = torch.relu(torch.matmul(x.flatten(1), self.fc1_weight.t()) + self.fc1_bias)
+    return torch.matmul(x, self.fc2_weight.t()) + self.fc2_bias
+)";
 };
 TORCH_MODULE(Cnn);
+
+// What a saved model carries beside its weights.
+torch::jit::ExtraFilesMap ExtraFiles(const Model::SaveInfo& info) {
+  torch::jit::ExtraFilesMap files(info.extra_files.begin(), info.extra_files.end());
+  files["localsgd.txt"] = SaveInfoText(info);
+  return files;
+}
 
 template <typename Net>
 class BuiltinModel : public Model {
@@ -59,15 +88,22 @@ class BuiltinModel : public Model {
   void To(const torch::Device& device) override { net_->to(device); }
   absl::Status Save(const std::string& path, const SaveInfo& info) override {
     try {
-      torch::serialize::OutputArchive archive;
-      net_->save(archive);
-      archive.write("localsgd.run_id", c10::IValue(info.run_id));
-      archive.write("localsgd.round", c10::IValue(info.round));
-      archive.write("localsgd.global_step", c10::IValue(info.global_step));
-      archive.save_to(path);
+      torch::jit::Module module(Net::ContainedType::kName);
+      for (const auto& p : net_->named_parameters()) {
+        module.register_parameter(absl::StrReplaceAll(p.key(), {{".", "_"}}),
+                                  p.value().detach().to(torch::kCPU).clone(), false);
+      }
+      module.register_attribute("input_divisor", c10::FloatType::get(), info.input_divisor);
+      module.register_attribute("input_mean", c10::FloatType::get(), info.input_mean);
+      module.register_attribute("input_std", c10::FloatType::get(), info.input_std);
+      module.define(Net::ContainedType::kScript);
+      module.eval();
+      module.save(path, ExtraFiles(info));
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
                                               e.what_without_backtrace()));
+    } catch (const std::exception& e) {  // TorchScript compilation errors
+      return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ", e.what()));
     }
     return absl::OkStatus();
   }
@@ -96,7 +132,7 @@ class ScriptModel : public Model {
   void To(const torch::Device& device) override { module_.to(device); }
   absl::Status Save(const std::string& path, const SaveInfo& info) override {
     try {
-      module_.save(path, {{"localsgd.txt", SaveInfoText(info)}});
+      module_.save(path, ExtraFiles(info));
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
                                               e.what_without_backtrace()));

@@ -1,6 +1,7 @@
 #ifndef LOCALSGD_WORKER_MODEL_H_
 #define LOCALSGD_WORKER_MODEL_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,15 @@ struct ModelSaveInfo {
   std::string run_id;
   int64_t round = 0;        // the committed round it is the global model of
   int64_t global_step = 0;  // the run's global step at that round
+  // How the dataset turns raw inputs into what the model trained on:
+  // (x / input_divisor - input_mean) / input_std. A saved built-in model does this itself, so
+  // raw inputs (0-255 pixels) go in.
+  double input_divisor = 1;
+  double input_mean = 0;
+  double input_std = 1;
+  // Text files saved beside the model in its archive (e.g. the run spec, final metrics):
+  // name -> contents.
+  std::map<std::string, std::string> extra_files;
 };
 
 // Python, seen through the same small interface. Thread-compatible.
@@ -32,9 +42,10 @@ class Model {
   virtual void Train(bool on) = 0;
   virtual void To(const torch::Device& device) = 0;
   using SaveInfo = ModelSaveInfo;
-  // Saves the model to `path`: a TorchScript file for TorchScript models (with `info` in its
-  // extra file "localsgd.txt"), else a tensor file of the named parameters and buffers (with
-  // `info` under the keys localsgd.run_id, localsgd.round and localsgd.global_step).
+  // Saves the model to `path` as a TorchScript module that torch.jit.load reads and calls:
+  // a built-in model with its input normalisation (`info`) inside its `forward`, so raw
+  // inputs go in. Which global model it is (`info`) is in the extra file "localsgd.txt", and
+  // info.extra_files beside it.
   virtual absl::Status Save(const std::string& path, const SaveInfo& info = {}) = 0;
 };
 

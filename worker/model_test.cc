@@ -83,19 +83,29 @@ TEST(ModelTest, TrainsATorchScriptModuleSavedFromPython) {
   EXPECT_EQ(extra["localsgd.txt"], "run_id: \"run-7\"\nround: 12\nglobal_step: 96\n");
 }
 
-TEST(ModelTest, ABuiltinModelsFileSaysWhichGlobalModelItIs) {
-  auto model = MakeModel(Builtin("mlp"), 0);
-  ASSERT_THAT(model, IsOk());
-  ASSERT_THAT((*model)->Save(TempPath("mlp.pt"), {"run-3", 45, 354}), IsOk());
-  torch::serialize::InputArchive archive;
-  archive.load_from(TempPath("mlp.pt"));
-  c10::IValue round, step, run;
-  ASSERT_TRUE(archive.try_read("localsgd.round", round));
-  ASSERT_TRUE(archive.try_read("localsgd.global_step", step));
-  ASSERT_TRUE(archive.try_read("localsgd.run_id", run));
-  EXPECT_EQ(round.toInt(), 45);
-  EXPECT_EQ(step.toInt(), 354);
-  EXPECT_EQ(run.toStringRef(), "run-3");
+// A saved built-in model is a TorchScript module with forward: raw inputs in (its input
+// normalisation inside), the same outputs as the model on normalised inputs.
+TEST(ModelTest, ABuiltinModelSavesAsAModuleThatTakesRawInputs) {
+  for (const char* name : {"mlp", "cnn"}) {
+    auto model = MakeModel(Builtin(name), 0);
+    ASSERT_THAT(model, IsOk());
+    Model::SaveInfo info{"run-3", 45, 354};
+    info.input_divisor = 255;
+    info.input_mean = 0.2860;
+    info.input_std = 0.3530;
+    info.extra_files["spec.textproto"] = "model { builtin: \"mlp\" }\n";
+    const std::string path = TempPath(std::string(name) + ".pt");
+    ASSERT_THAT((*model)->Save(path, info), IsOk());
+    torch::jit::ExtraFilesMap extra = {{"localsgd.txt", ""}, {"spec.textproto", ""}};
+    torch::jit::Module loaded = torch::jit::load(path, torch::kCPU, extra);
+    EXPECT_EQ(extra["localsgd.txt"], "run_id: \"run-3\"\nround: 45\nglobal_step: 354\n");
+    EXPECT_EQ(extra["spec.textproto"], "model { builtin: \"mlp\" }\n");
+    torch::Tensor raw = torch::randint(0, 256, {4, 1, 28, 28}, torch::kUInt8);
+    torch::Tensor expected =
+        (*model)->Forward(((raw.to(torch::kFloat32) / 255.0) - 0.2860) / 0.3530);
+    torch::Tensor got = loaded.forward({raw}).toTensor();
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << name << ": " << (got - expected).abs().max();
+  }
 }
 
 TEST(ModelTest, BadModelsNameTheFileOrField) {

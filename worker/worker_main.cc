@@ -3,6 +3,7 @@
 // coordinator), evaluates, reports and leaves. See README.md.
 #include <signal.h>
 #include <sys/stat.h>
+#include <google/protobuf/text_format.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "common/run_spec.h"
 #include "worker/coordinator_client.h"
 #include "worker/data_plane_server.h"
+#include "worker/dataset.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
@@ -447,6 +449,16 @@ int main(int argc, char** argv) {
       info.round = leader->round();
       info.global_step = leader->global_step();
     }
+    // Raw inputs go into the saved model (its normalisation inside); the spec and the final
+    // metrics go beside it.
+    const localsgd::InputNormalization normalization = localsgd::NormalizationOf(spec->dataset());
+    info.input_divisor = normalization.divisor;
+    info.input_mean = normalization.mean;
+    info.input_std = normalization.std;
+    google::protobuf::TextFormat::PrintToString(*spec, &info.extra_files["spec.textproto"]);
+    info.extra_files["metrics.txt"] = absl::StrFormat(
+        "steps: %d\ntrain_loss: %.6f\ntest_accuracy: %.6f\ntest_loss: %.6f\n", result->steps,
+        result->loss, result->test_accuracy, result->test_loss);
     if (absl::Status s = (*model)->Save(save_path, info); !s.ok()) {
       return leave_and_fail(s.ToString());
     }

@@ -134,7 +134,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     http.routes["/metrics"] = [plane_ptr] {
       const absl::StatusOr<ProcessStats> process = ReadProcessStats();
       return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                  StatusToPrometheus(plane_ptr->Status(), process.ok() ? &*process : nullptr)};
+                                  StatusToPrometheus(plane_ptr->Status(),
+                                                     process.ok() ? &*process : nullptr)};
     };
     http.routes["/healthz"] = [plane_ptr] {
       if (plane_ptr->draining()) return HttpServer::Response{503, "text/plain", "draining\n"};

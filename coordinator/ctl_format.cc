@@ -69,12 +69,13 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   const v1::RunInfo& run = status.run();
   if (!run.run_id().empty()) absl::StrAppend(&out, "progress: ", FormatProgress(status), "\n");
   if (run.member_results_size() > 0) {
-    absl::StrAppend(&out, absl::StrFormat("result: final loss %.4f, test accuracy %s (%d workers)\n",
-                                          run.final_loss(),
-                                          run.final_test_accuracy() > 0
-                                              ? absl::StrFormat("%.4f", run.final_test_accuracy())
-                                              : "not evaluated",
-                                          run.member_results_size()));
+    absl::StrAppend(
+        &out, absl::StrFormat("result: final loss %.4f, test accuracy %s (%d workers)\n",
+                              run.final_loss(),
+                              run.final_test_accuracy() > 0
+                                  ? absl::StrFormat("%.4f", run.final_test_accuracy())
+                                  : "not evaluated",
+                              run.member_results_size()));
   }
   const v1::RunSpec& spec = status.run().spec();
   if (!status.run().run_id().empty()) {

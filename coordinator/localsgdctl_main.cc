@@ -120,7 +120,8 @@ class Ctl {
   int StartedAlready(const localsgd::v1::RunSpec& spec) {
     localsgd::v1::CoordinatorStatus status;
     auto context = Context(/*authenticated=*/false);
-    grpc::Status result = stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
+    grpc::Status result =
+        stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
     if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
     absl::StatusOr<localsgd::v1::RunSpec> wanted = localsgd::NormalizeRunSpec(spec);
     if (!wanted.ok()) return Fail(wanted.status());

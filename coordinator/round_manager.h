@@ -36,8 +36,8 @@ class RoundMember {
 };
 
 // The sync rounds of the active run (docs/design.md, "One round, both modes"). It keeps
-// global[r] and the outer optimizer state and opens a round when the first member's header arrives (its
-// members are the node leaders alive then). Star rounds: it averages over the aggregator
+// global[r] and the outer optimizer state and opens a round when the first member's header
+// arrives (its members are the node leaders alive then). Star rounds: it averages over the aggregator
 // engine, streams each update chunk to every member as soon as it is averaged, drops members
 // whose stream breaks, who send bad input or who miss the deadline, and commits (advancing the
 // run's round and global step) or, when the quorum is lost, aborts. Sharded rounds: a

@@ -141,9 +141,9 @@ std::string LineChart(const std::string& id, const std::string& title,
     for (const auto& [x, y] : line.points) {
       coords.push_back(absl::StrFormat("%.1f,%.1f", scale.X(x), scale.Y(y)));
     }
-    absl::StrAppendFormat(&inner,
-                          "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>",
-                          line.color, absl::StrJoin(coords, " "));
+    absl::StrAppendFormat(
+        &inner, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>",
+        line.color, absl::StrJoin(coords, " "));
     if (line.points.size() == 1) {
       absl::StrAppendFormat(&inner, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
                             scale.X(line.points[0].first), scale.Y(line.points[0].second),

@@ -137,8 +137,10 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
                      .Name("localsgd_rounds_total")
                      .Help("Sync rounds by outcome (aborted: quorum lost, owner lost, run ended).")
                      .Register(registry);
-  rounds.Add({{"outcome", "committed"}}).Increment(static_cast<double>(status.rounds_committed_total()));
-  rounds.Add({{"outcome", "aborted"}}).Increment(static_cast<double>(status.rounds_aborted_total()));
+  rounds.Add({{"outcome", "committed"}})
+      .Increment(static_cast<double>(status.rounds_committed_total()));
+  rounds.Add({{"outcome", "aborted"}})
+      .Increment(static_cast<double>(status.rounds_aborted_total()));
   auto& dropped = BuildCounter()
                       .Name("localsgd_round_members_dropped_total")
                       .Help("Members dropped from sync rounds, by why: deadline (too slow), left "

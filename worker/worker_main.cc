@@ -166,13 +166,13 @@ int main(int argc, char** argv) {
     device = torch::Device(absl::GetFlag(FLAGS_device));
   } catch (const c10::Error&) {
     return UsageError(absl::StrCat("--device: \"", absl::GetFlag(FLAGS_device),
-                             "\" is not a device (cpu, cuda:N)"));
+                                   "\" is not a device (cpu, cuda:N)"));
   }
   if (device.is_cuda() && (!torch::cuda::is_available() ||
                            device.index() >= static_cast<int>(torch::cuda::device_count()))) {
     return UsageError(absl::StrCat("--device: ", absl::GetFlag(FLAGS_device),
-                             " does not exist on this machine (this LibTorch sees ",
-                             torch::cuda::device_count(), " CUDA devices)"));
+                                   " does not exist on this machine (this LibTorch sees ",
+                                   torch::cuda::device_count(), " CUDA devices)"));
   }
   absl::StatusOr<std::string> token =
       localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
@@ -248,7 +248,8 @@ int main(int argc, char** argv) {
   // while this worker was starting) means there is nothing left to do.
   auto run_ended = [&] {
     const localsgd::v1::RunInfo now = coordinator.run();
-    return now.run_id() == run_id && (run_halted() || now.state() == localsgd::v1::RUN_STATE_COMPLETED);
+    return now.run_id() == run_id &&
+           (run_halted() || now.state() == localsgd::v1::RUN_STATE_COMPLETED);
   };
   auto ended_before_training = [&] {
     std::printf("%s: run %s ended (%s) before this worker began training\n",

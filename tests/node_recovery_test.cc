@@ -160,7 +160,9 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
     if (m.node_leader()) leaders.push_back(m.worker_id());
   }
   EXPECT_EQ(leaders, std::vector<std::string>{dead == 0 ? "node-0/1" : "node-0/0"});
-  if (dead == 0) EXPECT_EQ(members, std::vector<std::string>{"node-0/1"});
+  if (dead == 0) {
+    EXPECT_EQ(members, std::vector<std::string>{"node-0/1"});
+  }
   const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
   EXPECT_EQ(last.members(0), dead == 0 ? "node-0/1" : "node-0/0");
 }

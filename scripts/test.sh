@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# README command (2): installs what is missing, then runs every test: the suite
+# README command (2): installs what is missing, then runs every test: the layering check
+# (scripts/layering_check.sh: Bazel visibility refuses a coordinator target that uses the
+# worker), the suite
 # (`bazel test //...`), the fuzz targets (scripts/fuzz.sh, 30 s each) and the suite under
 # sanitizers (scripts/sanitizers.sh: ASan + UBSan everywhere, TSan on common/ and coordinator/).
 # With arguments, runs only `bazel test ARGS` (e.g. a target pattern or --config=asan).
@@ -17,6 +19,7 @@ if [[ $# -gt 0 ]]; then
   exit "$rc"
 fi
 status=0
+scripts/layering_check.sh || status=1
 suite //... || status=1
 scripts/fuzz.sh || status=1
 scripts/sanitizers.sh || status=1

@@ -221,8 +221,11 @@ class Soak:
         return [key for key, proc in self.workers.items() if proc.poll() is None]
 
     def restart_node(self, node):
-        if self.run_state()[1] != "RUN_STATE_RUNNING":
-            return  # the run ended: the node's ranks left finish it (a new one would wait)
+        """Starts the node again; returns the run's state when it does not (the run ended, or
+        is not running: the node's ranks left finish it, a new one would wait)."""
+        state = self.run_state()[1]
+        if state != "RUN_STATE_RUNNING":
+            return state
         # All of the node's ranks at once: a rank whose peer dies first may exit on its own
         # (its collective failed) before its own SIGKILL, and that is part of this fault.
         procs = [self.workers[(node, r)] for r in range(self.args.ranks) if (node, r) in self.workers]
@@ -231,6 +234,7 @@ class Soak:
         for proc in procs:
             self.kill(proc)
         self.start_node(node)
+        return None
 
     def fault(self, kind):
         rng = self.rng
@@ -241,7 +245,15 @@ class Soak:
             node, rank = rng.choice(sorted(live))
             self.kill(self.workers[(node, rank)])
             time.sleep(rng.uniform(1, 3))  # the node's other ranks go on, maybe with a new leader
-            self.restart_node(node)
+            # A rank whose peer died may exit on its own meanwhile (e.g. in the initial model's
+            # broadcast, which a node does not survive a rank's death in): part of this fault.
+            for other in range(self.args.ranks):
+                proc = self.workers.get((node, other))
+                if proc is not None and proc.poll() is not None:
+                    self.killed.add(proc.pid)
+            state = self.restart_node(node)
+            if state is not None:
+                return f"node-{node}/{rank} killed; node-{node} not started again (run {state})"
             return f"node-{node}/{rank} killed, node-{node} started again"
         if kind == "kill_coord":
             self.kill(self.coord)
@@ -458,6 +470,10 @@ class Soak:
             return 0
         except Violation as v:
             print(f"chaos soak: INVARIANT BROKEN: {v}", file=sys.stderr, flush=True)
+            # Every process's log, for the diagnosis (under bazel: the test's outputs).
+            outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+            if outputs:
+                shutil.copytree(f"{self.work}/logs", f"{outputs}/soak-logs", dirs_exist_ok=True)
             return 1
         finally:
             stop.set()

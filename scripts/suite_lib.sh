@@ -37,7 +37,11 @@ report_failures() {
       [[ -f $line ]] && tail -n 40 "$line" | sed "s|^|  $target: |"
     else
       target=${line%% *}
-      echo "FAILED: $line"
+      if [[ $line == *" FLAKY"* ]]; then
+        echo "FLAKY (failed, then passed when run again; a finding all the same): $line"
+      else
+        echo "FAILED: $line"
+      fi
     fi
   done <"$SUITE_FAILURES"
   rm -f "$SUITE_FAILURES"

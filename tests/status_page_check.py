@@ -165,6 +165,14 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
         if numbers["members"] != len(after["members"]) or numbers["run"] != run_after["run_id"]:
             raise Failure(f"page shows {numbers}, /status {len(after['members'])} members of "
                           f"{run_after['run_id']}")
+        # Accuracy, once the workers evaluated: the mean of the members' latest, as /status
+        # had it just before or just after.
+        def mean_accuracy(status):
+            values = [m["test_accuracy"] for m in status["members"] if m["test_accuracy"] > 0]
+            return f"{sum(values) / len(values):.4f}" if values else "-"
+        if numbers["accuracy"] not in (mean_accuracy(before), mean_accuracy(after)):
+            raise Failure(f"page accuracy {numbers['accuracy']}, /status "
+                          f"{mean_accuracy(before)}..{mean_accuracy(after)}")
         series = json.loads(self.get(f"/runs/{run_after['run_id']}/series"))
         if len(series["points"]) < 2:
             raise Failure(f"/runs/ID/series has {len(series['points'])} points")
@@ -173,9 +181,17 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
         wait_for("half of the run", lambda: (
             lambda n: n["step"] >= 800 or n["state"] != "RUNNING")(
                 self.page_numbers(browser)), 300)
+        before = self.status()
+        halfway = self.page_numbers(browser, fresh=True)
+        after = self.status()
+        if halfway["state"] == "RUNNING" and \
+                halfway["accuracy"] not in (mean_accuracy(before), mean_accuracy(after)):
+            raise Failure(f"half-way, page accuracy {halfway['accuracy']}, /status "
+                          f"{mean_accuracy(before)}..{mean_accuracy(after)}")
         browser.screenshot(f"{self.args.out}/page-during-run.png")
         print(f"during the run: page {numbers['round']} rounds, global step {numbers['step']}, "
-              f"{numbers['members']} members, {numbers['loss_points']} points charted", flush=True)
+              f"{numbers['members']} members, {numbers['loss_points']} points charted; half-way "
+              f"test accuracy {halfway['accuracy']}", flush=True)
 
         for w in workers:
             if w.wait(timeout=600) != 0:

@@ -1,0 +1,142 @@
+#include "worker/trainer.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/run_spec.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+// Records the step of every sync; changes nothing.
+class CountingAverager : public ParameterAverager {
+ public:
+  absl::Status Average(const std::vector<at::Tensor>&, int64_t* step) override {
+    steps.push_back(*step);
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> steps;
+};
+
+v1::RunSpec Spec(int accumulation) {
+  v1::RunSpec spec;
+  spec.mutable_model()->set_builtin("mlp");
+  spec.mutable_dataset()->set_synthetic_samples(256);
+  spec.set_batch_size(16);
+  spec.set_gradient_accumulation_steps(accumulation);
+  spec.set_total_steps(12);
+  spec.set_local_sgd_steps(4);
+  spec.mutable_optimizer()->set_lr(0.05);
+  absl::StatusOr<v1::RunSpec> normalized = NormalizeRunSpec(spec);
+  EXPECT_TRUE(normalized.ok()) << normalized.status();
+  return *normalized;
+}
+
+struct Outcome {
+  TrainResult result;
+  std::vector<int64_t> progress_steps;
+  std::vector<int64_t> synced_steps;
+};
+
+Outcome RunTrain(TrainOptions options, CountingAverager* averager) {
+  auto model = MakeModel(options.spec.model(), options.spec.seed());
+  EXPECT_TRUE(model.ok());
+  auto data = LoadData(options.spec.dataset(), options.spec.seed());
+  EXPECT_TRUE(data.ok());
+  Outcome outcome;
+  options.on_progress = [&](const TrainProgress& p) {
+    EXPECT_EQ(p.total_steps, options.spec.duration_case() == v1::RunSpec::kTotalSteps
+                                 ? options.spec.total_steps()
+                                 : p.total_steps);
+    outcome.progress_steps.push_back(p.step);
+    if (p.synced) outcome.synced_steps.push_back(p.step);
+  };
+  absl::StatusOr<TrainResult> result = Train(**model, *data, averager, options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (result.ok()) outcome.result = *result;
+  return outcome;
+}
+
+TEST(TrainerTest, TrainsItsStepsAndSyncsEveryLocalSgdSteps) {
+  CountingAverager averager;
+  TrainOptions options;
+  options.spec = Spec(2);
+  Outcome outcome = RunTrain(options, &averager);
+  EXPECT_EQ(outcome.result.steps, 12);
+  EXPECT_FALSE(outcome.result.stopped);
+  EXPECT_EQ(outcome.progress_steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_EQ(outcome.synced_steps, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_GT(outcome.result.test_accuracy, 0);
+  EXPECT_TRUE(std::isfinite(outcome.result.loss));
+}
+
+TEST(TrainerTest, AnEpochIsTheShardOverBatchTimesAccumulation) {
+  // 256 samples over 2 ranks: 128 per shard; 16 x 2 samples per optimizer step: 4 steps per
+  // epoch, 8 for two. Without accumulation: 8 per epoch, 16 for two.
+  for (int accumulation : {2, 1}) {
+    CountingAverager averager;
+    TrainOptions options;
+    options.spec = Spec(accumulation);
+    options.spec.set_epochs(2);
+    options.world_size = 2;
+    options.global_rank = 1;
+    Outcome outcome = RunTrain(options, &averager);
+    EXPECT_EQ(outcome.result.steps, accumulation == 2 ? 8 : 16) << accumulation;
+    EXPECT_EQ(averager.steps.back(), outcome.result.steps);
+  }
+}
+
+TEST(TrainerTest, AStopEndsTrainingWithoutALastSync) {
+  CountingAverager averager;
+  TrainOptions options;
+  options.spec = Spec(1);
+  int steps = 0;
+  options.stop = [&] { return steps >= 6; };
+  auto model = MakeModel(options.spec.model(), 0);
+  ASSERT_TRUE(model.ok());
+  auto data = LoadData(options.spec.dataset(), 0);
+  ASSERT_TRUE(data.ok());
+  options.on_progress = [&](const TrainProgress& p) { steps = static_cast<int>(p.step); };
+  absl::StatusOr<TrainResult> result = Train(**model, *data, &averager, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->stopped);
+  EXPECT_EQ(result->steps, 6);
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4}));
+}
+
+TEST(TrainerTest, AWorkerThatRejoinsGoesOnFromTheRunsStep) {
+  CountingAverager averager;
+  TrainOptions options;
+  options.spec = Spec(1);
+  options.first_step = 8;
+  Outcome outcome = RunTrain(options, &averager);
+  EXPECT_EQ(outcome.result.steps, 12);
+  EXPECT_EQ(outcome.progress_steps, (std::vector<int64_t>{9, 10, 11, 12}));
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{12}));
+}
+
+TEST(TrainerTest, LearningRateSchedules) {
+  v1::RunSpec spec;
+  spec.mutable_optimizer()->set_lr(0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 0, 100), 0.1);  // constant
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 99, 100), 0.1);
+  spec.mutable_lr_schedule()->set_warmup_steps(10);
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 0, 100), 0.01);  // linear warmup to the peak
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 4, 100), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 9, 100), 0.1);
+  spec.mutable_lr_schedule()->set_kind(v1::LR_SCHEDULE_KIND_COSINE);
+  spec.mutable_lr_schedule()->set_min_lr(0.02);
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 10, 110), 0.1);              // peak after warmup
+  EXPECT_NEAR(LearningRate(spec, 60, 110), 0.06, 1e-12);           // half-way: the middle
+  EXPECT_NEAR(LearningRate(spec, 110, 110), 0.02, 1e-12);          // the floor at the end
+  spec.mutable_lr_schedule()->set_kind(v1::LR_SCHEDULE_KIND_LINEAR);
+  EXPECT_NEAR(LearningRate(spec, 35, 110), 0.1 - 0.08 * 0.25, 1e-12);
+  EXPECT_NEAR(LearningRate(spec, 500, 110), 0.02, 1e-12);          // never below the floor
+}
+
+}  // namespace
+}  // namespace localsgd

@@ -17,11 +17,16 @@ rc=0
 [[ -e "$WORK/done.0" && -e "$WORK/done.2" ]] || fail "the other ranks were not waited for"
 grep -q "exited 7" "$WORK/err" || fail "the failure is not reported: $(cat "$WORK/err")"
 
-# SIGTERM reaches every rank; the launcher exits with their status (143).
-"$LAUNCH" 2 sh -c 'trap "echo {rank} >> $0; exit 143" TERM; while :; do sleep 0.1; done' \
-  "$WORK/terms" 2>/dev/null &
+# SIGTERM reaches every rank; the launcher exits with their status (143). Each rank says it
+# is ready once its handler is in place.
+"$LAUNCH" 2 sh -c 'trap "echo {rank} >> $0; exit 143" TERM; touch "$0.ready.{rank}"
+  while :; do sleep 0.1; done' "$WORK/terms" 2>/dev/null &
 launcher=$!
-for _ in $(seq 1 50); do [[ $(pgrep -P "$launcher" | wc -l) == 2 ]] && break; sleep 0.1; done
+for _ in $(seq 1 100); do
+  [[ -e "$WORK/terms.ready.0" && -e "$WORK/terms.ready.1" ]] && break
+  sleep 0.1
+done
+[[ -e "$WORK/terms.ready.0" && -e "$WORK/terms.ready.1" ]] || fail "the ranks did not start"
 kill -TERM "$launcher"
 rc=0
 wait "$launcher" || rc=$?

@@ -187,10 +187,17 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
       result->second.set_worker_id(request.worker_id());
     }
     if (result != results_.end()) {
-      result->second.set_step(request.step());
-      result->second.set_loss(request.loss());
-      result->second.set_test_accuracy(request.test_accuracy());
-      results_changed = !runs_.active();
+      v1::MemberResult& r = result->second;
+      // After the end, the run record is refilled (and saved) only when a report changed:
+      // not on every heartbeat of every finished worker.
+      const bool same = r.step() == request.step() &&
+                        r.test_accuracy() == request.test_accuracy() &&
+                        (r.loss() == request.loss() ||
+                         (std::isnan(r.loss()) && std::isnan(request.loss())));
+      r.set_step(request.step());
+      r.set_loss(request.loss());
+      r.set_test_accuracy(request.test_accuracy());
+      results_changed = !runs_.active() && !same;
     }
     if (runs_.active() && request.total_steps() > 0 &&
         runs_.ReportTotalSteps(request.total_steps())) {

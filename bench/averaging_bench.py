@@ -2,7 +2,7 @@
 """Averaging round time, star and sharded, against torch.distributed Gloo all_reduce, on loopback.
 
 For each N (node leaders) and S (MB of fp32 parameters) it starts a real coordinator and N
-member processes (//bench:averaging_member, each serving its own data plane) that sync S MB per
+member processes (//tests/testutil:averaging_member, each serving its own data plane) that sync S MB per
 round, once per codec and exchange mode (star: every delta through the coordinator; sharded:
 the leaders average among themselves, each owning a range); then, in the same run, N
 torch.distributed processes with the Gloo backend doing all_reduce + divide on the same S MB
@@ -34,7 +34,7 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds):
     try:
         values = int(size_mb * 1e6 / 4)
         members = [subprocess.Popen(
-            [f"{bin_dir}/bench/averaging_member", f"--coordinator={address}",
+            [f"{bin_dir}/tests/testutil/averaging_member", f"--coordinator={address}",
              "--token=bench-token", f"--node=node-{i}", f"--values={values}",
              f"--rounds={rounds}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nodes)]
@@ -82,7 +82,7 @@ def main():
     parser.add_argument("--codecs", nargs="+", default=CODECS)
     parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_STAR", "EXCHANGE_SHARDED"])
     args = parser.parse_args()
-    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//bench:averaging_member"])
+    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     names = [e[len("EXCHANGE_"):].lower() for e in args.exchanges]
     print(f"{'N':>2} {'MB':>6} {'codec':<6} " + " ".join(f"{n + ' s':>10}" for n in names) +
           f" {'gloo s':>9} " + " ".join(f"{n + '/gloo':>12}" for n in names))

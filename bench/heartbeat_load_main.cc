@@ -66,8 +66,7 @@ int main(int argc, char** argv) {
     }
     ids[w] = response.worker_id();
   }
-  std::printf("joins %d seconds %.3f\n", workers,
-              absl::ToDoubleSeconds(absl::Now() - joins_start));
+  std::printf("joins %d seconds %.3f\n", workers, absl::ToDoubleSeconds(absl::Now() - joins_start));
   std::fflush(stdout);
 
   const absl::Duration interval = absl::GetFlag(FLAGS_interval);
@@ -83,7 +82,8 @@ int main(int argc, char** argv) {
       // Worker w beats at start + k * interval + (w / workers) * interval.
       for (int64_t k = 0;; ++k) {
         for (int w = t; w < workers; w += threads) {
-          const absl::Time due = start + k * interval + interval * (static_cast<double>(w) / workers);
+          const absl::Time due =
+              start + k * interval + interval * (static_cast<double>(w) / workers);
           if (due >= end) goto done;
           absl::SleepFor(due - absl::Now());
           localsgd::v1::HeartbeatRequest request;

@@ -3,7 +3,7 @@
 
 For each N it makes N + 1 hosts with deploy/netns/hosts.sh (network namespaces joined through a
 bridge, every link shaped with tc tbf to --rate in both directions): the coordinator in host 0
-and one node leader (//bench:averaging_member) in each of hosts 1..N, which syncs S MB of fp32
+and one node leader (//tests/testutil:averaging_member) in each of hosts 1..N, which syncs S MB of fp32
 per round in the star mode and in the sharded mode; then, in the same namespaces, N
 torch.distributed processes with the Gloo backend doing all_reduce + divide on the same S MB.
 Round time is the slowest member's, median over the measured rounds (the first is a warm-up).
@@ -43,7 +43,7 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds):
     try:
         values = int(size_mb * 1e6 / 4)
         members = [subprocess.Popen(
-            host(i + 1) + [f"{bin_dir}/bench/averaging_member",
+            host(i + 1) + [f"{bin_dir}/tests/testutil/averaging_member",
                            f"--coordinator={address(0)}:50051", "--token=bench-token",
                            f"--node=node-{i}", f"--values={values}", f"--rounds={rounds}",
                            f"--data_address={address(i + 1)}:0"],
@@ -103,7 +103,7 @@ def main():
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//bench:averaging_member"])
+    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     bandwidth = rate_bytes_per_second(args.rate)
     print(f"{'N':>2} {'bound s':>8} {'star s':>8} {'sharded s':>9} {'gloo s':>8} "
           f"{'star/bound':>10} {'sharded/bound':>13} {'sharded/gloo':>12} {'star/gloo':>9}")

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 
@@ -60,24 +61,22 @@ absl::StatusOr<std::string> ResolveAdvertisedAddress(absl::string_view advertise
   // A bare ":PORT" asks for the peer's host.
   const std::string text = absl::StartsWith(advertised, ":") ? absl::StrCat("0.0.0.0", advertised)
                                                              : std::string(advertised);
-  absl::StatusOr<HostPort> address = ParseHostPort(text, field);
-  if (!address.ok()) return address.status();
-  if (address->port == 0) {
+  LOCALSGD_ASSIGN_OR_RETURN(HostPort address, ParseHostPort(text, field));
+  if (address.port == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": port 0 (advertise the port the server actually listens on)"));
   }
-  if (address->host == "0.0.0.0" || address->host == "::") {
+  if (address.host == "0.0.0.0" || address.host == "::") {
     absl::string_view rest = peer;
     if (!absl::ConsumePrefix(&rest, "ipv4:") && !absl::ConsumePrefix(&rest, "ipv6:")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": the host is a wildcard and this call did not come over IP (", peer,
-          "); give the host"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": the host is a wildcard and this call did not come over IP (", peer,
+                       "); give the host"));
     }
-    absl::StatusOr<HostPort> from = ParseHostPort(rest, "peer");
-    if (!from.ok()) return from.status();
-    address->host = from->host;
+    LOCALSGD_ASSIGN_OR_RETURN(HostPort from, ParseHostPort(rest, "peer"));
+    address.host = from.host;
   }
-  return address->ToString();
+  return address.ToString();
 }
 
 }  // namespace localsgd

@@ -30,8 +30,8 @@ TEST(AddressTest, LoopbackHosts) {
 }
 
 TEST(AddressTest, RejectsMalformedWithTheFlagName) {
-  for (const char* bad : {"", "localhost", ":80", "host:", "host:65536", "host:-1",
-                          "host:12ab", "::1:80", "[::1:80", "a b:80", "[]:80"}) {
+  for (const char* bad : {"", "localhost", ":80", "host:", "host:65536", "host:-1", "host:12ab",
+                          "::1:80", "[::1:80", "a b:80", "[]:80"}) {
     auto r = ParseHostPort(bad, "--grpc_address");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

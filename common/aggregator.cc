@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 
@@ -26,9 +27,8 @@ AggregatorEngine::AggregatorEngine(Options options, std::vector<float> global)
 
 absl::Status AggregatorEngine::RestoreMomentum(std::vector<float> momentum) {
   if (momentum.size() != momentum_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("momentum: ", momentum.size(),
-                                                   " values, the outer optimizer keeps ",
-                                                   momentum_.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "momentum: ", momentum.size(), " values, the outer optimizer keeps ", momentum_.size()));
   }
   if (!std::all_of(momentum.begin(), momentum.end(), [](float v) { return std::isfinite(v); })) {
     return absl::InvalidArgumentError("momentum: NaN or infinity");
@@ -97,13 +97,13 @@ absl::Status AggregatorEngine::Admit(int slot, int chunk, size_t values) {
 }
 
 absl::Status AggregatorEngine::Accumulate(int slot, int chunk, absl::Span<const float> decoded) {
-  if (absl::Status s = Admit(slot, chunk, decoded.size()); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(Admit(slot, chunk, decoded.size()));
   Add(slot, chunk, decoded.data(), decoded.size(), /*from_bytes=*/false);
   return absl::OkStatus();
 }
 
 absl::Status AggregatorEngine::AccumulateFp32(int slot, int chunk, absl::string_view bytes) {
-  if (absl::Status s = Admit(slot, chunk, bytes.size() / sizeof(float)); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(Admit(slot, chunk, bytes.size() / sizeof(float)));
   // The bytes may be unaligned: read them through memcpy.
   Add(slot, chunk, reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float),
       /*from_bytes=*/true);
@@ -207,7 +207,7 @@ absl::StatusOr<std::vector<int>> AggregatorEngine::TakeCompleted() {
   }
   for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
     if (!finalized_[chunk] && Complete(chunk)) {
-      if (absl::Status status = Finalize(chunk); !status.ok()) return status;
+      LOCALSGD_RETURN_IF_ERROR(Finalize(chunk));
       done.push_back(chunk);
     }
   }
@@ -228,8 +228,8 @@ absl::Status AggregatorEngine::Finalize(int chunk) {
     const float* old_momentum = momentum_.data() + begin;
     float* new_momentum = pending_momentum_.data() + begin;
     for (size_t i = 0; i < n; ++i) {
-      update[i] = OuterUpdate(options_.outer, sum[i] * inverse_weight, old_momentum[i],
-                              &new_momentum[i]);
+      update[i] =
+          OuterUpdate(options_.outer, sum[i] * inverse_weight, old_momentum[i], &new_momentum[i]);
     }
   }
   // Finite deltas can still sum past fp32's range; such an update must not reach the model.

@@ -7,6 +7,7 @@
 
 #include "common/codec.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/random_vector.h"
 
@@ -32,7 +33,7 @@ absl::Status Feed(AggregatorEngine& engine, int slot, int chunk, const std::vect
   Encode(codec, absl::MakeConstSpan(delta.data() + layout.begin(chunk), layout.size(chunk)),
          &bytes);
   std::vector<float> decoded;
-  if (absl::Status s = engine.DecodeChunk(chunk, bytes, &decoded); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(engine.DecodeChunk(chunk, bytes, &decoded));
   return engine.Accumulate(slot, chunk, decoded);
 }
 
@@ -54,8 +55,10 @@ TEST(AggregatorTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
     threads.emplace_back([&, m] {
       for (int c = 0; c < engine.layout().num_chunks(); ++c) {
         std::string bytes;
-        Encode(v1::CODEC_FP32, absl::MakeConstSpan(deltas[m].data() + engine.layout().begin(c),
-                                                   engine.layout().size(c)), &bytes);
+        Encode(v1::CODEC_FP32,
+               absl::MakeConstSpan(deltas[m].data() + engine.layout().begin(c),
+                                   engine.layout().size(c)),
+               &bytes);
         std::vector<float> decoded;
         ASSERT_TRUE(engine.DecodeChunk(c, bytes, &decoded).ok());  // const: no lock needed
         MutexLock lock(&mu);
@@ -204,13 +207,11 @@ TEST(AggregatorTest, RestoredGlobalAndMomentumContinueBitIdentically) {
   round(original, 3);
   AggregatorEngine restored(Opts(64, 64, v1::CODEC_FP32, diloco),
                             {original.global().begin(), original.global().end()});
-  ASSERT_TRUE(restored
-                  .RestoreMomentum({original.momentum().begin(), original.momentum().end()})
-                  .ok());
+  ASSERT_TRUE(
+      restored.RestoreMomentum({original.momentum().begin(), original.momentum().end()}).ok());
   round(original, 4);
   round(restored, 4);
-  EXPECT_EQ(std::memcmp(original.global().data(), restored.global().data(), 64 * sizeof(float)),
-            0);
+  EXPECT_EQ(std::memcmp(original.global().data(), restored.global().data(), 64 * sizeof(float)), 0);
 
   EXPECT_FALSE(restored.RestoreMomentum(std::vector<float>(63)).ok());
   EXPECT_FALSE(restored.RestoreMomentum(std::vector<float>(64, NAN)).ok());

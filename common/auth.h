@@ -1,12 +1,12 @@
 #ifndef LOCALSGD_COMMON_AUTH_H_
 #define LOCALSGD_COMMON_AUTH_H_
 
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/string_ref.h>
+
 #include <map>
 #include <memory>
 #include <string>
-
-#include <grpcpp/client_context.h>
-#include <grpcpp/support/string_ref.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,10 +1,10 @@
 #ifndef LOCALSGD_COMMON_CLIENT_TLS_FLAGS_H_
 #define LOCALSGD_COMMON_CLIENT_TLS_FLAGS_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"

@@ -44,7 +44,8 @@ inline uint16_t FloatToFp16(float f) {
   if (x < 0x38800000u) {
     // Subnormal half (or zero): scale so that one unit is the smallest subnormal, and let the
     // FPU round to nearest even.
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(FromBits(x) * 16777216.0f)));
+    return static_cast<uint16_t>(sign |
+                                 static_cast<uint32_t>(std::nearbyint(FromBits(x) * 16777216.0f)));
   }
   const uint32_t mantissa_odd = (x >> 13) & 1u;
   x += 0xc8000fffu + mantissa_odd;  // rebias the exponent (127 -> 15) and round to nearest even
@@ -203,7 +204,8 @@ void Encode(v1::Codec codec, absl::Span<const float> values, std::string* out) {
     out->assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
     return;
   }
-  EncodeValues(codec, values.size(), [values](size_t i) { return values[i]; }, out);
+  EncodeValues(
+      codec, values.size(), [values](size_t i) { return values[i]; }, out);
 }
 
 void EncodeDifference(v1::Codec codec, absl::Span<const float> a, absl::Span<const float> b,
@@ -219,7 +221,8 @@ void EncodeDifference(v1::Codec codec, absl::Span<const float> a, absl::Span<con
     out->assign(reinterpret_cast<const char*>(pd), n * sizeof(float));
     return;
   }
-  EncodeValues(codec, a.size(), [a, b](size_t i) { return a[i] - b[i]; }, out);
+  EncodeValues(
+      codec, a.size(), [a, b](size_t i) { return a[i] - b[i]; }, out);
 }
 
 absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> out) {
@@ -278,8 +281,8 @@ absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> 
 absl::Status CheckFp32(absl::string_view bytes, size_t n) {
   if (bytes.size() != n * sizeof(float)) {
     return absl::InvalidArgumentError(absl::StrCat("chunk data: ", bytes.size(),
-                                                   " bytes, expected ", n * sizeof(float),
-                                                   " for ", n, " values in fp32"));
+                                                   " bytes, expected ", n * sizeof(float), " for ",
+                                                   n, " values in fp32"));
   }
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -43,7 +43,8 @@ TEST(CodecTest, Bf16RelativeErrorAtMostTwoToTheMinusEight) {
       ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(std::fabs(in[i]), -8)) << in[i];
     }
   }
-  EXPECT_EQ(RoundTrip(v1::CODEC_BF16, {1.0f, -2.5f, 0.0f}), (std::vector<float>{1.0f, -2.5f, 0.0f}));
+  EXPECT_EQ(RoundTrip(v1::CODEC_BF16, {1.0f, -2.5f, 0.0f}),
+            (std::vector<float>{1.0f, -2.5f, 0.0f}));
 }
 
 TEST(CodecTest, Fp16RoundTripsNormalsAndSubnormals) {
@@ -53,7 +54,8 @@ TEST(CodecTest, Fp16RoundTripsNormalsAndSubnormals) {
     ASSERT_LE(std::fabs(out[i] - in[i]), std::ldexp(std::fabs(in[i]), -11) + 1e-7f) << in[i];
   }
   // Exactly representable values survive; a subnormal half rounds to the nearest step.
-  std::vector<float> exact = {1.0f, -0.5f, 65504.0f, 6.103515625e-05f, 5.9604644775390625e-08f, 0.0f};
+  std::vector<float> exact = {1.0f, -0.5f, 65504.0f, 6.103515625e-05f, 5.9604644775390625e-08f,
+                              0.0f};
   EXPECT_EQ(RoundTrip(v1::CODEC_FP16, exact), exact);
   std::vector<float> tiny = RoundTrip(v1::CODEC_FP16, {1e-6f});
   EXPECT_NEAR(tiny[0], 1e-6f, 3e-8f);

@@ -3,19 +3,19 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <initializer_list>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 namespace {
@@ -102,21 +102,20 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 }
 
 absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload) {
-  const std::string header = absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader,
-                                             Crc32(payload), payload.size());
+  const std::string header =
+      absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader, Crc32(payload), payload.size());
   return WritePiecesAtomically(path, {header, payload});
 }
 
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadFile(path);
-  if (!contents.ok()) return contents.status();
+  LOCALSGD_ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
   auto corrupt = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, " is corrupt (", why,
                                             "); it was not used. Move it away to start afresh"));
   };
-  const size_t newline = contents->find('\n');
+  const size_t newline = contents.find('\n');
   if (newline == std::string::npos) return corrupt("no checksum header");
-  const absl::string_view header(contents->data(), newline);
+  const absl::string_view header(contents.data(), newline);
   uint32_t crc = 0;
   size_t length = 0;
   if (!absl::StartsWith(header, kChecksumHeader)) return corrupt("no checksum header");
@@ -124,14 +123,14 @@ absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path) {
     unsigned int crc_read = 0;
     unsigned long long length_read = 0;  // NOLINT(runtime/int): sscanf's type
     const std::string header_text(header);
-    if (std::sscanf(header_text.c_str() + std::strlen(kChecksumHeader),
-                    " crc32=%8x length=%llu", &crc_read, &length_read) != 2) {
+    if (std::sscanf(header_text.c_str() + std::strlen(kChecksumHeader), " crc32=%8x length=%llu",
+                    &crc_read, &length_read) != 2) {
       return corrupt("unreadable checksum header");
     }
     crc = crc_read;
     length = static_cast<size_t>(length_read);
   }
-  std::string payload = contents->substr(newline + 1);
+  std::string payload = contents.substr(newline + 1);
   if (payload.size() != length) {
     return corrupt(absl::StrCat(payload.size() < length ? "truncated: " : "too long: ",
                                 payload.size(), " bytes where the header says ", length));

@@ -49,8 +49,8 @@ using ::localsgd::testing::StatusIs;
 
 TEST(ChecksummedFileTest, RoundTripsBinaryPayloads) {
   const std::string path = TempDir() + "/checked.bin";
-  for (const std::string& payload : {std::string(), std::string("a\0b\nc", 5),
-                                     std::string(1 << 20, '\xff')}) {
+  for (const std::string& payload :
+       {std::string(), std::string("a\0b\nc", 5), std::string(1 << 20, '\xff')}) {
     ASSERT_THAT(WriteChecksummedFile(path, payload), IsOk());
     auto read = ReadChecksummedFile(path);
     ASSERT_THAT(read, IsOk());

@@ -1,13 +1,13 @@
 #ifndef LOCALSGD_COMMON_GRPC_CHANNEL_H_
 #define LOCALSGD_COMMON_GRPC_CHANNEL_H_
 
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/support/channel_arguments.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/channel.h>
-#include <grpcpp/server_builder.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
 
 namespace localsgd {
 

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstddef>
 
-
 namespace localsgd {
 
 bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next,

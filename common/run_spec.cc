@@ -1,12 +1,13 @@
 #include "common/run_spec.h"
 
-#include <cmath>
-#include <string>
-
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <cmath>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace localsgd {
@@ -22,7 +23,6 @@ constexpr double kMaxSeconds = 7 * 24 * 3600.0;
 constexpr int kDefaultLocalSgdSteps = 8;
 constexpr int kDefaultBatchSize = 64;
 constexpr int64_t kDefaultTotalSteps = 1000;
-constexpr int64_t kDefaultSyntheticSamples = 8192;
 constexpr double kDefaultSgdLr = 0.05;
 constexpr double kDefaultAdamWLr = 1e-3;
 constexpr double kDefaultRoundDeadlineSeconds = 60;
@@ -90,9 +90,9 @@ absl::Status ValidateModel(const v1::RunSpec& spec) {
   const v1::ModelSpec& model = spec.model();
   switch (model.source_case()) {
     case v1::ModelSpec::kBuiltin:
-      if (model.builtin() != "mlp" && model.builtin() != "cnn") {
-        return FieldError("model.builtin",
-                          absl::StrCat("unknown model \"", model.builtin(), "\" (known: mlp, cnn)"));
+      if (!IsBuiltinModel(model.builtin())) {
+        return FieldError("model.builtin", absl::StrCat("unknown model \"", model.builtin(),
+                                                        "\" (known: ", BuiltinModelList(), ")"));
       }
       return absl::OkStatus();
     case v1::ModelSpec::kTorchscriptPath:
@@ -112,7 +112,7 @@ absl::Status ValidateDataset(const v1::DatasetSpec& dataset) {
   LOCALSGD_RETURN_IF_ERROR(CheckName("dataset.path", dataset.path(), /*required=*/!synthetic));
   if (dataset.has_synthetic_samples()) {
     LOCALSGD_RETURN_IF_ERROR(CheckInt("dataset.synthetic_samples", dataset.synthetic_samples(), 1,
-                             kMaxSyntheticSamples));
+                                      kMaxSyntheticSamples));
   }
   return absl::OkStatus();
 }
@@ -124,8 +124,10 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& opt) {
   if (opt.has_lr()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.lr", opt.lr(), 0, 1e3, true));
   LOCALSGD_RETURN_IF_ERROR(CheckMomentum("optimizer", opt.momentum(), opt.nesterov()));
   LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.weight_decay", opt.weight_decay(), 0, 1e3));
-  if (opt.has_beta1()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.beta1", opt.beta1(), 0, 0.999999));
-  if (opt.has_beta2()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.beta2", opt.beta2(), 0, 0.999999));
+  if (opt.has_beta1())
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.beta1", opt.beta1(), 0, 0.999999));
+  if (opt.has_beta2())
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.beta2", opt.beta2(), 0, 0.999999));
   if (opt.has_eps()) LOCALSGD_RETURN_IF_ERROR(CheckRange("optimizer.eps", opt.eps(), 0, 1, true));
   return absl::OkStatus();
 }
@@ -135,14 +137,23 @@ absl::Status ValidateSchedule(const v1::RunSpec& spec, double peak_lr) {
   if (!v1::LrScheduleKind_IsValid(schedule.kind())) {
     return FieldError("lr_schedule.kind", absl::StrCat("unknown schedule ", schedule.kind()));
   }
-  int64_t max_warmup = spec.duration_case() == v1::RunSpec::kTotalSteps
-                           ? spec.total_steps()
-                           : int64_t{1} << 40;
-  LOCALSGD_RETURN_IF_ERROR(CheckInt("lr_schedule.warmup_steps", schedule.warmup_steps(), 0, max_warmup));
+  int64_t max_warmup =
+      spec.duration_case() == v1::RunSpec::kTotalSteps ? spec.total_steps() : int64_t{1} << 40;
+  LOCALSGD_RETURN_IF_ERROR(
+      CheckInt("lr_schedule.warmup_steps", schedule.warmup_steps(), 0, max_warmup));
   return CheckRange("lr_schedule.min_lr", schedule.min_lr(), 0, peak_lr);
 }
 
 }  // namespace
+
+bool IsBuiltinModel(absl::string_view name) {
+  for (absl::string_view known : kBuiltinModels) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+std::string BuiltinModelList() { return absl::StrJoin(kBuiltinModels, ", "); }
 
 absl::StatusOr<v1::RunSpec> ParseRunSpecText(absl::string_view text) {
   v1::RunSpec spec;
@@ -181,7 +192,7 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     case v1::RunSpec::DURATION_NOT_SET:
       break;
   }
-  double peak_lr = spec.optimizer().has_lr() ? spec.optimizer().lr()
+  double peak_lr = spec.optimizer().has_lr()                             ? spec.optimizer().lr()
                    : spec.optimizer().kind() == v1::OPTIMIZER_KIND_ADAMW ? kDefaultAdamWLr
                                                                          : kDefaultSgdLr;
   LOCALSGD_RETURN_IF_ERROR(ValidateSchedule(spec, peak_lr));
@@ -190,15 +201,15 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
   }
   if (spec.has_round_deadline_seconds()) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("round_deadline_seconds", spec.round_deadline_seconds(), 0,
-                               kMaxSeconds, /*lo_open=*/true));
+                                        kMaxSeconds, /*lo_open=*/true));
   }
   if (spec.has_max_delta_norm_ratio() && spec.max_delta_norm_ratio() != 0) {
-    LOCALSGD_RETURN_IF_ERROR(CheckRange("max_delta_norm_ratio", spec.max_delta_norm_ratio(), 1,
-                                        1e9, /*lo_open=*/true));
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckRange("max_delta_norm_ratio", spec.max_delta_norm_ratio(), 1, 1e9, /*lo_open=*/true));
   }
   if (spec.has_quorum_timeout_seconds()) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("quorum_timeout_seconds", spec.quorum_timeout_seconds(), 0,
-                               kMaxSeconds, /*lo_open=*/true));
+                                        kMaxSeconds, /*lo_open=*/true));
   }
   if (!v1::Codec_IsValid(spec.codec())) {
     return FieldError("codec", absl::StrCat("unknown codec ", spec.codec(),
@@ -206,7 +217,8 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
                                             "CODEC_INT8)"));
   }
   if (spec.has_chunk_bytes()) {
-    LOCALSGD_RETURN_IF_ERROR(CheckInt("chunk_bytes", spec.chunk_bytes(), kMinChunkBytes, kMaxChunkBytes));
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckInt("chunk_bytes", spec.chunk_bytes(), kMinChunkBytes, kMaxChunkBytes));
   }
   const v1::OuterOptimizerSpec& outer = spec.outer_optimizer();
   if (outer.has_lr()) {
@@ -216,7 +228,8 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
   if (!v1::LossKind_IsValid(spec.loss())) {
     return FieldError("loss", absl::StrCat("unknown loss ", spec.loss()));
   }
-  LOCALSGD_RETURN_IF_ERROR(CheckInt("eval_every_rounds", spec.eval_every_rounds(), 0, 1'000'000'000));
+  LOCALSGD_RETURN_IF_ERROR(
+      CheckInt("eval_every_rounds", spec.eval_every_rounds(), 0, 1'000'000'000));
   if (!v1::Exchange_IsValid(spec.exchange())) {
     return FieldError("exchange", absl::StrCat("unknown exchange ", spec.exchange(),
                                                " (known: EXCHANGE_SHARDED, EXCHANGE_STAR)"));
@@ -256,8 +269,10 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   if (!out.has_batch_size()) out.set_batch_size(kDefaultBatchSize);
   if (out.duration_case() == v1::RunSpec::DURATION_NOT_SET) out.set_total_steps(kDefaultTotalSteps);
   if (!out.has_min_workers()) out.set_min_workers(1);
-  if (!out.has_round_deadline_seconds()) out.set_round_deadline_seconds(kDefaultRoundDeadlineSeconds);
-  if (!out.has_quorum_timeout_seconds()) out.set_quorum_timeout_seconds(kDefaultQuorumTimeoutSeconds);
+  if (!out.has_round_deadline_seconds())
+    out.set_round_deadline_seconds(kDefaultRoundDeadlineSeconds);
+  if (!out.has_quorum_timeout_seconds())
+    out.set_quorum_timeout_seconds(kDefaultQuorumTimeoutSeconds);
   if (out.codec() == v1::CODEC_UNSPECIFIED) out.set_codec(v1::CODEC_FP32);
   if (!out.has_chunk_bytes()) out.set_chunk_bytes(kDefaultChunkBytes);
   if (!out.outer_optimizer().has_lr()) out.mutable_outer_optimizer()->set_lr(1.0);

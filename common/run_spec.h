@@ -1,12 +1,27 @@
 #ifndef LOCALSGD_COMMON_RUN_SPEC_H_
 #define LOCALSGD_COMMON_RUN_SPEC_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 
 namespace localsgd {
+
+// Most ranks (worker processes) one node may have, and so most workers one node leader's
+// contribution to a round may stand for.
+inline constexpr int kMaxRanksPerNode = 1024;
+
+// Samples of the synthetic dataset when the spec does not say.
+inline constexpr int64_t kDefaultSyntheticSamples = 8192;
+
+// The built-in models (ModelSpec.builtin), and their names as a list for errors: "mlp, cnn".
+inline constexpr absl::string_view kBuiltinModels[] = {"mlp", "cnn"};
+bool IsBuiltinModel(absl::string_view name);
+std::string BuiltinModelList();
 
 // Parses a RunSpec written as text-format protobuf. INVALID_ARGUMENT carries the line and
 // column of the first error.

@@ -76,7 +76,9 @@ TEST(RunSpecTest, ScreeningDefaultsToTheStarExchange) {
 
 TEST(RunSpecTest, ExplicitValuesAreKept) {
   auto spec = NormalizeRunSpec(Parse(R"pb(
-    model { builtin: "mlp" } enabled: false epochs: 2.5
+    model { builtin: "mlp" }
+    enabled: false
+    epochs: 2.5
     optimizer { kind: OPTIMIZER_KIND_ADAMW }
   )pb"));
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -111,8 +113,7 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } optimizer { lr: 0 }", "spec.optimizer.lr:"},
       {"model { builtin: \"mlp\" } optimizer { momentum: 1.0 }", "spec.optimizer.momentum:"},
       {"model { builtin: \"mlp\" } optimizer { nesterov: true }", "spec.optimizer.nesterov:"},
-      {"model { builtin: \"mlp\" } optimizer { weight_decay: -1 }",
-       "spec.optimizer.weight_decay:"},
+      {"model { builtin: \"mlp\" } optimizer { weight_decay: -1 }", "spec.optimizer.weight_decay:"},
       {"model { builtin: \"mlp\" } optimizer { kind: 7 }", "spec.optimizer.kind:"},
       {"model { builtin: \"mlp\" } optimizer { eps: 0 }", "spec.optimizer.eps:"},
       {"model { builtin: \"mlp\" } batch_size: 0", "spec.batch_size:"},

@@ -4,9 +4,9 @@
 #include "absl/status/status.h"
 
 // Returns the absl::Status of `expr` from the enclosing function when it is not OK.
-#define LOCALSGD_RETURN_IF_ERROR(expr)                 \
-  do {                                                 \
-    const absl::Status localsgd_status_ = (expr);      \
+#define LOCALSGD_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    const absl::Status localsgd_status_ = (expr);        \
     if (!localsgd_status_.ok()) return localsgd_status_; \
   } while (false)
 

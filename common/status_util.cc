@@ -1,9 +1,9 @@
 #include "common/status_util.h"
 
+#include <string>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-
-#include <string>
 
 namespace localsgd {
 
@@ -35,8 +35,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 }  // namespace localsgd

@@ -1,14 +1,15 @@
 #ifndef LOCALSGD_COMMON_STREAM_OUTBOX_H_
 #define LOCALSGD_COMMON_STREAM_OUTBOX_H_
 
+#include <grpcpp/support/status.h>
+
 #include <deque>
 #include <functional>
 #include <memory>
 #include <utility>
 
-#include <grpcpp/support/status.h>
-
 #include "common/mutex.h"
+#include "common/status_util.h"
 
 namespace localsgd {
 
@@ -65,7 +66,7 @@ class StreamOutbox {
       queue_.clear();
       if (!closing_) {
         closing_ = true;
-        status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream write failed");
+        status_ = ToGrpcStatus(absl::UnavailableError("stream write failed"));
       }
     }
     Next(/*write_done=*/true);

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 namespace {
@@ -12,7 +13,8 @@ namespace {
 // Reads a PEM file named by `flag`.
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
   absl::StatusOr<std::string> pem = ReadFile(path);
-  if (!pem.ok()) return absl::Status(pem.status().code(), absl::StrCat(flag, ": ", pem.status().message()));
+  if (!pem.ok())
+    return absl::Status(pem.status().code(), absl::StrCat(flag, ": ", pem.status().message()));
   if (!absl::StrContains(*pem, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
   }
@@ -20,8 +22,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view f
 }
 
 // Both or neither of a certificate and its key.
-absl::Status CheckPair(const std::string& cert, const std::string& key,
-                       absl::string_view cert_flag, absl::string_view key_flag) {
+absl::Status CheckPair(const std::string& cert, const std::string& key, absl::string_view cert_flag,
+                       absl::string_view key_flag) {
   if (cert.empty() != key.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(cert.empty() ? cert_flag : key_flag,
                                                    ": required with ",
@@ -33,12 +35,10 @@ absl::Status CheckPair(const std::string& cert, const std::string& key,
 // Reads the certificate and key files named by --tls_cert and --tls_key.
 absl::Status ReadCertAndKey(const std::string& cert_file, const std::string& key_file,
                             std::string* cert, std::string* key) {
-  absl::StatusOr<std::string> cert_pem = ReadPem(cert_file, "--tls_cert");
-  if (!cert_pem.ok()) return cert_pem.status();
-  absl::StatusOr<std::string> key_pem = ReadPem(key_file, "--tls_key");
-  if (!key_pem.ok()) return key_pem.status();
-  *cert = *std::move(cert_pem);
-  *key = *std::move(key_pem);
+  LOCALSGD_ASSIGN_OR_RETURN(std::string cert_pem, ReadPem(cert_file, "--tls_cert"));
+  LOCALSGD_ASSIGN_OR_RETURN(std::string key_pem, ReadPem(key_file, "--tls_key"));
+  *cert = std::move(cert_pem);
+  *key = std::move(key_pem);
   return absl::OkStatus();
 }
 
@@ -46,8 +46,7 @@ absl::Status ReadCertAndKey(const std::string& cert_file, const std::string& key
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const ServerTls& tls) {
-  if (absl::Status s = CheckPair(tls.cert_file, tls.key_file, "--tls_cert", "--tls_key");
-      !s.ok()) {
+  if (absl::Status s = CheckPair(tls.cert_file, tls.key_file, "--tls_cert", "--tls_key"); !s.ok()) {
     return s;
   }
   if (tls.cert_file.empty()) {
@@ -57,8 +56,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     return grpc::InsecureServerCredentials();
   }
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  if (absl::Status s = ReadCertAndKey(tls.cert_file, tls.key_file, &pair.cert_chain,
-                                      &pair.private_key);
+  if (absl::Status s =
+          ReadCertAndKey(tls.cert_file, tls.key_file, &pair.cert_chain, &pair.private_key);
       !s.ok()) {
     return s;
   }
@@ -66,9 +65,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   options.pem_key_cert_pairs.push_back(std::move(pair));
   options.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
   if (!tls.client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(tls.client_ca_file, "--tls_client_ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    LOCALSGD_ASSIGN_OR_RETURN(std::string ca, ReadPem(tls.client_ca_file, "--tls_client_ca"));
+    options.pem_root_certs = ca;
     options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
@@ -76,8 +74,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const ClientTls& tls) {
-  if (absl::Status s = CheckPair(tls.cert_file, tls.key_file, "--tls_cert", "--tls_key");
-      !s.ok()) {
+  if (absl::Status s = CheckPair(tls.cert_file, tls.key_file, "--tls_cert", "--tls_key"); !s.ok()) {
     return s;
   }
   if (tls.ca_file.empty()) {
@@ -87,9 +84,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     return grpc::InsecureChannelCredentials();
   }
   grpc::SslCredentialsOptions options;
-  absl::StatusOr<std::string> ca = ReadPem(tls.ca_file, "--tls_ca");
-  if (!ca.ok()) return ca.status();
-  options.pem_root_certs = *ca;
+  LOCALSGD_ASSIGN_OR_RETURN(std::string ca, ReadPem(tls.ca_file, "--tls_ca"));
+  options.pem_root_certs = ca;
   if (!tls.cert_file.empty()) {
     if (absl::Status s = ReadCertAndKey(tls.cert_file, tls.key_file, &options.pem_cert_chain,
                                         &options.pem_private_key);

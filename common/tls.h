@@ -1,11 +1,11 @@
 #ifndef LOCALSGD_COMMON_TLS_H_
 #define LOCALSGD_COMMON_TLS_H_
 
-#include <memory>
-#include <string>
-
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -18,6 +18,11 @@ struct ServerTls {
   // CA that client certificates must chain to; set: mutual TLS (clients without a valid
   // certificate are refused during the handshake).
   std::string client_ca_file;
+
+  // "plaintext", "TLS" or "mutual TLS": how clients reach the server, for people.
+  const char* Name() const {
+    return cert_file.empty() ? "plaintext" : client_ca_file.empty() ? "TLS" : "mutual TLS";
+  }
 };
 
 // TLS for workers and localsgdctl.

@@ -67,14 +67,13 @@ std::string* TlsTest::dir_ = nullptr;
 TEST_F(TlsTest, ServerTlsIsVerifiedAndPlaintextIsRefused) {
   Serve({F("server.pem"), F("server.key"), ""});
   EXPECT_EQ(Call({F("ca.pem"), "", ""}), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_EQ(Call({}), grpc::StatusCode::UNAVAILABLE);  // plaintext
+  EXPECT_EQ(Call({}), grpc::StatusCode::UNAVAILABLE);                           // plaintext
   EXPECT_EQ(Call({F("rogue-ca.pem"), "", ""}), grpc::StatusCode::UNAVAILABLE);  // unverified
 }
 
 TEST_F(TlsTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   Serve({F("server.pem"), F("server.key"), F("ca.pem")});
-  EXPECT_EQ(Call({F("ca.pem"), F("client.pem"), F("client.key")}),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(Call({F("ca.pem"), F("client.pem"), F("client.key")}), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_EQ(Call({F("ca.pem"), "", ""}), grpc::StatusCode::UNAVAILABLE);  // no certificate
   EXPECT_EQ(Call({F("ca.pem"), F("rogue-client.pem"), F("rogue-client.key")}),
             grpc::StatusCode::UNAVAILABLE);  // another CA's

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/mutex.h"
 #include "common/auth.h"
+#include "common/mutex.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 #include "common/stream_outbox.h"
 
@@ -110,8 +111,7 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
 // InitModel: gathers the fp32 chunks of global[0], then hands the whole vector over.
 class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
  public:
-  InitModelReactor(RoundManager* rounds, v1::InitModelResponse* response,
-                   const absl::Status& auth)
+  InitModelReactor(RoundManager* rounds, v1::InitModelResponse* response, const absl::Status& auth)
       : rounds_(rounds), response_(response) {
     if (!auth.ok()) {
       End(auth);
@@ -143,9 +143,8 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
         return absl::InvalidArgumentError("the first message must be a header");
       }
       header_ = request_.header();
-      absl::StatusOr<ChunkLayout> layout = rounds_->BeginInit(header_);
-      if (!layout.ok()) return layout.status();
-      layout_ = *layout;
+      LOCALSGD_ASSIGN_OR_RETURN(ChunkLayout layout, rounds_->BeginInit(header_));
+      layout_ = layout;
       // Nothing is allocated for the claimed length: chunks are kept as they arrive, so
       // memory follows the bytes actually sent.
       return absl::OkStatus();
@@ -153,12 +152,12 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
     if (!request_.has_chunk()) return absl::InvalidArgumentError("header sent twice");
     const v1::Chunk& chunk = request_.chunk();
     if (chunk.index() < 0 || chunk.index() >= layout_->num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(),
-                                                     " is out of range [0, ",
-                                                     layout_->num_chunks(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk.index: ", chunk.index(), " is out of range [0, ", layout_->num_chunks(), ")"));
     }
     if (chunks_.count(chunk.index())) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(), " sent twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk.index: ", chunk.index(), " sent twice"));
     }
     const size_t bytes = static_cast<size_t>(layout_->size(chunk.index())) * sizeof(float);
     if (chunk.data().size() != bytes) {
@@ -173,8 +172,8 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
   absl::Status Complete() {
     if (!layout_.has_value()) return absl::InvalidArgumentError("the stream ended before a header");
     if (static_cast<int64_t>(chunks_.size()) != layout_->num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat("got ", chunks_.size(), " of ",
-                                                     layout_->num_chunks(), " chunks"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("got ", chunks_.size(), " of ", layout_->num_chunks(), " chunks"));
     }
     // Every byte is here: the vector can be allocated now.
     std::vector<float> values(static_cast<size_t>(layout_->num_values));
@@ -231,7 +230,7 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      Finish(ToGrpcStatus(absl::CancelledError("write failed")));
       return;
     }
     // The model's chunks, then the momentum's (when asked for).

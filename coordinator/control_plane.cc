@@ -8,8 +8,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/enum_name.h"
 #include "common/log.h"
 #include "common/proto_time.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
@@ -38,12 +40,10 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
   std::optional<RunStore> store;
   std::optional<v1::SavedState> saved;
   if (!options.state_dir.empty()) {
-    absl::StatusOr<RunStore> opened = RunStore::Open(options.state_dir);
-    if (!opened.ok()) return opened.status();
-    absl::StatusOr<std::optional<v1::SavedState>> loaded = opened->Load();
-    if (!loaded.ok()) return loaded.status();
-    saved = *std::move(loaded);
-    store.emplace(*std::move(opened));
+    LOCALSGD_ASSIGN_OR_RETURN(RunStore opened, RunStore::Open(options.state_dir));
+    LOCALSGD_ASSIGN_OR_RETURN(std::optional<v1::SavedState> loaded, opened.Load());
+    saved = std::move(loaded);
+    store.emplace(std::move(opened));
   }
   std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options), std::move(store)));
   if (saved.has_value()) {
@@ -67,8 +67,8 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
       MutexLock lock(&plane->save_mu_);
       plane->saved_state_ = saved->SerializeAsString();
     }
-    LogInfo(absl::StrCat("restored run ", run.run_id(), " (", RunStateName(run.state()),
-                         ", round ", run.round(), ", global step ", run.global_step(), ", ",
+    LogInfo(absl::StrCat("restored run ", run.run_id(), " (", EnumName(run.state()), ", round ",
+                         run.round(), ", global step ", run.global_step(), ", ",
                          saved->members_size(), " members on fresh leases) from ",
                          plane->store_->path()));
   }
@@ -100,9 +100,8 @@ void ControlPlane::WriterLoop() {
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ControlPlane* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return p->members_dirty_ || p->stopping_;
-          },
+          +[](ControlPlane* p)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->members_dirty_ || p->stopping_; },
           this));
       if (!members_dirty_) return;  // stopping, nothing left to save
       members_dirty_ = false;
@@ -143,37 +142,35 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   const bool replaces_live =
       !request.replaces().empty() && membership_.Find(request.replaces()) != nullptr;
-  absl::StatusOr<Member> member = membership_.Join(request);
-  if (!member.ok()) return member.status();
+  LOCALSGD_ASSIGN_OR_RETURN(Member member, membership_.Join(request));
   ++joins_total_;
-  Note(v1::EVENT_SEVERITY_INFO, "worker_joined", member->worker_id,
-       absl::StrCat("worker ", member->worker_id, " joined (generation ", member->generation,
-                    ", host ", member->hostname, ", pid ", member->pid,
-                    member->node_leader ? ", node leader" : "", ")"));
+  Note(v1::EVENT_SEVERITY_INFO, "worker_joined", member.worker_id,
+       absl::StrCat("worker ", member.worker_id, " joined (generation ", member.generation,
+                    ", host ", member.hostname, ", pid ", member.pid,
+                    member.node_leader ? ", node leader" : "", ")"));
   if (replaces_live) {
     Note(v1::EVENT_SEVERITY_WARNING, "leader_replaced", request.replaces(),
-         absl::StrCat("worker ", request.replaces(), " removed: ", member->worker_id,
+         absl::StrCat("worker ", request.replaces(), " removed: ", member.worker_id,
                       " leads its node now (the node's ranks saw it die)"));
   }
   const v1::RunState before = runs_.info().state();
   UpdateRun();
   Changed(RunOrMembers(before));
   v1::JoinResponse response;
-  response.set_worker_id(member->worker_id);
-  response.set_generation(member->generation);
+  response.set_worker_id(member.worker_id);
+  response.set_generation(member.generation);
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   response.set_heartbeat_interval_seconds(absl::ToDoubleSeconds(options_.heartbeat_interval));
   *response.mutable_run() = runs_.info();
   return response;
 }
 
-absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
-    const v1::HeartbeatRequest& request) {
+absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::HeartbeatRequest& request) {
   if (request.model_path().size() > kMaxReasonLength * 4) {
     return absl::InvalidArgumentError("model_path: longer than 4096 bytes");
   }
   MutexLock lock(&mu_);
-  if (absl::Status status = membership_.Heartbeat(request); !status.ok()) return status;
+  LOCALSGD_RETURN_IF_ERROR(membership_.Heartbeat(request));
   ++heartbeats_total_;
   const v1::RunState before = runs_.info().state();
   bool run_changed = false;
@@ -190,10 +187,9 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
       v1::MemberResult& r = result->second;
       // After the end, the run record is refilled (and saved) only when a report changed:
       // not on every heartbeat of every finished worker.
-      const bool same = r.step() == request.step() &&
-                        r.test_accuracy() == request.test_accuracy() &&
-                        (r.loss() == request.loss() ||
-                         (std::isnan(r.loss()) && std::isnan(request.loss())));
+      const bool same =
+          r.step() == request.step() && r.test_accuracy() == request.test_accuracy() &&
+          (r.loss() == request.loss() || (std::isnan(r.loss()) && std::isnan(request.loss())));
       r.set_step(request.step());
       r.set_loss(request.loss());
       r.set_test_accuracy(request.test_accuracy());
@@ -216,16 +212,18 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(
     std::vector<Member> members = membership_.Members();
     if (std::all_of(members.begin(), members.end(),
                     [](const Member& m) { return !std::isfinite(m.loss); })) {
-      runs_.Fail("every worker reports a non-finite training loss (NaN or infinity): training "
-                 "diverged (lower optimizer.lr, or check the data)")
+      runs_
+          .Fail(
+              "every worker reports a non-finite training loss (NaN or infinity): training "
+              "diverged (lower optimizer.lr, or check the data)")
           .IgnoreError();
       run_changed = true;
     }
   }
   if (request.finished() && runs_.info().state() == v1::RUN_STATE_RUNNING) {
     std::vector<Member> members = membership_.Members();
-    const bool all_finished = std::all_of(members.begin(), members.end(),
-                                          [](const Member& m) { return m.finished; });
+    const bool all_finished =
+        std::all_of(members.begin(), members.end(), [](const Member& m) { return m.finished; });
     if (all_finished && static_cast<int>(members.size()) >= runs_.info().spec().min_workers()) {
       runs_.Complete("every worker finished training").IgnoreError();
       run_changed = true;
@@ -245,7 +243,7 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
   MutexLock lock(&mu_);
-  if (absl::Status status = membership_.Leave(request.worker_id()); !status.ok()) return status;
+  LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id()));
   const bool failed = absl::StartsWith(request.reason(), "failed");
   Note(failed ? v1::EVENT_SEVERITY_ERROR : v1::EVENT_SEVERITY_INFO,
        failed ? "worker_failed" : "worker_left", request.worker_id(),
@@ -271,20 +269,18 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
   MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (!runs_.info().run_id().empty()) history_.Upsert(runs_.info());  // as it ended
-  auto id_taken = [this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return history_.Find(id) != nullptr;
-  };
-  absl::StatusOr<v1::RunInfo> run = runs_.Start(request.spec(), membership_.size(), id_taken);
-  if (!run.ok()) return run.status();
+  auto id_taken = [this](const std::string& id)
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return history_.Find(id) != nullptr; };
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run,
+                            runs_.Start(request.spec(), membership_.size(), id_taken));
   // Rounds, results and series belong to one run.
   results_.clear();
   recent_rounds_.clear();
-  history_.Upsert(*run);
-  history_.StartSeries(run->run_id());
+  history_.Upsert(run);
+  history_.StartSeries(run.run_id());
   Note(v1::EVENT_SEVERITY_INFO, "run_state", "",
-       absl::StrCat("run ", run->run_id(), " started: ", RunStateName(run->state()),
-                    " (min_workers ", run->spec().min_workers(), ", ", membership_.size(),
-                    " joined)"));
+       absl::StrCat("run ", run.run_id(), " started: ", EnumName(run.state()), " (min_workers ",
+                    run.spec().min_workers(), ", ", membership_.size(), " joined)"));
   Changed(Persist::kRun);
   return run;
 }
@@ -298,8 +294,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& requ
   }
   MutexLock lock(&mu_);
   const v1::RunState before = runs_.info().state();
-  absl::StatusOr<v1::RunInfo> run = runs_.Stop(request.run_id(), request.reason());
-  if (!run.ok()) return run.status();
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, runs_.Stop(request.run_id(), request.reason()));
   AfterRunChange(before);
   Changed(Persist::kRun);
   return run;
@@ -309,6 +304,8 @@ v1::CoordinatorStatus ControlPlane::Status() const {
   MutexLock lock(&mu_);
   absl::Time now = options_.clock();
   v1::CoordinatorStatus status;
+  status.set_transport_security(options_.transport_security);
+  status.set_token_required(options_.token_required);
   *status.mutable_run() = runs_.info();
   for (const Member& member : membership_.Members()) {
     v1::MemberStatus* out = status.add_members();
@@ -358,8 +355,8 @@ v1::CoordinatorStatus ControlPlane::Status() const {
   if (run.state() == v1::RUN_STATE_COMPLETED) {
     progress->set_percent(100);
   } else if (run.total_steps() > 0) {
-    progress->set_percent(std::min(100.0, 100.0 * static_cast<double>(step) /
-                                              static_cast<double>(run.total_steps())));
+    progress->set_percent(std::min(
+        100.0, 100.0 * static_cast<double>(step) / static_cast<double>(run.total_steps())));
   }
   double elapsed = 0;
   if (run.has_start_time()) {
@@ -388,9 +385,10 @@ absl::StatusOr<v1::RunSeries> ControlPlane::Series(const std::string& run_id) co
   MutexLock lock(&mu_);
   const RunSeries* series = history_.Series(run_id);
   if (series == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "run ", Quoted(run_id), ": no series kept (unknown run, one of the older runs, or a "
-        "run from before the coordinator restarted)"));
+    return absl::NotFoundError(
+        absl::StrCat("run ", Quoted(run_id),
+                     ": no series kept (unknown run, one of the older runs, or a "
+                     "run from before the coordinator restarted)"));
   }
   v1::RunSeries out;
   out.set_run_id(run_id);
@@ -399,9 +397,20 @@ absl::StatusOr<v1::RunSeries> ControlPlane::Series(const std::string& run_id) co
 }
 
 const std::vector<double>& ControlPlane::RoundDurationBounds() {
-  static const std::vector<double>* const kBounds = new std::vector<double>{
-      0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
-      std::numeric_limits<double>::infinity()};
+  static const std::vector<double>* const kBounds =
+      new std::vector<double>{0.05,
+                              0.1,
+                              0.25,
+                              0.5,
+                              1,
+                              2.5,
+                              5,
+                              10,
+                              30,
+                              60,
+                              120,
+                              300,
+                              std::numeric_limits<double>::infinity()};
   return *kBounds;
 }
 
@@ -477,7 +486,7 @@ absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
     return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is not the current run"));
   }
   v1::RunState before = runs_.info().state();
-  if (absl::Status status = runs_.CommitRound(round, global_step); !status.ok()) return status;
+  LOCALSGD_RETURN_IF_ERROR(runs_.CommitRound(round, global_step));
   last_commit_ = options_.clock();
   AfterRunChange(before);
   Changed(Persist::kRun);
@@ -557,6 +566,13 @@ void ControlPlane::UpdateRun() {
   AfterRunChange(before);
 }
 
+void ControlPlane::RecordEvent(v1::EventSeverity severity, const std::string& kind,
+                               const std::string& text) {
+  MutexLock lock(&mu_);
+  Note(severity, kind, "", text);
+  Changed(Persist::kNothing);
+}
+
 void ControlPlane::Note(v1::EventSeverity severity, const std::string& kind,
                         const std::string& worker_id, const std::string& text) {
   const v1::Event& event =
@@ -578,8 +594,7 @@ void ControlPlane::AfterRunChange(v1::RunState before) {
   if (run.state() == before) return;
   Note(run.state() == v1::RUN_STATE_FAILED ? v1::EVENT_SEVERITY_ERROR : v1::EVENT_SEVERITY_INFO,
        "run_state", "",
-       absl::StrCat("run ", run.run_id(), ": ", RunStateName(before), " -> ",
-                    RunStateName(run.state()),
+       absl::StrCat("run ", run.run_id(), ": ", EnumName(before), " -> ", EnumName(run.state()),
                     run.reason().empty() ? "" : absl::StrCat(" (", run.reason(), ")")));
   if (!runs_.active()) FillResults();
 }
@@ -607,8 +622,7 @@ void ControlPlane::FillResults() {
   const double final_loss = losses > 0 ? loss_sum / losses
                             : diverged ? std::numeric_limits<double>::quiet_NaN()
                                        : 0.0;
-  runs_.SetResults(final_loss, evaluated > 0 ? accuracy_sum / evaluated : 0.0,
-                   std::move(members));
+  runs_.SetResults(final_loss, evaluated > 0 ? accuracy_sum / evaluated : 0.0, std::move(members));
 }
 
 void ControlPlane::FailIfEveryWorkerFailed() {
@@ -624,8 +638,9 @@ void ControlPlane::FailIfEveryWorkerFailed() {
   constexpr size_t kShown = 3;
   const size_t more = errors.size() > kShown ? errors.size() - kShown : 0;
   errors.resize(std::min(errors.size(), kShown));
-  runs_.Fail(absl::StrCat("every worker failed before training: ", absl::StrJoin(errors, "; "),
-                          more > 0 ? absl::StrCat(" (and ", more, " more)") : ""))
+  runs_
+      .Fail(absl::StrCat("every worker failed before training: ", absl::StrJoin(errors, "; "),
+                         more > 0 ? absl::StrCat(" (and ", more, " more)") : ""))
       .IgnoreError();
 }
 

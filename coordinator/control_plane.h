@@ -14,9 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "coordinator/event_log.h"
 #include "coordinator/membership.h"
 #include "coordinator/run_history.h"
@@ -39,6 +39,9 @@ class ControlPlane {
     // Where the run record is kept; empty keeps nothing.
     std::string state_dir;
     std::function<absl::Time()> clock = [] { return absl::Now(); };
+    // What status says of how clients reach the coordinator (CoordinatorStatus).
+    std::string transport_security = "plaintext";
+    bool token_required = false;
   };
 
   // Opens the state directory and restores a saved run, if any.
@@ -88,6 +91,9 @@ class ControlPlane {
     std::string data_address;  // empty: it serves no sharded data plane
   };
   std::vector<Leader> LiveLeaders() const;
+
+  // Logs `text` and keeps it as an event of the current run (kinds: see v1::Event).
+  void RecordEvent(v1::EventSeverity severity, const std::string& kind, const std::string& text);
 
   // Commits sync round `round` of run `run_id` at `global_step` (see RunManager::CommitRound).
   absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step);

@@ -158,7 +158,8 @@ TEST_F(ControlPlaneTest, RunCompletesWhenEveryWorkerFinished) {
   ASSERT_THAT(plane->Heartbeat(done), IsOk());
   EXPECT_EQ(plane->Run().model_path(), "/shared/run/model.pt");
   done.set_test_accuracy(1.5);
-  EXPECT_THAT(plane->Heartbeat(done), StatusIs(absl::StatusCode::kInvalidArgument, "test_accuracy"));
+  EXPECT_THAT(plane->Heartbeat(done),
+              StatusIs(absl::StatusCode::kInvalidArgument, "test_accuracy"));
 }
 
 TEST_F(ControlPlaneTest, AwaitChangeWakesOnChange) {
@@ -233,10 +234,10 @@ TEST_F(ControlPlaneTest, MembersAreSavedOffTheLockAndRestored) {
     auto plane = Make(dir);
     for (int i = 0; i < 300; ++i) ASSERT_THAT(plane->Join(JoinAs(absl::StrCat("n", i), 0)), IsOk());
     ASSERT_THAT(plane->Leave([] {
-                  v1::LeaveRequest leave;
-                  leave.set_worker_id("n7/0");
-                  return leave;
-                }()),
+      v1::LeaveRequest leave;
+      leave.set_worker_id("n7/0");
+      return leave;
+    }()),
                 IsOk());
     ASSERT_THAT(plane->StartRun(StartRequest(500)), IsOk());  // a run change: saved now
   }  // the destructor saves what the writer had not saved yet
@@ -245,7 +246,6 @@ TEST_F(ControlPlaneTest, MembersAreSavedOffTheLockAndRestored) {
   EXPECT_EQ(status.members_size(), 299);
   EXPECT_EQ(restarted->Run().state(), v1::RUN_STATE_WAITING_FOR_WORKERS);
 }
-
 
 // Issue 13: the run's progress, its results kept after its end, events, series and history.
 v1::HeartbeatRequest Beat(const std::string& id, int64_t step, double loss, double accuracy = 0,
@@ -367,9 +367,8 @@ TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWith
   EXPECT_THAT(status.run().reason(),
               ::testing::HasSubstr("every worker failed before training: a/0: failed: "
                                    "dataset.path: cannot open /nope; b/0"));
-  EXPECT_THAT(Kinds(status), ::testing::ElementsAre("worker_joined", "worker_joined",
-                                                    "run_state", "worker_failed",
-                                                    "worker_failed", "run_state"));
+  EXPECT_THAT(Kinds(status), ::testing::ElementsAre("worker_joined", "worker_joined", "run_state",
+                                                    "worker_failed", "worker_failed", "run_state"));
   EXPECT_EQ(status.events(status.events_size() - 1).severity(), v1::EVENT_SEVERITY_ERROR);
   EXPECT_EQ(status.events(3).worker_id(), "a/0");
   EXPECT_THAT(status.events(3).text(), ::testing::HasSubstr("cannot open /nope"));

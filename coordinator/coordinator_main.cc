@@ -24,8 +24,9 @@ ABSL_FLAG(std::string, http_address, "127.0.0.1:8080",
 ABSL_FLAG(std::string, token, "",
           "Bearer token that Join/Heartbeat/Leave/StartRun/StopRun must carry; empty turns "
           "auth off. Prefer --token_file: flags show in process lists.");
-ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (surrounding whitespace "
-                                       "is ignored).");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token (surrounding whitespace "
+          "is ignored).");
 ABSL_FLAG(std::string, state_dir, "",
           "Folder where the run record is kept, so a restarted coordinator carries on the same "
           "run; empty keeps nothing.");
@@ -108,15 +109,11 @@ int main(int argc, char** argv) {
     std::printf("http listening on %s\n", (*server)->http_address().c_str());
   }
   std::fflush(stdout);
-  const char* tls = options.tls.cert_file.empty()           ? "plaintext"
-                    : options.tls.client_ca_file.empty() ? "TLS"
-                                                         : "mutual TLS";
-  localsgd::LogInfo(absl::StrCat("coordinator ready (", tls, ", auth ",
-                                 token->empty() ? "off" : "on",
-                                 options.state_dir.empty()
-                                     ? ", no state dir"
-                                     : absl::StrCat(", state dir ", options.state_dir),
-                                 ")"));
+  localsgd::LogInfo(absl::StrCat(
+      "coordinator ready (", options.tls.Name(), ", auth ", token->empty() ? "off" : "on",
+      options.state_dir.empty() ? ", no state dir"
+                                : absl::StrCat(", state dir ", options.state_dir),
+      ")"));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

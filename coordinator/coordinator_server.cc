@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/address.h"
 #include "common/grpc_channel.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 #include "coordinator/status_page.h"
 #include "coordinator/status_render.h"
@@ -29,8 +30,8 @@ std::chrono::system_clock::time_point Deadline(absl::Duration from_now) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Options options) {
-  absl::StatusOr<HostPort> grpc_address = ParseHostPort(options.grpc_address, "--grpc_address");
-  if (!grpc_address.ok()) return grpc_address.status();
+  LOCALSGD_ASSIGN_OR_RETURN(HostPort grpc_address,
+                            ParseHostPort(options.grpc_address, "--grpc_address"));
   if (options.lease_timeout <= absl::ZeroDuration() ||
       options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_interval >= options.lease_timeout) {
@@ -38,9 +39,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
         "--lease_timeout and --heartbeat_interval: need 0 < heartbeat interval < lease timeout");
   }
 
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(options.tls);
-  if (!credentials.ok()) return credentials.status();
+  LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                            MakeServerCredentials(options.tls));
 
   std::unique_ptr<CoordinatorServer> self(new CoordinatorServer());
   ControlPlane::Options plane_options;
@@ -48,15 +48,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   plane_options.heartbeat_interval = options.heartbeat_interval;
   plane_options.state_dir = options.state_dir;
   plane_options.clock = options.clock;
-  absl::StatusOr<std::unique_ptr<ControlPlane>> plane = ControlPlane::Create(plane_options);
-  if (!plane.ok()) return plane.status();
-  self->plane_ = *std::move(plane);
+  plane_options.transport_security = options.tls.Name();
+  plane_options.token_required = !options.token.empty();
+  LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<ControlPlane> plane,
+                            ControlPlane::Create(plane_options));
+  self->plane_ = std::move(plane);
   self->watchers_ = std::make_unique<StatusWatchHub>(self->plane_.get(), options.clock);
   RoundManager::Options round_options;
   round_options.clock = options.clock;
   round_options.state_dir = options.state_dir;
   self->rounds_ = std::make_unique<RoundManager>(self->plane_.get(), round_options);
-  if (absl::Status s = self->rounds_->Restore(); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(self->rounds_->Restore());
   self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->rounds_.get(),
                                                         self->watchers_.get(), options.token);
   self->averaging_ = std::make_unique<AveragingService>(self->rounds_.get(), options.token);
@@ -67,7 +69,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   // Without this gRPC sets SO_REUSEPORT, and a second coordinator could share a taken port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
-  builder.AddListeningPort(options.grpc_address, *credentials, &port);
+  builder.AddListeningPort(options.grpc_address, credentials, &port);
   builder.RegisterService(self->service_.get());
   builder.RegisterService(self->averaging_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -78,7 +80,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     return absl::UnavailableError(
         absl::StrCat("--grpc_address: cannot listen on ", options.grpc_address));
   }
-  self->grpc_address_ = HostPort{grpc_address->host, port}.ToString();
+  self->grpc_address_ = HostPort{grpc_address.host, port}.ToString();
   grpc::HealthCheckServiceInterface* health = self->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceName, true);
@@ -101,8 +103,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
       return HttpServer::Response{200, "text/html; charset=utf-8", StatusPage(page_data())};
     };
     http.routes["/ui/body"] = [page_data] {
-      return HttpServer::Response{200, "text/html; charset=utf-8",
-                                  StatusPageBody(page_data())};
+      return HttpServer::Response{200, "text/html; charset=utf-8", StatusPageBody(page_data())};
     };
     http.routes["/runs"] = [plane_ptr] {
       v1::ListRunsResponse runs;
@@ -112,9 +113,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     // /runs/ID: the run's record; /runs/ID/series: its rounds for charts.
     http.prefix_routes["/runs/"] = [plane_ptr](absl::string_view rest) {
       auto error = [](int code, const absl::Status& status) {
-        return HttpServer::Response{code, "application/json",
-                                    absl::StrCat("{\"error\": ", JsonString(status.message()),
-                                                 "}\n")};
+        return HttpServer::Response{
+            code, "application/json",
+            absl::StrCat("{\"error\": ", JsonString(status.message()), "}\n")};
       };
       if (absl::ConsumeSuffix(&rest, "/series")) {
         absl::StatusOr<v1::RunSeries> series = plane_ptr->Series(std::string(rest));
@@ -133,9 +134,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     };
     http.routes["/metrics"] = [plane_ptr] {
       const absl::StatusOr<ProcessStats> process = ReadProcessStats();
-      return HttpServer::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                  StatusToPrometheus(plane_ptr->Status(),
-                                                     process.ok() ? &*process : nullptr)};
+      return HttpServer::Response{
+          200, "text/plain; version=0.0.4; charset=utf-8",
+          StatusToPrometheus(plane_ptr->Status(), process.ok() ? &*process : nullptr)};
     };
     http.routes["/healthz"] = [plane_ptr] {
       if (plane_ptr->draining()) return HttpServer::Response{503, "text/plain", "draining\n"};
@@ -172,7 +173,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   }
   plane_->Drain();
   grpc_server_->GetHealthCheckService()->Shutdown();
-  watchers_->EndAll(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+  watchers_->EndAll(ToGrpcStatus(absl::UnavailableError("coordinator is shutting down")));
   grpc_server_->Shutdown(Deadline(grace));
   grpc_server_->Wait();
   if (http_server_ != nullptr) http_server_->Stop();

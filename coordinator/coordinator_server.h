@@ -1,31 +1,31 @@
 #ifndef LOCALSGD_COORDINATOR_COORDINATOR_SERVER_H_
 #define LOCALSGD_COORDINATOR_COORDINATOR_SERVER_H_
 
+#include <grpcpp/server.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
-#include <grpcpp/server.h>
-
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/http_server.h"
 #include "common/mutex.h"
 #include "common/tls.h"
 #include "coordinator/averaging_service.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/http_server.h"
 #include "coordinator/round_manager.h"
 #include "coordinator/status_watch.h"
 
 namespace localsgd {
 
 // A running coordinator: the gRPC server (Coordinator and Averaging services, gRPC health
-// checking and server reflection), the HTTP status endpoint (/, /status, /metrics, /healthz) and the
-// thread that expires leases. Thread-safe.
+// checking and server reflection), the HTTP status endpoint (/, /status, /metrics, /healthz) and
+// the thread that expires leases. Thread-safe.
 class CoordinatorServer {
  public:
   struct Options {

@@ -2,11 +2,11 @@
 // rules, status streaming, health checking and the HTTP endpoints over a real socket.
 #include "coordinator/coordinator_server.h"
 
-#include <httplib.h>
+#include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
-#include <google/protobuf/text_format.h>
+#include <httplib.h>
 
 #include <memory>
 #include <string>
@@ -50,8 +50,8 @@ class CoordinatorServerTest : public ::testing::Test {
     return context;
   }
 
-  grpc::Status Join(const std::string& node, int rank, int world,
-                    v1::JoinResponse* response, const char* token = kToken) {
+  grpc::Status Join(const std::string& node, int rank, int world, v1::JoinResponse* response,
+                    const char* token = kToken) {
     v1::JoinRequest request;
     request.mutable_identity()->set_node_name(node);
     request.mutable_identity()->set_local_rank(rank);
@@ -155,9 +155,9 @@ TEST_F(CoordinatorServerTest, ErrorCodes) {
   grpc::Status bad_spec = StartRun("model { builtin: \"mlp\" } local_sgd_steps: 0", &started);
   EXPECT_EQ(bad_spec.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad_spec.error_message(), HasSubstr("spec.local_sgd_steps"));
-  for (const char* spec : {"local_sgd_steps: 4", "model { builtin: \"mlp\" } optimizer { lr: -1 }",
-                           "model { builtin: \"mlp\" } codec: 17",
-                           "model { builtin: \"mlp\" } min_workers: 0"}) {
+  for (const char* spec :
+       {"local_sgd_steps: 4", "model { builtin: \"mlp\" } optimizer { lr: -1 }",
+        "model { builtin: \"mlp\" } codec: 17", "model { builtin: \"mlp\" } min_workers: 0"}) {
     EXPECT_EQ(StartRun(spec, &started).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << spec;
   }
   EXPECT_EQ(stub_->StartRun(Ctx().get(), v1::StartRunRequest(), &started).error_code(),
@@ -185,8 +185,8 @@ TEST_F(CoordinatorServerTest, ErrorCodes) {
 
 TEST_F(CoordinatorServerTest, RunLifecycleThroughTheApi) {
   v1::StartRunResponse started;
-  ASSERT_TRUE(StartRun("model { builtin: \"mlp\" } min_workers: 2 local_sgd_steps: 4",
-                       &started).ok());
+  ASSERT_TRUE(
+      StartRun("model { builtin: \"mlp\" } min_workers: 2 local_sgd_steps: 4", &started).ok());
   EXPECT_EQ(started.run().state(), v1::RUN_STATE_WAITING_FOR_WORKERS);
   EXPECT_EQ(started.run().spec().local_sgd_steps(), 4);
   v1::JoinResponse joined;
@@ -239,6 +239,8 @@ TEST_F(CoordinatorServerTest, AuthRules) {
   EXPECT_TRUE(stub_->GetStatus(Ctx(nullptr).get(), v1::GetStatusRequest(), &status).ok());
   EXPECT_EQ(status.run().state(), v1::RUN_STATE_IDLE);
   EXPECT_EQ(status.members_size(), 0);
+  EXPECT_EQ(status.transport_security(), "plaintext");
+  EXPECT_TRUE(status.token_required());
   // With the right token everything works.
   EXPECT_TRUE(Join("a", 0, 1, &joined).ok());
 }
@@ -250,6 +252,9 @@ TEST_F(CoordinatorServerTest, NoTokenConfiguredMeansNoAuth) {
   EXPECT_TRUE(Join("a", 0, 1, &joined, nullptr).ok());
   v1::StartRunResponse started;
   EXPECT_TRUE(StartRun("model { builtin: \"mlp\" }", &started, nullptr).ok());
+  v1::CoordinatorStatus status;
+  ASSERT_TRUE(stub_->GetStatus(Ctx(nullptr).get(), v1::GetStatusRequest(), &status).ok());
+  EXPECT_FALSE(status.token_required());
 }
 
 TEST_F(CoordinatorServerTest, WatchStatusStreamsChanges) {

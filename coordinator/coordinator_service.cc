@@ -5,6 +5,7 @@
 
 #include "common/address.h"
 #include "common/auth.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
@@ -43,10 +44,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(grpc::CallbackServerContext* 
   return Unary(context, true, [&]() -> absl::Status {
     // A wildcard host in the advertised data plane is where this call came from.
     v1::JoinRequest resolved = *request;
-    absl::StatusOr<std::string> data_address =
-        ResolveAdvertisedAddress(request->data_address(), context->peer(), "data_address");
-    if (!data_address.ok()) return data_address.status();
-    resolved.set_data_address(*data_address);
+    LOCALSGD_ASSIGN_OR_RETURN(
+        std::string data_address,
+        ResolveAdvertisedAddress(request->data_address(), context->peer(), "data_address"));
+    resolved.set_data_address(data_address);
     absl::StatusOr<v1::JoinResponse> joined = plane_->Join(resolved);
     if (joined.ok()) *response = *std::move(joined);
     return joined.status();
@@ -107,9 +108,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ListRuns(grpc::CallbackServerConte
   });
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::GetRunSeries(
-    grpc::CallbackServerContext* context, const v1::GetRunSeriesRequest* request,
-    v1::RunSeries* response) {
+grpc::ServerUnaryReactor* CoordinatorService::GetRunSeries(grpc::CallbackServerContext* context,
+                                                           const v1::GetRunSeriesRequest* request,
+                                                           v1::RunSeries* response) {
   return Unary(context, false, [&] {
     absl::StatusOr<v1::RunSeries> series = plane_->Series(request->run_id());
     if (series.ok()) *response = *std::move(series);
@@ -121,8 +122,8 @@ grpc::ServerWriteReactor<v1::CoordinatorStatus>* CoordinatorService::WatchStatus
     grpc::CallbackServerContext*, const v1::WatchStatusRequest* request) {
   double interval = request->min_interval_seconds();
   if (!std::isfinite(interval) || interval < 0 || interval > kMaxWatchIntervalSeconds) {
-    return new RefusedWatch(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                         "min_interval_seconds: must be in [0, 3600]"));
+    return new RefusedWatch(
+        ToGrpcStatus(absl::InvalidArgumentError("min_interval_seconds: must be in [0, 3600]")));
   }
   if (interval == 0) interval = kDefaultWatchIntervalSeconds;
   return watchers_->Add(absl::Seconds(interval));

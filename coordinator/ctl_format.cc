@@ -5,16 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/enum_name.h"
 #include "common/proto_time.h"
 #include "coordinator/run_manager.h"
 
 namespace localsgd {
 namespace {
-
-// "CODEC_FP32" -> "FP32".
-std::string EnumSuffix(const std::string& name, absl::string_view prefix) {
-  return name.size() > prefix.size() ? name.substr(prefix.size()) : name;
-}
 
 // "24/1000" for a run of total steps, "24/4690 (3 epochs)" for a run of epochs ("24 (3
 // epochs)" while no worker has reported its total).
@@ -44,7 +40,7 @@ std::string FormatRunLine(const v1::RunInfo& run) {
   if (!run.spec().name().empty() && run.spec().name() != run.run_id()) {
     absl::StrAppend(&line, " (", run.spec().name(), ")");
   }
-  absl::StrAppend(&line, " ", RunStateName(run.state()), " round ", run.round(), " step ",
+  absl::StrAppend(&line, " ", EnumName(run.state()), " round ", run.round(), " step ",
                   StepOfTotal(run));
   if (!run.reason().empty()) absl::StrAppend(&line, " — ", run.reason());
   return line;
@@ -52,11 +48,10 @@ std::string FormatRunLine(const v1::RunInfo& run) {
 
 std::string FormatProgress(const v1::CoordinatorStatus& status) {
   const v1::RunProgress& progress = status.progress();
-  std::string out =
-      progress.total_steps() > 0
-          ? absl::StrFormat("%.1f%% (%d/%d)", progress.percent(), progress.global_step(),
-                            progress.total_steps())
-          : absl::StrFormat("step %d of an unknown total", progress.global_step());
+  std::string out = progress.total_steps() > 0
+                        ? absl::StrFormat("%.1f%% (%d/%d)", progress.percent(),
+                                          progress.global_step(), progress.total_steps())
+                        : absl::StrFormat("step %d of an unknown total", progress.global_step());
   absl::StrAppend(&out, ", elapsed ", Span(progress.elapsed_seconds()));
   if (progress.eta_seconds() >= 0) absl::StrAppend(&out, ", ETA ", Span(progress.eta_seconds()));
   return out;
@@ -70,31 +65,28 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   if (!run.run_id().empty()) absl::StrAppend(&out, "progress: ", FormatProgress(status), "\n");
   if (run.member_results_size() > 0) {
     absl::StrAppend(
-        &out, absl::StrFormat("result: final loss %.4f, test accuracy %s (%d workers)\n",
-                              run.final_loss(),
-                              run.final_test_accuracy() > 0
-                                  ? absl::StrFormat("%.4f", run.final_test_accuracy())
-                                  : "not evaluated",
-                              run.member_results_size()));
+        &out, absl::StrFormat(
+                  "result: final loss %.4f, test accuracy %s (%d workers)\n", run.final_loss(),
+                  run.final_test_accuracy() > 0 ? absl::StrFormat("%.4f", run.final_test_accuracy())
+                                                : "not evaluated",
+                  run.member_results_size()));
   }
   const v1::RunSpec& spec = status.run().spec();
   if (!status.run().run_id().empty()) {
-    std::string model = spec.model().has_builtin() ? spec.model().builtin()
-                                                   : spec.model().torchscript_path();
-    absl::StrAppend(
-        &out, "spec: model ", model, ", dataset ",
-        EnumSuffix(v1::DatasetKind_Name(spec.dataset().kind()), "DATASET_KIND_"),
-        ", local_sgd_steps ", spec.local_sgd_steps(), ", gradient_accumulation_steps ",
-        spec.gradient_accumulation_steps(), ", codec ",
-        EnumSuffix(v1::Codec_Name(spec.codec()), "CODEC_"), ", min_workers ",
-        spec.min_workers(), spec.enabled() ? "" : ", averaging disabled", "\n");
+    std::string model =
+        spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript_path();
+    absl::StrAppend(&out, "spec: model ", model, ", dataset ", EnumName(spec.dataset().kind()),
+                    ", local_sgd_steps ", spec.local_sgd_steps(), ", gradient_accumulation_steps ",
+                    spec.gradient_accumulation_steps(), ", codec ", EnumName(spec.codec()),
+                    ", min_workers ", spec.min_workers(),
+                    spec.enabled() ? "" : ", averaging disabled", "\n");
   }
   if (!status.run().model_path().empty()) {
     absl::StrAppend(&out, "trained model: ", status.run().model_path(), "\n");
   }
   if (status.recent_rounds_size() > 0) {
-    absl::StrAppend(&out, "last round: ", FormatRound(status.recent_rounds(
-                                               status.recent_rounds_size() - 1)), "\n");
+    absl::StrAppend(&out, "last round: ",
+                    FormatRound(status.recent_rounds(status.recent_rounds_size() - 1)), "\n");
   }
   // The latest events, failures first to the eye.
   const int events = status.events_size();
@@ -114,9 +106,9 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   absl::StrAppend(&out, absl::StrFormat("%-24s %-20s %10s %10s %12s %8s\n", "WORKER", "HOST",
                                         "STEP", "LOSS", "SAMPLES/S", "AGE"));
   for (const v1::MemberStatus& m : status.members()) {
-    absl::StrAppend(&out, absl::StrFormat("%-24s %-20s %10d %10.4f %12.1f %7.1fs\n",
-                                          m.worker_id(), m.hostname(), m.step(), m.loss(),
-                                          m.samples_per_second(), m.heartbeat_age_seconds()));
+    absl::StrAppend(&out, absl::StrFormat("%-24s %-20s %10d %10.4f %12.1f %7.1fs\n", m.worker_id(),
+                                          m.hostname(), m.step(), m.loss(), m.samples_per_second(),
+                                          m.heartbeat_age_seconds()));
   }
   return out;
 }
@@ -124,10 +116,9 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
 std::string FormatRound(const v1::RoundRecord& round) {
   std::string line = absl::StrFormat(
       "round %d %s, %d members, %.3f s (slowest wait %.3f s), %.2f MB in, %.2f MB out, %s x%.2f",
-      round.round(), EnumSuffix(v1::RoundOutcome_Name(round.outcome()), "ROUND_OUTCOME_"),
-      round.members_size(), round.duration_seconds(), round.slowest_wait_seconds(),
-      round.bytes_received() / 1e6, round.bytes_sent() / 1e6,
-      EnumSuffix(v1::Codec_Name(round.codec()), "CODEC_"), round.compression_ratio());
+      round.round(), EnumName(round.outcome()), round.members_size(), round.duration_seconds(),
+      round.slowest_wait_seconds(), round.bytes_received() / 1e6, round.bytes_sent() / 1e6,
+      EnumName(round.codec()), round.compression_ratio());
   if (round.exchange() == v1::EXCHANGE_SHARDED) {
     absl::StrAppend(&line, ", SHARDED over ", round.shards_size(), " owners (");
     for (int i = 0; i < round.shards_size(); ++i) {
@@ -158,13 +149,12 @@ std::string FormatWatchLine(const v1::CoordinatorStatus& status) {
   }
   std::string time =
       absl::FormatTime("%H:%M:%S", FromProtoTime(status.time()), absl::UTCTimeZone());
-  std::string line = absl::StrCat(time, " ", FormatRunLine(status.run()), " members ",
-                                  status.members_size());
+  std::string line =
+      absl::StrCat(time, " ", FormatRunLine(status.run()), " members ", status.members_size());
   if (!status.run().run_id().empty()) absl::StrAppend(&line, " | ", FormatProgress(status), " |");
   if (status.members_size() > 0) {
     absl::StrAppend(&line, absl::StrFormat(" loss %.4f samples/s %.1f",
-                                           loss_sum / status.members_size(),
-                                           samples_per_second));
+                                           loss_sum / status.members_size(), samples_per_second));
   }
   if (status.recent_rounds_size() > 0) {
     const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
@@ -180,16 +170,13 @@ std::string FormatRunsTable(const v1::ListRunsResponse& runs) {
                                     "STATE", "STEP", "ROUNDS", "FINAL LOSS", "TEST ACC", "WHY");
   for (const v1::RunInfo& run : runs.runs()) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-26s %-20s %-10s %14s %7d %10s %9s  %s\n", run.run_id(),
-                              run.spec().name(), RunStateName(run.state()), StepOfTotal(run),
-                              run.round(),
-                              run.member_results_size() > 0
-                                  ? absl::StrFormat("%.4f", run.final_loss())
-                                  : "-",
-                              run.final_test_accuracy() > 0
-                                  ? absl::StrFormat("%.4f", run.final_test_accuracy())
-                                  : "-",
-                              run.reason()));
+        &out, absl::StrFormat(
+                  "%-26s %-20s %-10s %14s %7d %10s %9s  %s\n", run.run_id(), run.spec().name(),
+                  EnumName(run.state()), StepOfTotal(run), run.round(),
+                  run.member_results_size() > 0 ? absl::StrFormat("%.4f", run.final_loss()) : "-",
+                  run.final_test_accuracy() > 0 ? absl::StrFormat("%.4f", run.final_test_accuracy())
+                                                : "-",
+                  run.reason()));
   }
   return out;
 }

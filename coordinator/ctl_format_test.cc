@@ -80,8 +80,7 @@ TEST(CtlFormatTest, StatusTable) {
   EXPECT_THAT(table, HasSubstr("0.2500"));
   EXPECT_THAT(table, HasSubstr("last round: round 3 COMMITTED, 1 members, 0.500 s"));
   EXPECT_THAT(table, HasSubstr("2.00 MB in, 2.00 MB out, INT8 x3.94"));
-  EXPECT_THAT(table,
-              HasSubstr("SHARDED over 2 owners (node-a/0 0.25 MB, node-b/0 0.25 MB)"));
+  EXPECT_THAT(table, HasSubstr("SHARDED over 2 owners (node-a/0 0.25 MB, node-b/0 0.25 MB)"));
   EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
   v1::CoordinatorStatus saved = Sample();

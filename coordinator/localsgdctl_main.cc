@@ -12,8 +12,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/averaging_client.h"
 #include "common/client_tls_flags.h"
 #include "common/command_line.h"
 #include "common/file_util.h"
@@ -101,7 +101,8 @@ class Ctl {
     absl::StatusOr<std::string> text = localsgd::ReadFile(path);
     if (!text.ok()) return Fail(text.status());
     absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::ParseRunSpecText(*text);
-    if (!spec.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat(path, ": ", spec.status().message())));
+    if (!spec.ok())
+      return Fail(absl::InvalidArgumentError(absl::StrCat(path, ": ", spec.status().message())));
     localsgd::v1::StartRunRequest request;
     *request.mutable_spec() = *spec;
     localsgd::v1::StartRunResponse response;
@@ -150,7 +151,8 @@ class Ctl {
   int Status() {
     localsgd::v1::CoordinatorStatus status;
     auto context = Context(/*authenticated=*/false);
-    grpc::Status result = stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
+    grpc::Status result =
+        stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
     if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
     std::string out = absl::GetFlag(FLAGS_json) ? localsgd::StatusToJson(status)
                                                 : localsgd::FormatStatusTable(status);
@@ -163,8 +165,8 @@ class Ctl {
     auto context = Context(/*authenticated=*/false);
     grpc::Status result = stub_->ListRuns(context.get(), localsgd::v1::ListRunsRequest(), &runs);
     if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
-    std::string out = absl::GetFlag(FLAGS_json) ? localsgd::ProtoToJson(runs)
-                                                : localsgd::FormatRunsTable(runs);
+    std::string out =
+        absl::GetFlag(FLAGS_json) ? localsgd::ProtoToJson(runs) : localsgd::FormatRunsTable(runs);
     std::fputs(out.c_str(), stdout);
     return 0;
   }
@@ -180,8 +182,8 @@ class Ctl {
       std::fflush(stdout);
       localsgd::v1::RunState state = status.run().state();
       if (absl::GetFlag(FLAGS_until_done) &&
-          (state == localsgd::v1::RUN_STATE_COMPLETED ||
-           state == localsgd::v1::RUN_STATE_STOPPED || state == localsgd::v1::RUN_STATE_FAILED)) {
+          (state == localsgd::v1::RUN_STATE_COMPLETED || state == localsgd::v1::RUN_STATE_STOPPED ||
+           state == localsgd::v1::RUN_STATE_FAILED)) {
         context.TryCancel();
         while (reader->Read(&status)) {
         }
@@ -195,11 +197,9 @@ class Ctl {
   }
 
  private:
+  // Status reads need no token; starting and stopping runs do.
   std::unique_ptr<grpc::ClientContext> Context(bool authenticated) {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_timeout)));
-    if (authenticated) localsgd::AddBearerToken(context.get(), token_);
-    return context;
+    return localsgd::AuthorizedContext(authenticated ? token_ : "", absl::GetFlag(FLAGS_timeout));
   }
 
   std::unique_ptr<Coordinator::Stub> stub_;
@@ -224,8 +224,7 @@ int main(int argc, char** argv) {
       localsgd::ChannelCredentialsFromFlags();
   if (!credentials.ok()) return Fail(credentials.status());
   Ctl ctl(Coordinator::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials)),
-          localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator), *credentials),
-          *token);
+          localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator), *credentials), *token);
   const std::string command = args[1];
   if (command == "start") return ctl.Start();
   if (command == "stop") return ctl.Stop();

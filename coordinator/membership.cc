@@ -9,13 +9,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_time.h"
-
+#include "common/run_spec.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
 namespace {
 
-constexpr int kMaxLocalWorldSize = 1024;
 constexpr size_t kMaxNodeNameLength = 128;
 constexpr size_t kMaxHostnameLength = 255;
 
@@ -27,19 +27,20 @@ absl::Status ValidateIdentity(const v1::JoinRequest& request) {
   }
   for (char c : id.node_name()) {
     if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "identity.node_name: ", Quoted(id.node_name()),
-          " may only hold letters, digits, '.', '_' and '-'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("identity.node_name: ", Quoted(id.node_name()),
+                       " may only hold letters, digits, '.', '_' and '-'"));
     }
   }
-  if (id.local_world_size() < 1 || id.local_world_size() > kMaxLocalWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "identity.local_world_size: must be in [1, 1024], got ", id.local_world_size()));
+  if (id.local_world_size() < 1 || id.local_world_size() > kMaxRanksPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat("identity.local_world_size: must be in [1, ",
+                                                   kMaxRanksPerNode, "], got ",
+                                                   id.local_world_size()));
   }
   if (id.local_rank() < 0 || id.local_rank() >= id.local_world_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("identity.local_rank: must be in [0, ", id.local_world_size() - 1,
-                     "], got ", id.local_rank()));
+    return absl::InvalidArgumentError(absl::StrCat("identity.local_rank: must be in [0, ",
+                                                   id.local_world_size() - 1, "], got ",
+                                                   id.local_rank()));
   }
   if (request.hostname().size() > kMaxHostnameLength) {
     return absl::InvalidArgumentError("hostname: longer than 255 characters");
@@ -58,7 +59,7 @@ std::string Membership::WorkerId(const v1::WorkerIdentity& identity) {
 }
 
 absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
-  if (absl::Status status = ValidateIdentity(request); !status.ok()) return status;
+  LOCALSGD_RETURN_IF_ERROR(ValidateIdentity(request));
   const v1::WorkerIdentity& identity = request.identity();
   std::string id = WorkerId(identity);
   for (const auto& [other_id, other] : members_) {
@@ -84,9 +85,9 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
       return absl::InvalidArgumentError("replaces: only with node_leader");
     }
     if (!absl::StartsWith(request.replaces(), node_prefix) || request.replaces() == id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("replaces: ", Quoted(request.replaces()),
-                       " is not another worker of node ", Quoted(identity.node_name())));
+      return absl::InvalidArgumentError(absl::StrCat("replaces: ", Quoted(request.replaces()),
+                                                     " is not another worker of node ",
+                                                     Quoted(identity.node_name())));
     }
   }
   auto it = members_.find(id);
@@ -128,9 +129,8 @@ absl::Status Membership::Restore(const v1::MemberStatus& saved) {
   request.set_pid(saved.pid());
   request.set_data_address(saved.data_address());
   request.set_node_leader(saved.node_leader());
-  absl::StatusOr<Member> member = Join(request);
-  if (!member.ok()) return member.status();
-  Member& restored = members_[member->worker_id];
+  LOCALSGD_ASSIGN_OR_RETURN(Member member, Join(request));
+  Member& restored = members_[member.worker_id];
   generations_[restored.worker_id] = std::max(saved.generation(), restored.generation);
   restored.generation = generations_[restored.worker_id];
   if (saved.has_join_time()) restored.join_time = FromProtoTime(saved.join_time());
@@ -166,8 +166,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
 absl::Status Membership::Leave(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
   if (members_.erase(worker_id) == 0) {
-    return absl::NotFoundError(
-        absl::StrCat("worker_id: ", Quoted(worker_id), " is not a member"));
+    return absl::NotFoundError(absl::StrCat("worker_id: ", Quoted(worker_id), " is not a member"));
   }
   return absl::OkStatus();
 }

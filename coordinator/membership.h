@@ -23,7 +23,7 @@ struct Member {
   int64_t pid = 0;
   std::string data_address;  // node leaders: where they serve the sharded data plane
   bool node_leader = false;  // its node's member of the rounds (JoinRequest.node_leader)
-  int64_t generation = 0;  // how many times this identity has joined
+  int64_t generation = 0;    // how many times this identity has joined
   int64_t step = 0;
   double loss = 0;
   double samples_per_second = 0;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 #include "proto/localsgd/v1/state.pb.h"
 
 namespace localsgd {
@@ -35,14 +36,14 @@ absl::StatusOr<ModelStore> ModelStore::Open(const std::string& state_dir) {
 absl::StatusOr<std::optional<ModelCheckpoint>> ModelStore::Load() const {
   absl::StatusOr<std::string> bytes = ReadChecksummedFile(path_);
   if (absl::IsNotFound(bytes.status())) return std::optional<ModelCheckpoint>();
-  if (!bytes.ok()) return bytes.status();
+  LOCALSGD_RETURN_IF_ERROR(bytes.status());
   v1::SavedModel saved;
   ModelCheckpoint checkpoint;
   if (!saved.ParseFromString(*bytes) || !Floats(saved.global(), &checkpoint.global) ||
       !Floats(saved.momentum(), &checkpoint.momentum) || saved.round() < 0 ||
       saved.global_step() < 0) {
-    return absl::DataLossError(absl::StrCat(
-        path_, " is corrupt (not a SavedModel); move it away to start afresh"));
+    return absl::DataLossError(
+        absl::StrCat(path_, " is corrupt (not a SavedModel); move it away to start afresh"));
   }
   checkpoint.run_id = saved.run_id();
   checkpoint.round = saved.round();

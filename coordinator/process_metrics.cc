@@ -20,8 +20,7 @@ absl::StatusOr<ProcessStats> ReadProcessStats() {
   // Fields after the command name, which is in parentheses and may hold spaces.
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return absl::UnavailableError("cannot read /proc/self/stat");
-  std::vector<std::string> fields =
-      absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
   // fields[0] is field 3 (state) of proc(5): utime is 14, stime 15, starttime 22, vsize 23,
   // rss 24.
   auto field = [&](int number) -> double {

@@ -11,15 +11,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
+#include "common/enum_name.h"
 #include "common/log.h"
-#include "common/status_util.h"
 #include "common/proto_time.h"
+#include "common/run_spec.h"
+#include "common/status_macros.h"
+#include "common/status_util.h"
 
 namespace localsgd {
 namespace {
 
 constexpr int64_t kMaxVectorLength = int64_t{1} << 32;
-constexpr int kMaxMemberWorkers = 1024;
 
 bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::string& id) {
   return std::any_of(leaders.begin(), leaders.end(),
@@ -29,8 +31,8 @@ bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::strin
 absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
   if (!IsLeader(plane.LiveLeaders(), member_id)) {
-    return absl::NotFoundError(absl::StrCat("member_id: ", Quoted(member_id),
-                                            " is not a live node leader (join first)"));
+    return absl::NotFoundError(
+        absl::StrCat("member_id: ", Quoted(member_id), " is not a live node leader (join first)"));
   }
   return absl::OkStatus();
 }
@@ -58,9 +60,8 @@ void RoundManager::WriterLoop() {
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return m->pending_.has_value() || m->stopping_;
-          },
+          +[](RoundManager* m)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->pending_.has_value() || m->stopping_; },
           this));
       if (!pending_.has_value()) return;
       commit = &*pending_;  // stays until this thread resets it
@@ -87,12 +88,11 @@ void RoundManager::WriterLoop() {
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
   v1::RunInfo run = plane_->Run();
   if (run_id.empty() || run_id != run.run_id()) {
-    return absl::NotFoundError(absl::StrCat("run_id: ", Quoted(run_id),
-                                            " is not the active run"));
+    return absl::NotFoundError(absl::StrCat("run_id: ", Quoted(run_id), " is not the active run"));
   }
   if (run.state() != v1::RUN_STATE_RUNNING) {
     return absl::FailedPreconditionError(
-        absl::StrCat("run ", run_id, " is not running (", v1::RunState_Name(run.state()), ")"));
+        absl::StrCat("run ", run_id, " is not running (", EnumName(run.state()), ")"));
   }
   if (!run.spec().enabled()) {
     return absl::FailedPreconditionError("averaging is disabled for this run (enabled: false)");
@@ -110,9 +110,8 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
 
 absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
   MutexLock lock(&mu_);
-  absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
-  if (!run.ok()) return run.status();
-  if (absl::Status s = CheckMember(*plane_, header.member_id()); !s.ok()) return s;
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
+  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id()));
   if (header.vector_length() <= 0 || header.vector_length() > kMaxVectorLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
@@ -127,12 +126,11 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
                                       std::vector<float> values) {
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
   MutexLock lock(&mu_);
-  absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
-  if (!run.ok()) return run.status();
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   if (model_.engine != nullptr) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
   }
-  if (absl::Status s = InstallModel(std::move(values), std::nullopt); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(InstallModel(std::move(values), std::nullopt));
   const ChunkLayout& layout = model_.engine->layout();
   LogInfo(absl::StrCat("run ", model_.run_id, ": initial model (", layout.num_values, " values, ",
                        layout.num_chunks(), " chunks) from ", header.member_id()));
@@ -142,19 +140,18 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
 
 absl::Status RoundManager::InstallModel(std::vector<float> global,
                                         std::optional<std::vector<float>> momentum) {
-  absl::StatusOr<ChunkLayout> layout =
+  const ChunkLayout layout =
       ChunkLayout::ForBytes(static_cast<int64_t>(global.size()), model_.spec.chunk_bytes());
-  if (!layout.ok()) return layout.status();
   AggregatorEngine::Options options;
-  options.layout = *layout;
+  options.layout = layout;
   options.codec = model_.spec.codec();
-  options.outer = OuterOptimizer{model_.spec.outer_optimizer().lr(),
-                                 model_.spec.outer_optimizer().momentum(),
-                                 model_.spec.outer_optimizer().nesterov()};
+  options.outer =
+      OuterOptimizer{model_.spec.outer_optimizer().lr(), model_.spec.outer_optimizer().momentum(),
+                     model_.spec.outer_optimizer().nesterov()};
   options.max_norm_ratio = model_.spec.max_delta_norm_ratio();
   auto engine = std::make_shared<AggregatorEngine>(options, std::move(global));
   if (momentum.has_value()) {
-    if (absl::Status s = engine->RestoreMomentum(*std::move(momentum)); !s.ok()) return s;
+    LOCALSGD_RETURN_IF_ERROR(engine->RestoreMomentum(*std::move(momentum)));
   }
   model_.engine = std::move(engine);
   model_.snapshot = nullptr;
@@ -177,14 +174,12 @@ void RoundManager::SaveModel() {
 
 absl::Status RoundManager::Restore() {
   if (options_.state_dir.empty()) return absl::OkStatus();
-  absl::StatusOr<ModelStore> store = ModelStore::Open(options_.state_dir);
-  if (!store.ok()) return store.status();
+  LOCALSGD_ASSIGN_OR_RETURN(ModelStore store, ModelStore::Open(options_.state_dir));
   MutexLock lock(&mu_);
-  store_.emplace(*std::move(store));
-  absl::StatusOr<std::optional<ModelCheckpoint>> loaded = store_->Load();
-  if (!loaded.ok()) return loaded.status();
-  if (!loaded->has_value()) return absl::OkStatus();
-  ModelCheckpoint& saved = **loaded;
+  store_.emplace(std::move(store));
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, store_->Load());
+  if (!loaded.has_value()) return absl::OkStatus();
+  ModelCheckpoint& saved = *loaded;
   const v1::RunInfo run = plane_->Run();
   if (saved.run_id != run.run_id()) {
     LogInfo(absl::StrCat("not restoring ", store_->path(), ": it holds run ", saved.run_id,
@@ -216,14 +211,14 @@ absl::Status RoundManager::Restore() {
   model_.round = saved.round;
   model_.global_step = saved.global_step;
   const size_t values = saved.global.size();
-  if (absl::Status s = InstallModel(std::move(saved.global), std::move(saved.momentum));
-      !s.ok()) {
+  if (absl::Status s = InstallModel(std::move(saved.global), std::move(saved.momentum)); !s.ok()) {
     model_ = Model();
     return absl::DataLossError(absl::StrCat(store_->path(), ": ", s.message()));
   }
-  LogInfo(absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
-                       model_.round, " (global step ", model_.global_step, ", ", values,
-                       " values) from ", store_->path()));
+  plane_->RecordEvent(v1::EVENT_SEVERITY_INFO, "model_restored",
+                      absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
+                                   model_.round, " (global step ", model_.global_step, ", ", values,
+                                   " values) from ", store_->path()));
   return absl::OkStatus();
 }
 
@@ -245,10 +240,9 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
     absl::Span<const float> global = model_.engine->global();
     absl::Span<const float> momentum = model_.engine->momentum();
     model_.snapshot = std::make_shared<const std::vector<float>>(global.begin(), global.end());
-    model_.momentum_snapshot =
-        momentum.empty() ? nullptr
-                         : std::make_shared<const std::vector<float>>(momentum.begin(),
-                                                                      momentum.end());
+    model_.momentum_snapshot = momentum.empty() ? nullptr
+                                                : std::make_shared<const std::vector<float>>(
+                                                      momentum.begin(), momentum.end());
   }
   return ModelSnapshot{model_.run_id,           model_.round,    model_.global_step,
                        model_.engine->layout(), model_.snapshot, model_.momentum_snapshot};
@@ -256,7 +250,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> member) {
-  if (absl::Status s = CheckMember(*plane_, header.member_id()); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id()));
   absl::StatusOr<int64_t> session;
   {
     MutexLock lock(&mu_);
@@ -295,20 +289,19 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
   // The weight becomes a float: refused at the door when a float cannot hold it.
   if (!std::isfinite(header.weight()) || header.weight() <= 0 ||
       header.weight() > std::numeric_limits<float>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight: must be > 0 and at most ", std::numeric_limits<float>::max(), ", got ",
-        header.weight()));
+    return absl::InvalidArgumentError(absl::StrCat("weight: must be > 0 and at most ",
+                                                   std::numeric_limits<float>::max(), ", got ",
+                                                   header.weight()));
   }
-  if (header.num_workers() < 1 || header.num_workers() > kMaxMemberWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_workers: must be in [1, 1024], got ", header.num_workers()));
+  if (header.num_workers() < 1 || header.num_workers() > kMaxRanksPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers: must be in [1, ", kMaxRanksPerNode,
+                                                   "], got ", header.num_workers()));
   }
   if (header.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
   if (!v1::Codec_IsValid(header.codec())) {
     return absl::InvalidArgumentError(absl::StrCat("codec: unknown codec ", header.codec()));
   }
-  absl::StatusOr<v1::RunInfo> run = RunningRun(header.run_id());
-  if (!run.ok()) return run.status();
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   if (model_.engine == nullptr) {
     return absl::FailedPreconditionError("the run's model is not initialised (InitModel first)");
   }
@@ -318,15 +311,14 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
                                                    ", the run's model has ", layout.num_values));
   }
   if (header.codec() != model_.spec.codec()) {
-    return absl::InvalidArgumentError(absl::StrCat("codec: ", CodecName(header.codec()),
-                                                   ", the run uses ",
-                                                   CodecName(model_.spec.codec())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "codec: ", CodecName(header.codec()), ", the run uses ", CodecName(model_.spec.codec())));
   }
   const int64_t next = model_.round + 1;
   if (Stale(header)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round: ", header.round(), " is stale; round ", model_.round,
-                     " is committed (fetch the model and go on)"));
+    return absl::FailedPreconditionError(absl::StrCat("round: ", header.round(),
+                                                      " is stale; round ", model_.round,
+                                                      " is committed (fetch the model and go on)"));
   }
   if (header.round() > next) {
     return absl::FailedPreconditionError(
@@ -335,8 +327,8 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
   if (!round_.has_value()) OpenRound(next);
   Round& round = *round_;
   if (round.sharded.has_value()) {
-    if (absl::Status s = round.sharded->Arrive(header.member_id(), header.weight(),
-                                               header.step(), options_.clock());
+    if (absl::Status s = round.sharded->Arrive(header.member_id(), header.weight(), header.step(),
+                                               options_.clock());
         !s.ok()) {
       return s;
     }
@@ -346,9 +338,9 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
   }
   auto it = std::find(round.members.begin(), round.members.end(), header.member_id());
   if (it == round.members.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "round ", round.number, " opened without member ", header.member_id(),
-        "; keep training and fetch the model after it commits"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", round.number, " opened without member ", header.member_id(),
+                     "; keep training and fetch the model after it commits"));
   }
   const int slot = static_cast<int>(it - round.members.begin());
   if (round.dropped[slot]) {
@@ -359,7 +351,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
     return absl::AlreadyExistsError(
         absl::StrCat("member ", header.member_id(), " is already in round ", round.number));
   }
-  if (absl::Status s = model_.engine->SetWeight(slot, header.weight()); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(model_.engine->SetWeight(slot, header.weight()));
   round.workers[slot] = header.num_workers();
   const int64_t session_id = next_session_++;
   round.session_of_slot[slot] = session_id;
@@ -402,7 +394,8 @@ void RoundManager::OpenRound(int64_t number) {
     }
     round.sharded.emplace(options, std::move(candidates));
     round.attempt = next_attempt_++;
-    round.next = next_scratch_ != nullptr ? std::move(next_scratch_) : std::make_shared<NextModel>();
+    round.next =
+        next_scratch_ != nullptr ? std::move(next_scratch_) : std::make_shared<NextModel>();
     round.next->global.resize(static_cast<size_t>(options.layout.num_values));
     round.next->momentum.resize(model_.engine->momentum().size());
   } else {
@@ -473,8 +466,8 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   } else {
     status = CheckFp32(chunk.data(), static_cast<size_t>(engine->layout().size(chunk.index())));
     if (!status.ok()) {
-      status = absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ",
-                                                       status.message()));
+      status =
+          absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ", status.message()));
     }
   }
   {
@@ -544,7 +537,7 @@ void RoundManager::Tick() {
     if (!round_.has_value()) return;
     v1::RunInfo run = plane_->Run();
     if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
-      Abort(absl::StrCat("the run is no longer running (", v1::RunState_Name(run.state()), ")"));
+      Abort(absl::StrCat("the run is no longer running (", EnumName(run.state()), ")"));
     } else if (sharded()) {
       std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
       const absl::Time now = options_.clock();
@@ -569,8 +562,8 @@ void RoundManager::Tick() {
             session != sessions_.end() && session->second.chunks_received == num_chunks;
         if (now > round_->deadline && !delivered) {
           DropSlot(static_cast<int>(slot),
-                   absl::StrCat("missed the round deadline (",
-                                model_.spec.round_deadline_seconds(), " s)"),
+                   absl::StrCat("missed the round deadline (", model_.spec.round_deadline_seconds(),
+                                " s)"),
                    absl::DeadlineExceededError("missed the round deadline"));
         }
       }
@@ -695,9 +688,9 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
   for (auto& [id, session] : sessions_) commit.members.push_back(session.member);
   sessions_.clear();
   commit.record = Record(v1::ROUND_OUTCOME_COMMITTED);
-  commit.log = absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(),
-                            " s, ", commit.record.bytes_received(), " B in, ",
-                            commit.record.bytes_sent(), " B out");
+  commit.log =
+      absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(), " s, ",
+                   commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
   EndRound();
   if (store_.has_value()) {
     pending_ = std::move(commit);  // the writer saves it, then finishes it
@@ -771,8 +764,8 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
       out->set_end(layout.begin(shard.end_chunk - 1) + layout.size(shard.end_chunk - 1));
       const int64_t mean_bytes = s < round.mean_bytes.size() ? round.mean_bytes[s] : 0;
       out->set_mean_bytes(mean_bytes);
-      out->set_bytes_received(
-          members * static_cast<int64_t>(EncodedBytes(model_.spec.codec(), out->end() - out->begin())));
+      out->set_bytes_received(members * static_cast<int64_t>(EncodedBytes(
+                                            model_.spec.codec(), out->end() - out->begin())));
       out->set_bytes_sent((members + 1) * mean_bytes);
     }
     for (const auto& [id, reason] : decided.dropped()) {
@@ -801,8 +794,9 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   }
   record.set_codec(model_.spec.codec());
   const int64_t n = model_.engine->layout().num_values;
-  record.set_compression_ratio(static_cast<double>(n * sizeof(float)) /
-                               static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec.codec(), n))));
+  record.set_compression_ratio(
+      static_cast<double>(n * sizeof(float)) /
+      static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec.codec(), n))));
   *record.mutable_start_time() = ToProtoTime(round.opened);
   record.set_global_step(model_.global_step);
   return record;
@@ -835,9 +829,9 @@ void RoundManager::AdvanceSharded() {
     LogWarning(absl::StrCat("round ", round.number, ": dropped ", id, ": ", reason));
     auto it = SessionOf(id);
     if (it != sessions_.end()) {
-      it->second.member->Close(absl::AbortedError(absl::StrCat(
-          "dropped from round ", round.number, ": ", reason,
-          "; keep your local weights and fetch the model after the round commits")));
+      it->second.member->Close(absl::AbortedError(
+          absl::StrCat("dropped from round ", round.number, ": ", reason,
+                       "; keep your local weights and fetch the model after the round commits")));
       Touch(it->second.member);
       sessions_.erase(it);
     }
@@ -933,15 +927,15 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
     absl::Span<const float> momentum = engine->momentum();
     status = Decode(codec, chunk.data(), region);
     if (!status.ok()) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("mean ", chunk.index(), ": ", status.message()));
+      status =
+          absl::InvalidArgumentError(absl::StrCat("mean ", chunk.index(), ": ", status.message()));
     } else if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
                               momentum.empty() ? momentum : momentum.subspan(begin, size),
                               next->momentum.empty()
                                   ? absl::Span<float>()
                                   : absl::MakeSpan(next->momentum).subspan(begin, size))) {
-      status = absl::OutOfRangeError(absl::StrCat(
-          "the update of chunk ", chunk.index(), " overflows fp32 (the deltas are too large)"));
+      status = absl::OutOfRangeError(absl::StrCat("the update of chunk ", chunk.index(),
+                                                  " overflows fp32 (the deltas are too large)"));
     }
     MutexLock lock(&mu_);
     if (!sharded() || round_->next != next) {
@@ -1010,9 +1004,7 @@ absl::Status RoundManager::Deliver(int64_t session_id) {
   return status;
 }
 
-void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) {
-  touched_.push_back(member);
-}
+void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) { touched_.push_back(member); }
 
 void RoundManager::FlushTouched() {
   std::vector<std::shared_ptr<RoundMember>> touched;

@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "common/aggregator.h"
 #include "common/chunking.h"
+#include "common/mutex.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/model_store.h"
 #include "coordinator/sharded_round.h"
@@ -37,10 +37,10 @@ class RoundMember {
 
 // The sync rounds of the active run (docs/design.md, "One round, both modes"). It keeps
 // global[r] and the outer optimizer state and opens a round when the first member's header
-// arrives (its members are the node leaders alive then). Star rounds: it averages over the aggregator
-// engine, streams each update chunk to every member as soon as it is averaged, drops members
-// whose stream breaks, who send bad input or who miss the deadline, and commits (advancing the
-// run's round and global step) or, when the quorum is lost, aborts. Sharded rounds: a
+// arrives (its members are the node leaders alive then). Star rounds: it averages over the
+// aggregator engine, streams each update chunk to every member as soon as it is averaged, drops
+// members whose stream breaks, who send bad input or who miss the deadline, and commits (advancing
+// the run's round and global step) or, when the quorum is lost, aborts. Sharded rounds: a
 // ShardedRound decides; this class sends the layout, the drop notices and the commit, takes
 // each owner's averaged chunks and, on commit, applies the averaged mean through the outer
 // optimizer exactly as the members do. Knows nothing of gRPC.
@@ -136,7 +136,7 @@ class RoundManager {
     std::vector<int64_t> session_of_slot;  // -1: not joined
     std::vector<bool> dropped;             // by slot
     std::vector<v1::DroppedMember> dropped_records;
-    std::vector<bool> excluded;            // by slot: delta screened out of the mean
+    std::vector<bool> excluded;  // by slot: delta screened out of the mean
     std::vector<v1::DroppedMember> excluded_records;
     int64_t bytes_received = 0;
     int64_t bytes_sent = 0;

@@ -2,6 +2,7 @@
 // the RoundMember interface.
 #include "coordinator/round_manager.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -10,10 +11,12 @@
 #include "absl/synchronization/notification.h"
 #include "common/codec.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/fake_clock.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/wait_for.h"
 
 namespace localsgd {
 namespace {
@@ -131,10 +134,9 @@ class RoundManagerTest : public ::testing::Test {
     RoundManager::Options options;
     options.state_dir = state_dir;
     RoundManager restored(plane_.get(), options);
-    if (absl::Status s = restored.Restore(); !s.ok()) return s;
-    absl::StatusOr<RoundManager::ModelSnapshot> model = restored.FetchModel("");
-    if (!model.ok()) return model.status();
-    return model->round;
+    LOCALSGD_RETURN_IF_ERROR(restored.Restore());
+    LOCALSGD_ASSIGN_OR_RETURN(RoundManager::ModelSnapshot model, restored.FetchModel(""));
+    return model.round;
   }
 
   absl::Notification saving_, release_;  // SlowDisk
@@ -160,20 +162,23 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   EXPECT_EQ(plane_->Status().run().round(), 0);
   // A member offering round 1 again is told it is stale at once ...
   auto late = std::make_shared<FakeMember>();
-  EXPECT_THAT(rounds_->Join(Header(1), late), StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+  EXPECT_THAT(rounds_->Join(Header(1), late),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
   // ... but the model it would fetch is handed out only once it is on disk.
+  std::atomic<bool> fetched{false};
   std::thread fetch([&] {
     absl::StatusOr<RoundManager::ModelSnapshot> model = rounds_->FetchModel("");
+    fetched = true;
     ASSERT_THAT(model, IsOk());
     EXPECT_EQ(model->round, 1);
     EXPECT_FLOAT_EQ((*model->values)[0], 1.5f);
   });
-  absl::SleepFor(absl::Milliseconds(50));  // give a wrong FetchModel time to return early
-  EXPECT_FALSE(member->committed());
+  // Neither the fetch nor the commit comes before the save ends.
+  EXPECT_FALSE(
+      WaitFor([&] { return fetched.load() || member->committed(); }, absl::Milliseconds(50)));
   release_.Notify();
   fetch.join();
-  for (int i = 0; i < 500 && !member->committed(); ++i) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_TRUE(member->committed());
+  EXPECT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
   EXPECT_EQ(plane_->Run().round(), 1);
   // And it is on disk: a new manager on the same folder restores round 1.
   absl::StatusOr<int64_t> restored = RestoredRound(options.state_dir);
@@ -189,8 +194,13 @@ TEST_F(RoundManagerTest, AStopWhileACommitIsBeingSavedRecordsTheCommitFirst) {
   std::shared_ptr<FakeMember> member = StarRound(1);
   saving_.WaitForNotification();
   absl::StatusOr<v1::RunInfo> stopped = absl::UnknownError("");
-  std::thread stop([&] { stopped = rounds_->StopRun(v1::StopRunRequest()); });
-  absl::SleepFor(absl::Milliseconds(50));  // a stop that did not wait would land now
+  std::atomic<bool> stop_returned{false};
+  std::thread stop([&] {
+    stopped = rounds_->StopRun(v1::StopRunRequest());
+    stop_returned = true;
+  });
+  // A stop that did not wait for the save would return now.
+  EXPECT_FALSE(WaitFor([&] { return stop_returned.load(); }, absl::Milliseconds(50)));
   release_.Notify();
   stop.join();
   ASSERT_THAT(stopped, IsOk());

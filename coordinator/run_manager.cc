@@ -5,22 +5,16 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/enum_name.h"
 #include "common/proto_time.h"
 #include "common/run_spec.h"
-
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
 
 RunManager::RunManager(std::function<absl::Time()> clock) : clock_(std::move(clock)) {
   info_.set_state(v1::RUN_STATE_IDLE);
-}
-
-std::string RunStateName(v1::RunState state) {
-  std::string name = v1::RunState_Name(state);
-  constexpr absl::string_view kPrefix = "RUN_STATE_";
-  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
-  return name.empty() ? absl::StrCat("UNKNOWN_", static_cast<int>(state)) : name;
 }
 
 bool RunManager::active() const {
@@ -33,11 +27,10 @@ absl::StatusOr<v1::RunInfo> RunManager::Start(
     const std::function<bool(const std::string&)>& id_taken) {
   if (active()) {
     return absl::FailedPreconditionError(absl::StrCat("run ", info_.run_id(), " is ",
-                                                      RunStateName(info_.state()),
+                                                      EnumName(info_.state()),
                                                       "; stop it before starting another"));
   }
-  absl::StatusOr<v1::RunSpec> normalized = NormalizeRunSpec(spec);
-  if (!normalized.ok()) return normalized.status();
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunSpec normalized, NormalizeRunSpec(spec));
 
   absl::Time now = clock_();
   v1::RunInfo info;
@@ -45,14 +38,13 @@ absl::StatusOr<v1::RunInfo> RunManager::Start(
   // a run within the same second as the one it restored).
   do {
     info.set_run_id(absl::StrCat(
-        "run-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
-        ++runs_started_));
+        "run-", absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-", ++runs_started_));
   } while (info.run_id() == info_.run_id() || (id_taken != nullptr && id_taken(info.run_id())));
-  if (normalized->name().empty()) normalized->set_name(info.run_id());
-  if (normalized->duration_case() == v1::RunSpec::kTotalSteps) {
-    info.set_total_steps(normalized->total_steps());
+  if (normalized.name().empty()) normalized.set_name(info.run_id());
+  if (normalized.duration_case() == v1::RunSpec::kTotalSteps) {
+    info.set_total_steps(normalized.total_steps());
   }
-  *info.mutable_spec() = *std::move(normalized);
+  *info.mutable_spec() = std::move(normalized);
   info.set_state(v1::RUN_STATE_WAITING_FOR_WORKERS);
   *info.mutable_create_time() = ToProtoTime(now);
   info_ = std::move(info);
@@ -61,16 +53,15 @@ absl::StatusOr<v1::RunInfo> RunManager::Start(
   return info_;
 }
 
-absl::StatusOr<v1::RunInfo> RunManager::Stop(const std::string& run_id,
-                                             const std::string& reason) {
+absl::StatusOr<v1::RunInfo> RunManager::Stop(const std::string& run_id, const std::string& reason) {
   if (!run_id.empty() && run_id != info_.run_id()) {
     return absl::NotFoundError(absl::StrCat("run_id: no run ", Quoted(run_id),
                                             " (the latest run is \"", info_.run_id(), "\")"));
   }
   if (!active()) {
     if (info_.run_id().empty()) return absl::FailedPreconditionError("no run to stop");
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run ", info_.run_id(), " has already ended (", RunStateName(info_.state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", info_.run_id(), " has already ended (", EnumName(info_.state()), ")"));
   }
   End(v1::RUN_STATE_STOPPED, reason.empty() ? "stopped by operator" : reason);
   return info_;
@@ -97,10 +88,9 @@ bool RunManager::Update(int live_workers) {
       if (now - below_quorum_since_ < absl::Seconds(info_.spec().quorum_timeout_seconds())) {
         return false;
       }
-      End(v1::RUN_STATE_FAILED,
-          absl::StrCat("only ", live_workers, " of min_workers ", min_workers,
-                       " workers for longer than quorum_timeout_seconds ",
-                       info_.spec().quorum_timeout_seconds()));
+      End(v1::RUN_STATE_FAILED, absl::StrCat("only ", live_workers, " of min_workers ", min_workers,
+                                             " workers for longer than quorum_timeout_seconds ",
+                                             info_.spec().quorum_timeout_seconds()));
       return true;
     default:
       return false;
@@ -110,15 +100,15 @@ bool RunManager::Update(int live_workers) {
 absl::Status RunManager::CommitRound(int64_t round, int64_t global_step) {
   if (info_.state() != v1::RUN_STATE_RUNNING) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no running run (state ", RunStateName(info_.state()), ")"));
+        absl::StrCat("no running run (state ", EnumName(info_.state()), ")"));
   }
   if (round != info_.round() + 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("round: expected ", info_.round() + 1, ", got ", round));
   }
   if (global_step < info_.global_step()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "global_step: ", global_step, " would go back from ", info_.global_step()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("global_step: ", global_step, " would go back from ", info_.global_step()));
   }
   info_.set_round(round);
   info_.set_global_step(global_step);

@@ -25,9 +25,9 @@ class RunManager {
   // in WAITING_FOR_WORKERS, or RUNNING straight away when `live_workers` suffice.
   // FAILED_PRECONDITION while another run is active. The run id is never one `id_taken` says
   // is taken (e.g. by a run in the history).
-  absl::StatusOr<v1::RunInfo> Start(const v1::RunSpec& spec, int live_workers,
-                                    const std::function<bool(const std::string&)>& id_taken =
-                                        nullptr);
+  absl::StatusOr<v1::RunInfo> Start(
+      const v1::RunSpec& spec, int live_workers,
+      const std::function<bool(const std::string&)>& id_taken = nullptr);
 
   // Stops the active run. `run_id` empty means the active run; another run's id is NOT_FOUND
   // (unknown) or FAILED_PRECONDITION (already ended).
@@ -73,9 +73,6 @@ class RunManager {
   int64_t runs_started_ = 0;
   absl::Time below_quorum_since_ = absl::InfiniteFuture();
 };
-
-// "RUNNING" for RUN_STATE_RUNNING: the short name people read.
-std::string RunStateName(v1::RunState state);
 
 }  // namespace localsgd
 

@@ -157,10 +157,5 @@ TEST_F(RunManagerTest, ANewRunNeverTakesTheRestoredRunsId) {
   EXPECT_NE(second->run_id(), first->run_id());
 }
 
-TEST(RunStateNameTest, ShortNames) {
-  EXPECT_EQ(RunStateName(v1::RUN_STATE_WAITING_FOR_WORKERS), "WAITING_FOR_WORKERS");
-  EXPECT_EQ(RunStateName(static_cast<v1::RunState>(77)), "UNKNOWN_77");
-}
-
 }  // namespace
 }  // namespace localsgd

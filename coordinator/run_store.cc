@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 
@@ -17,7 +18,7 @@ absl::StatusOr<RunStore> RunStore::Open(const std::string& state_dir) {
 absl::StatusOr<std::optional<v1::SavedState>> RunStore::Load() const {
   absl::StatusOr<std::string> text = ReadChecksummedFile(path_);
   if (absl::IsNotFound(text.status())) return std::optional<v1::SavedState>();
-  if (!text.ok()) return text.status();
+  LOCALSGD_RETURN_IF_ERROR(text.status());
   v1::SavedState state;
   if (!google::protobuf::TextFormat::ParseFromString(*text, &state)) {
     return absl::DataLossError(absl::StrCat(

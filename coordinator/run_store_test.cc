@@ -49,8 +49,7 @@ TEST(RunStoreTest, CorruptFileIsDataLoss) {
   auto store = RunStore::Open(Dir("corrupt"));
   ASSERT_THAT(store, IsOk());
   // Checksummed, but not a SavedState.
-  ASSERT_THAT(WriteChecksummedFile(store->path(), "run { run_id: \"x\" state: RUN_STATE_"),
-              IsOk());
+  ASSERT_THAT(WriteChecksummedFile(store->path(), "run { run_id: \"x\" state: RUN_STATE_"), IsOk());
   EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "state.textproto"));
 }
 

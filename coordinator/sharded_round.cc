@@ -54,8 +54,7 @@ absl::Status ShardedRound::Arrive(const std::string& member_id, double weight, i
   return absl::OkStatus();
 }
 
-void ShardedRound::Leave(const std::string& member_id, const std::string& reason,
-                         absl::Time now) {
+void ShardedRound::Leave(const std::string& member_id, const std::string& reason, absl::Time now) {
   Member* member = Find(member_id);
   if (member == nullptr || member->dropped) return;
   if (phase_ == Phase::kExchanging && member->slot >= 0) {
@@ -64,8 +63,8 @@ void ShardedRound::Leave(const std::string& member_id, const std::string& reason
       if (shard.owner_slot == member->slot &&
           shard_means_[s] < shard.end_chunk - shard.begin_chunk) {
         Drop(*member, reason);
-        AbortWith(absl::StrCat("owner ", member_id, " left before its range was averaged (",
-                               reason, ")"));
+        AbortWith(absl::StrCat("owner ", member_id, " left before its range was averaged (", reason,
+                               ")"));
         return;
       }
     }
@@ -111,8 +110,8 @@ absl::Status ShardedRound::AddMean(const std::string& member_id, int chunk) {
   return absl::OkStatus();
 }
 
-absl::Status ShardedRound::Unreachable(const std::string& member_id,
-                                       const std::string& owner_id, const std::string& reason) {
+absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::string& owner_id,
+                                       const std::string& reason) {
   if (phase_ != Phase::kExchanging) {
     return absl::FailedPreconditionError(
         absl::StrCat("round ", options_.number, " is not exchanging"));
@@ -187,17 +186,17 @@ void ShardedRound::LayOut(absl::Time now) {
   phase_ = Phase::kExchanging;
   if (owners.empty()) {
     if (!members_.empty()) {
-      AbortWith("no member of the round serves a data plane (give node leaders --data_address, and "
-                 "under TLS --data_tls_cert and --data_tls_key)");
+      AbortWith(
+          "no member of the round serves a data plane (give node leaders --data_address, and "
+          "under TLS --data_tls_cert and --data_tls_key)");
     }
     return;
   }
   const int chunks = options_.layout.num_chunks();
   const int k = std::min<int>(static_cast<int>(owners.size()), chunks);
   for (int i = 0; i < k; ++i) {
-    const Member& owner = *std::find_if(expected_.begin(), expected_.end(), [&](const Member& m) {
-      return m.slot == owners[i];
-    });
+    const Member& owner = *std::find_if(expected_.begin(), expected_.end(),
+                                        [&](const Member& m) { return m.slot == owners[i]; });
     shards_.push_back(Shard{owners[i], owner.candidate.member_id, owner.candidate.address,
                             static_cast<int>(int64_t{i} * chunks / k),
                             static_cast<int>(int64_t{i + 1} * chunks / k)});
@@ -216,8 +215,8 @@ void ShardedRound::Advance(absl::Time now) {
     if (!member.arrived) waiting = true;
   }
   if (workers < options_.min_workers) {
-    AbortWith(absl::StrCat("quorum lost: ", workers, " of min_workers ", options_.min_workers,
-                           " left"));
+    AbortWith(
+        absl::StrCat("quorum lost: ", workers, " of min_workers ", options_.min_workers, " left"));
     return;
   }
   if (phase_ == Phase::kGathering) {

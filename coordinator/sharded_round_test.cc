@@ -27,8 +27,7 @@ class ShardedRoundTest : public ::testing::Test {
                     std::vector<int> no_address = {}) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
-      const bool serves =
-          std::find(no_address.begin(), no_address.end(), i) == no_address.end();
+      const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();
       candidates.push_back({absl::StrCat("m", i), 1, serves ? absl::StrCat("h:", i) : ""});
     }
     ShardedRound::Options options;
@@ -118,11 +117,13 @@ TEST_F(ShardedRoundTest, BadMeansAreRefused) {
   ShardedRound round = Make(2, 4);
   EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kFailedPrecondition, "not"));
   ArriveAll(round, 2);
-  EXPECT_THAT(round.AddMean("m1", 0), StatusIs(absl::StatusCode::kInvalidArgument, "belongs to m0"));
+  EXPECT_THAT(round.AddMean("m1", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "belongs to m0"));
   EXPECT_THAT(round.AddMean("m0", 9), StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
   ASSERT_THAT(round.AddMean("m0", 0), IsOk());
   EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
-  EXPECT_THAT(round.Deliver("m9", clock_.Now()), StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+  EXPECT_THAT(round.Deliver("m9", clock_.Now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ""));
 }
 
 TEST_F(ShardedRoundTest, LateAndUnexpectedMembersAreToldSo) {

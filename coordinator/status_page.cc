@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/enum_name.h"
 #include "common/proto_time.h"
 #include "coordinator/run_manager.h"
 
@@ -24,12 +25,23 @@ std::string Esc(absl::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -55,10 +67,6 @@ std::string Bytes(double bytes) {
   if (bytes >= 1e6) return absl::StrCat(Fixed(bytes / 1e6, 2), " MB");
   if (bytes >= 1e3) return absl::StrCat(Fixed(bytes / 1e3, 1), " kB");
   return absl::StrCat(Fixed(bytes, 0), " B");
-}
-
-std::string EnumText(const std::string& name, absl::string_view prefix) {
-  return std::string(absl::StripPrefix(name, prefix));
 }
 
 // ---- charts: inline SVG ---------------------------------------------------------------------
@@ -99,15 +107,14 @@ std::string ChartFrame(const std::string& id, const std::string& title, const Sc
                         kLeft, kTop, kLeft, kHeight - kBottom, kLeft, kHeight - kBottom,
                         kWidth - kRight, kHeight - kBottom);
   if (points > 0) {
-    absl::StrAppendFormat(
-        &svg,
-        "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>"
-        "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>"
-        "<text x=\"%g\" y=\"%g\">%s</text>"
-        "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>",
-        kLeft - 4, kTop + 8, Fixed(scale.y1, digits), kLeft - 4, kHeight - kBottom,
-        Fixed(scale.y0, digits), kLeft, kHeight - 6, Fixed(scale.x0, 0), kWidth - kRight,
-        kHeight - 6, Fixed(scale.x1, 0));
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>"
+                          "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>"
+                          "<text x=\"%g\" y=\"%g\">%s</text>"
+                          "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>",
+                          kLeft - 4, kTop + 8, Fixed(scale.y1, digits), kLeft - 4,
+                          kHeight - kBottom, Fixed(scale.y0, digits), kLeft, kHeight - 6,
+                          Fixed(scale.x0, 0), kWidth - kRight, kHeight - 6, Fixed(scale.x1, 0));
   } else {
     absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text>",
                           kWidth / 2, kHeight / 2, empty);
@@ -160,8 +167,7 @@ std::string LineChart(const std::string& id, const std::string& title,
 std::string BarChart(const std::string& id, const std::string& title,
                      const std::vector<double>& steps,
                      const std::vector<std::pair<std::string, std::string>>& parts,
-                     const std::vector<std::vector<double>>& values, int digits,
-                     bool as_bytes) {
+                     const std::vector<std::vector<double>>& values, int digits, bool as_bytes) {
   const size_t n = steps.size();
   Scale scale{n > 0 ? steps.front() : 0, n > 0 ? steps.back() : 0, 0, 0};
   for (size_t i = 0; i < n; ++i) {
@@ -172,8 +178,10 @@ std::string BarChart(const std::string& id, const std::string& title,
   const double bar = std::max(1.0, (kWidth - kLeft - kRight) / std::max<size_t>(n, 1) - 1);
   std::string inner;
   for (size_t i = 0; i < n; ++i) {
-    const double x = kLeft + (kWidth - kLeft - kRight) * (static_cast<double>(i) + 0.5) /
-                                 static_cast<double>(n) - bar / 2;
+    const double x =
+        kLeft +
+        (kWidth - kLeft - kRight) * (static_cast<double>(i) + 0.5) / static_cast<double>(n) -
+        bar / 2;
     double below = 0;
     for (size_t p = 0; p < parts.size(); ++p) {
       const double v = values[p][i];
@@ -189,8 +197,7 @@ std::string BarChart(const std::string& id, const std::string& title,
   }
   std::string legend = "<div class=\"legend\">";
   for (const auto& [name, color] : parts) {
-    absl::StrAppendFormat(&legend, "<span style=\"color:%s\">&#9632;</span> %s ", color,
-                          Esc(name));
+    absl::StrAppendFormat(&legend, "<span style=\"color:%s\">&#9632;</span> %s ", color, Esc(name));
   }
   legend += "</div>";
   return ChartFrame(id, title, scale, digits, n, inner, legend, "no rounds yet");
@@ -226,8 +233,8 @@ std::string Charts(const v1::RunSeries& series) {
       LineChart("chart-accuracy", "Test accuracy over global step", {accuracy}, 3, true,
                 "no evaluation yet (RunSpec.eval_every_rounds)"),
       BarChart("chart-round-time", "Round time (s): transfer and waiting for the slowest member",
-               steps, {{"transfer", "#ff7f0e"}, {"waiting for the slowest", "#d62728"}}, time,
-               2, false),
+               steps, {{"transfer", "#ff7f0e"}, {"waiting for the slowest", "#d62728"}}, time, 2,
+               false),
       BarChart("chart-bytes", "Bytes per round at the coordinator", steps,
                {{"received", "#9467bd"}, {"sent", "#8c564b"}}, bytes, 0, true),
       "</section>");
@@ -237,19 +244,18 @@ std::string Charts(const v1::RunSeries& series) {
 
 std::string SpecSummary(const v1::RunSpec& spec) {
   std::vector<std::string> parts;
+  parts.push_back(
+      absl::StrCat("model ", Esc(spec.model().builtin().empty() ? spec.model().torchscript_path()
+                                                                : spec.model().builtin())));
   parts.push_back(absl::StrCat(
-      "model ", Esc(spec.model().builtin().empty() ? spec.model().torchscript_path()
-                                                   : spec.model().builtin())));
-  parts.push_back(absl::StrCat(
-      "data ", EnumText(v1::DatasetKind_Name(spec.dataset().kind()), "DATASET_KIND_"),
+      "data ", EnumName(spec.dataset().kind()),
       spec.dataset().path().empty() ? "" : absl::StrCat(" ", Esc(spec.dataset().path()))));
   parts.push_back(absl::StrCat("local_sgd_steps ", spec.local_sgd_steps()));
-  parts.push_back(absl::StrCat("exchange ", EnumText(v1::Exchange_Name(spec.exchange()),
-                                                     "EXCHANGE_")));
-  parts.push_back(absl::StrCat("codec ", EnumText(v1::Codec_Name(spec.codec()), "CODEC_")));
+  parts.push_back(absl::StrCat("exchange ", EnumName(spec.exchange())));
+  parts.push_back(absl::StrCat("codec ", EnumName(spec.codec())));
   parts.push_back(absl::StrCat("min_workers ", spec.min_workers()));
-  parts.push_back(absl::StrCat("batch ", spec.batch_size(), " x ",
-                               spec.gradient_accumulation_steps()));
+  parts.push_back(
+      absl::StrCat("batch ", spec.batch_size(), " x ", spec.gradient_accumulation_steps()));
   parts.push_back(absl::StrCat("lr ", spec.optimizer().lr()));
   if (!spec.enabled()) parts.push_back("averaging off");
   return absl::StrJoin(parts, " &middot; ");
@@ -257,7 +263,7 @@ std::string SpecSummary(const v1::RunSpec& spec) {
 
 std::string Header(const v1::CoordinatorStatus& status) {
   const v1::RunInfo& run = status.run();
-  const std::string state = RunStateName(run.state());
+  const std::string state = EnumName(run.state());
   const v1::RunProgress& progress = status.progress();
   double accuracy = run.final_test_accuracy();
   if (accuracy == 0) {
@@ -281,8 +287,8 @@ std::string Header(const v1::CoordinatorStatus& status) {
     absl::StrAppend(&out, "<div class=\"spec\">", SpecSummary(run.spec()), "</div>");
   }
   if (!run.reason().empty()) {
-    absl::StrAppend(&out, "<div id=\"run-reason\" class=\"reason ", state, "\">",
-                    Esc(run.reason()), "</div>");
+    absl::StrAppend(&out, "<div id=\"run-reason\" class=\"reason ", state, "\">", Esc(run.reason()),
+                    "</div>");
   }
   const double percent = progress.percent();
   absl::StrAppendFormat(
@@ -292,20 +298,19 @@ std::string Header(const v1::CoordinatorStatus& status) {
       "id=\"progress-step\">%d</span> / <span id=\"progress-total\">%s</span> (%s%%) &middot; "
       "elapsed <span id=\"elapsed\">%s</span> &middot; ETA <span id=\"eta\">%s</span></div>",
       percent, percent, progress.global_step(),
-      progress.total_steps() > 0 ? absl::StrCat(progress.total_steps()) : "?",
-      Fixed(percent, 1), Span(progress.elapsed_seconds()),
+      progress.total_steps() > 0 ? absl::StrCat(progress.total_steps()) : "?", Fixed(percent, 1),
+      Span(progress.elapsed_seconds()),
       progress.eta_seconds() >= 0 ? Span(progress.eta_seconds()) : "-");
-  absl::StrAppendFormat(
-      &out,
-      "<div class=\"numbers\"><div><b id=\"round\">%d</b>rounds</div>"
-      "<div><b id=\"global-step\">%d</b>global step</div>"
-      "<div><b id=\"members-count\">%d</b>members</div>"
-      "<div><b id=\"accuracy\">%s</b>test accuracy</div>"
-      "<div><b id=\"final-loss\">%s</b>%s</div></div>",
-      run.round(), run.global_step(), status.members_size(),
-      accuracy > 0 ? Fixed(accuracy, 4) : "-",
-      run.member_results_size() > 0 ? Fixed(run.final_loss(), 4) : "-",
-      run.member_results_size() > 0 ? "final loss" : "final loss (at the end)");
+  absl::StrAppendFormat(&out,
+                        "<div class=\"numbers\"><div><b id=\"round\">%d</b>rounds</div>"
+                        "<div><b id=\"global-step\">%d</b>global step</div>"
+                        "<div><b id=\"members-count\">%d</b>members</div>"
+                        "<div><b id=\"accuracy\">%s</b>test accuracy</div>"
+                        "<div><b id=\"final-loss\">%s</b>%s</div></div>",
+                        run.round(), run.global_step(), status.members_size(),
+                        accuracy > 0 ? Fixed(accuracy, 4) : "-",
+                        run.member_results_size() > 0 ? Fixed(run.final_loss(), 4) : "-",
+                        run.member_results_size() > 0 ? "final loss" : "final loss (at the end)");
   if (!run.model_path().empty()) {
     absl::StrAppend(&out, "<div class=\"model\">model saved to <code id=\"model-path\">",
                     Esc(run.model_path()), "</code></div>");
@@ -350,14 +355,10 @@ std::string Events(const v1::CoordinatorStatus& status) {
   std::string out = "<section><h2>Events</h2><ol id=\"events\" class=\"events\">";
   for (int i = status.events_size() - 1; i >= 0 && i >= status.events_size() - 50; --i) {
     const v1::Event& e = status.events(i);
-    const std::string severity =
-        absl::AsciiStrToLower(EnumText(v1::EventSeverity_Name(e.severity()), "EVENT_SEVERITY_"));
-    absl::StrAppendFormat(&out,
-                          "<li class=\"%s\" data-kind=\"%s\"><time>%s</time> %s</li>", severity,
-                          Esc(e.kind()),
-                          absl::FormatTime("%H:%M:%S", FromProtoTime(e.time()),
-                                           absl::UTCTimeZone()),
-                          Esc(e.text()));
+    const std::string severity = absl::AsciiStrToLower(EnumName(e.severity()));
+    absl::StrAppendFormat(
+        &out, "<li class=\"%s\" data-kind=\"%s\"><time>%s</time> %s</li>", severity, Esc(e.kind()),
+        absl::FormatTime("%H:%M:%S", FromProtoTime(e.time()), absl::UTCTimeZone()), Esc(e.text()));
   }
   if (status.events_size() == 0) out += "<li>none yet</li>";
   return out + "</ol></section>";
@@ -379,7 +380,7 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
     for (const v1::DroppedMember& d : r.excluded()) {
       left.push_back(absl::StrCat(Esc(d.member_id()), " (excluded): ", Esc(d.reason())));
     }
-    const std::string outcome = EnumText(v1::RoundOutcome_Name(r.outcome()), "ROUND_OUTCOME_");
+    const std::string outcome = EnumName(r.outcome());
     absl::StrAppendFormat(
         &out,
         "<tr class=\"%s\"><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td>"
@@ -387,9 +388,8 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
         outcome, r.round(), outcome, r.global_step(), r.members_size(),
         r.reason().empty() ? absl::StrJoin(left, "; ") : Esc(r.reason()),
         Fixed(r.duration_seconds(), 3), Fixed(r.slowest_wait_seconds(), 3),
-        Bytes(static_cast<double>(r.bytes_received())),
-        Bytes(static_cast<double>(r.bytes_sent())), EnumText(v1::Codec_Name(r.codec()), "CODEC_"),
-        Fixed(r.compression_ratio(), 2), EnumText(v1::Exchange_Name(r.exchange()), "EXCHANGE_"));
+        Bytes(static_cast<double>(r.bytes_received())), Bytes(static_cast<double>(r.bytes_sent())),
+        EnumName(r.codec()), Fixed(r.compression_ratio(), 2), EnumName(r.exchange()));
   }
   return out + "</tbody></table></section>";
 }
@@ -400,7 +400,7 @@ std::string PastRuns(const std::vector<v1::RunInfo>& runs) {
       "<th>state</th><th>why</th><th>global step</th><th>rounds</th><th>final loss</th>"
       "<th>test acc.</th><th>model</th></tr></thead><tbody>";
   for (const v1::RunInfo& run : runs) {
-    const std::string state = RunStateName(run.state());
+    const std::string state = EnumName(run.state());
     absl::StrAppendFormat(
         &out,
         "<tr data-run=\"%s\"><td>%s</td><td>%s</td><td class=\"state %s\">%s</td><td>%s</td>"
@@ -467,15 +467,15 @@ std::string StatusPageBody(const PageData& data) {
                       "&middot; <a href=\"/runs\">/runs</a> &middot; <a href=\"/runs/%s/series\">"
                       "series</a> &middot; <a href=\"/metrics\">/metrics</a> &middot; <a "
                       "href=\"/healthz\">/healthz</a></p>",
-                      Span(status.uptime_seconds()), status.version(),
-                      Esc(status.run().run_id())));
+                      Span(status.uptime_seconds()), status.version(), Esc(status.run().run_id())));
 }
 
 std::string StatusPage(const PageData& data) {
   return absl::StrCat(
       "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" "
       "content=\"width=device-width,initial-scale=1\"><title>localsgd coordinator</title><style>",
-      kStyle, "</style></head><body><h1>localsgd coordinator</h1><div id=\"stale\"></div>"
+      kStyle,
+      "</style></head><body><h1>localsgd coordinator</h1><div id=\"stale\"></div>"
       "<div id=\"page\">",
       StatusPageBody(data), "</div><script>", kScript, "</script></body></html>\n");
 }

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/enum_name.h"
 #include "coordinator/run_manager.h"
 
 namespace localsgd {
@@ -46,8 +47,7 @@ std::string JsonString(absl::string_view text) {
 
 std::string StatusToJson(const v1::CoordinatorStatus& status) { return ProtoToJson(status); }
 
-std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
-                               const ProcessStats* process) {
+std::string StatusToPrometheus(const v1::CoordinatorStatus& status, const ProcessStats* process) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   prometheus::Registry registry;
@@ -61,8 +61,7 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
   const v1::RunInfo& run = status.run();
   auto& state = gauge("localsgd_run_state", "1 for the run's current state, 0 for the others.");
   for (int s = v1::RUN_STATE_IDLE; s <= v1::RUN_STATE_FAILED; ++s) {
-    state.Add({{"state", RunStateName(static_cast<v1::RunState>(s))}})
-        .Set(run.state() == s ? 1 : 0);
+    state.Add({{"state", EnumName(static_cast<v1::RunState>(s))}}).Set(run.state() == s ? 1 : 0);
   }
   gauge("localsgd_run_info", "Always 1; labels name the current run.")
       .Add({{"run_id", run.run_id()}, {"name", run.spec().name()}})
@@ -110,7 +109,8 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
   auto& step = gauge("localsgd_member_step", "A worker's optimizer step, from its heartbeat.");
   auto& loss = gauge("localsgd_member_loss", "A worker's latest training loss.");
   auto& rate = gauge("localsgd_member_samples_per_second", "A worker's training throughput.");
-  auto& age = gauge("localsgd_member_heartbeat_age_seconds", "Seconds since a worker's last heartbeat.");
+  auto& age =
+      gauge("localsgd_member_heartbeat_age_seconds", "Seconds since a worker's last heartbeat.");
   auto& accuracy = gauge("localsgd_member_test_accuracy",
                          "A worker's test accuracy at its latest evaluation (0 before any).");
   for (const v1::MemberStatus& member : status.members()) {
@@ -143,14 +143,15 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
       .Increment(static_cast<double>(status.rounds_aborted_total()));
   auto& dropped = BuildCounter()
                       .Name("localsgd_round_members_dropped_total")
-                      .Help("Members dropped from sync rounds, by why: deadline (too slow), left "
-                            "(lease expired, left, stream ended), refused (bad request), error.")
+                      .Help(
+                          "Members dropped from sync rounds, by why: deadline (too slow), left "
+                          "(lease expired, left, stream ended), refused (bad request), error.")
                       .Register(registry);
   for (const char* reason : {"deadline", "left", "refused", "error"}) {
     auto it = status.members_dropped_total().find(reason);
     dropped.Add({{"reason", reason}})
         .Increment(it == status.members_dropped_total().end() ? 0.0
-                                                               : static_cast<double>(it->second));
+                                                              : static_cast<double>(it->second));
   }
   if (status.recent_rounds_size() > 0) {
     const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
@@ -182,13 +183,14 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status,
         .Set(last.compression_ratio());
     gauge("localsgd_last_round_exchange",
           "How the latest round's deltas travelled (1 for its exchange mode).")
-        .Add({{"exchange",
-               std::string(absl::StripPrefix(v1::Exchange_Name(last.exchange()), "EXCHANGE_"))}})
+        .Add({{"exchange", EnumName(last.exchange())}})
         .Set(1);
-    auto& shard_bytes = gauge("localsgd_last_round_shard_mean_bytes",
-                              "Latest sharded round: encoded bytes of each owner's averaged range.");
-    auto& shard_values = gauge("localsgd_last_round_shard_values",
-                               "Latest sharded round: values of the flat vector each owner averaged.");
+    auto& shard_bytes =
+        gauge("localsgd_last_round_shard_mean_bytes",
+              "Latest sharded round: encoded bytes of each owner's averaged range.");
+    auto& shard_values =
+        gauge("localsgd_last_round_shard_values",
+              "Latest sharded round: values of the flat vector each owner averaged.");
     for (const v1::ShardRecord& shard : last.shards()) {
       const prometheus::Labels labels = {{"owner_id", shard.owner_id()}};
       shard_bytes.Add(labels).Set(static_cast<double>(shard.mean_bytes()));

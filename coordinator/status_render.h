@@ -1,13 +1,12 @@
 #ifndef LOCALSGD_COORDINATOR_STATUS_RENDER_H_
 #define LOCALSGD_COORDINATOR_STATUS_RENDER_H_
 
-#include <string>
-
 #include <google/protobuf/message.h>
+
+#include <string>
 
 #include "absl/strings/string_view.h"
 #include "coordinator/process_metrics.h"
-
 #include "proto/localsgd/v1/coordinator.pb.h"
 
 namespace localsgd {

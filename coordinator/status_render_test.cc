@@ -65,7 +65,10 @@ TEST(StatusRenderTest, PrometheusTextFormat) {
   EXPECT_THAT(text, HasSubstr("localsgd_run_state{state=\"IDLE\"} 0"));
   EXPECT_THAT(text, HasSubstr("localsgd_members 1"));
   EXPECT_THAT(text, HasSubstr("localsgd_round 8"));
-  EXPECT_THAT(text, HasSubstr("localsgd_member_samples_per_second{node=\"node-a\",worker_id=\"node-a/0\"} 1234.5"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "localsgd_member_samples_per_second{node=\"node-a\",worker_id=\"node-a/0\"} 1234.5"));
   EXPECT_THAT(text, HasSubstr("# TYPE localsgd_heartbeats_total counter"));
   EXPECT_THAT(text, HasSubstr("localsgd_heartbeats_total 17"));
   EXPECT_THAT(text, HasSubstr("localsgd_received_bytes_total 1048576"));

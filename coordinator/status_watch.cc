@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/status_util.h"
+
 namespace localsgd {
 namespace {
 
@@ -46,7 +48,7 @@ void StatusWatcher::OnWriteDone(bool ok) {
   in_flight_ = nullptr;
   if (!ok && !finish_wanted_) {
     finish_wanted_ = true;
-    finish_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
+    finish_status_ = ToGrpcStatus(absl::UnavailableError("write failed"));
   }
   if (finish_wanted_) FinishLocked(finish_status_);
 }

@@ -1,15 +1,15 @@
 #ifndef LOCALSGD_COORDINATOR_STATUS_WATCH_H_
 #define LOCALSGD_COORDINATOR_STATUS_WATCH_H_
 
+#include <grpcpp/support/server_callback.h>
+
 #include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include <grpcpp/support/server_callback.h>
-
-#include "common/mutex.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "coordinator/control_plane.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
 

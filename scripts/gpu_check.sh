@@ -4,8 +4,9 @@
 #
 #   scripts/gpu_check.sh pack DIR   here, after `bazel build //coordinator:all //worker`:
 #                                   copies Debian's absl/gRPC/protobuf/gtest/zlib/Gloo headers
-#                                   and libraries, the generated protos and the coordinator
-#                                   binaries into DIR (about 40 MB)
+#                                   and libraries, the generated protos, the coordinator
+#                                   binaries and the worker's source list (from `bazel query`)
+#                                   into DIR (about 40 MB)
 #   scripts/gpu_check.sh run DIR    there, from the repository root: builds the worker and
 #                                   worker/nccl_averager_test with g++ against PyTorch's
 #                                   LibTorch, CUDA and NCCL, runs the test, then a real run
@@ -33,6 +34,12 @@ if [[ "$mode" == pack ]]; then
     | grep -v -e libstdc -e 'libm\.' -e 'libc\.' -e ld-linux -e libgcc | xargs -I{} cp -L {} "$dir/lib/"
   cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a "$dir/lib/"
   cp -L bazel-bin/coordinator/coordinator bazel-bin/coordinator/localsgdctl "$dir/bin/"
+  # The worker's own sources, as Bazel knows them: every branch of its selects appears, so the
+  # CPU-only stand-in of the NCCL averager is left out (this build has CUDA).
+  bazel query 'kind("source file", deps(//worker:worker))' 2>/dev/null \
+    | sed -n 's#^//\([a-z_/]*\):\([a-z_]*\.cc\)$#\1/\2#p' | grep -v '_unavailable\.cc$' \
+    > "$dir/sources.txt"
+  grep -q '^worker/nccl_averager.cc$' "$dir/sources.txt" || { echo "no sources from bazel query"; exit 1; }
   du -sh "$dir"
   exit 0
 fi
@@ -67,13 +74,8 @@ flags=(-std=c++17 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI="$abi" -DUSE_C10D_GLOO -I. 
        -isystem "$cuda/include")
 # nccl.h beside the system headers needs no flag (-isystem /usr/include breaks #include_next).
 [[ "$(dirname "$nccl_h")" == /usr/include ]] || flags+=(-isystem "$(dirname "$nccl_h")")
-sources=(worker/{worker_main,trainer,node_leader,node_group,nccl_averager,model,local_sgd}.cc
-         worker/{intra_node_averager,hierarchical_averager,dataset,coordinator_client}.cc
-         common/{tls,status_util,run_spec,malloc_tuning,log,grpc_channel,file_util,codec}.cc
-         common/{client_tls_flags,averaging_client,auth}.cc
-         "$dir"/gen/proto/localsgd/v1/{run_spec,coordinator,averaging}.pb.cc
-         "$dir"/gen/proto/localsgd/v1/{coordinator,averaging}.grpc.pb.cc
-         worker/nccl_averager_test.cc)
+mapfile -t sources < "$dir/sources.txt"
+sources+=("$dir"/gen/proto/localsgd/v1/*.pb.cc worker/nccl_averager_test.cc)
 # PyTorch 2.x may need C++20; try C++17 first on one LibTorch file.
 if ! g++ "${flags[@]}" -fsyntax-only worker/local_sgd.cc 2>"$build/probe.err"; then
   echo "C++17 failed on LibTorch's headers ($(grep -m1 error "$build/probe.err")); trying C++20"

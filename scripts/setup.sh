@@ -8,6 +8,8 @@ PACKAGES=(
   bazel-bootstrap default-jdk-headless g++ protobuf-compiler protobuf-compiler-grpc
   # libFuzzer targets (scripts/fuzz.sh): clang and its sanitizer and fuzzer runtimes.
   clang-14 libclang-rt-14-dev
+  # The format check (scripts/format_check.sh).
+  clang-format-14
   # Libraries.
   libgrpc++-dev libprotobuf-dev libabsl-dev libssl-dev zlib1g-dev libbrotli-dev
   libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev

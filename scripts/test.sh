@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command (2): installs what is missing, then runs every test: the layering check
+# README command (2): installs what is missing, then runs every test: the format check
+# (scripts/format_check.sh: every C++ file follows .clang-format), the layering check
 # (scripts/layering_check.sh: Bazel visibility refuses a coordinator target that uses the
 # worker), the suite
 # (`bazel test //...`), the fuzz targets (scripts/fuzz.sh, 30 s each) and the suite under
@@ -19,6 +20,7 @@ if [[ $# -gt 0 ]]; then
   exit "$rc"
 fi
 status=0
+scripts/format_check.sh || status=1
 scripts/layering_check.sh || status=1
 suite //... || status=1
 scripts/fuzz.sh || status=1

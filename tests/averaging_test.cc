@@ -1,9 +1,8 @@
 // The sync round end to end: a real coordinator on 127.0.0.1:0 and node leaders as threads,
 // each with its own gRPC channel, exchanging real encoded chunks.
+#include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-
-#include <google/protobuf/text_format.h>
 
 #include <cmath>
 #include <cstring>
@@ -11,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/averaging_client.h"
 #include "common/codec.h"
 #include "common/file_util.h"
 #include "coordinator/coordinator_server.h"
@@ -22,6 +21,7 @@
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/wait_for.h"
 
 namespace localsgd {
 namespace {
@@ -119,7 +119,7 @@ class AveragingTest : public ::testing::Test {
       const std::vector<int>& nodes, int64_t round, const std::vector<std::vector<float>>& params,
       std::vector<std::vector<float>>& globals, const std::vector<double>& weights) {
     std::vector<absl::StatusOr<AveragingClient::SyncResult>> results(nodes.size(),
-                                                                      absl::UnknownError(""));
+                                                                     absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t m = 0; m < nodes.size(); ++m) {
       threads.emplace_back([&, m] {
@@ -190,7 +190,8 @@ TEST_F(AveragingTest, WeightedMeanMatchesReferenceAndEveryCopyIsBitIdentical) {
 TEST_F(AveragingTest, LossyCodecsKeepEveryCopyBitIdenticalOverRounds) {
   for (const char* codec : {"CODEC_BF16", "CODEC_FP16", "CODEC_INT8"}) {
     SCOPED_TRACE(codec);
-    Start(3, absl::StrCat("codec: ", codec, " outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true }"));
+    Start(3, absl::StrCat("codec: ", codec,
+                          " outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true }"));
     std::vector<float> global0 = InitModel();
     std::vector<std::vector<float>> globals(3, global0);
     for (int64_t round = 1; round <= 3; ++round) {
@@ -276,7 +277,8 @@ TEST_F(AveragingTest, FirstUpdateChunkArrivesBeforeTheLastDeltaChunkIsSent) {
 // A raw member stream that sends its header and `chunks` zero chunks, for fault tests.
 class RawMember {
  public:
-  RawMember(AveragingTest* test, v1::Averaging::Stub* stub, std::unique_ptr<grpc::ClientContext> ctx)
+  RawMember(AveragingTest* test, v1::Averaging::Stub* stub,
+            std::unique_ptr<grpc::ClientContext> ctx)
       : context_(std::move(ctx)), stream_(stub->Sync(context_.get())) {}
   bool Header(const v1::SyncHeader& header) {
     v1::SyncRequest request;
@@ -417,30 +419,63 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
     const char* message;
   };
   const std::vector<Case> cases = {
-      {"wrong length", [](v1::SyncHeader& h) { h.set_vector_length(kValues - 1); }, {},
-       grpc::StatusCode::INVALID_ARGUMENT, "vector_length"},
-      {"unknown run", [](v1::SyncHeader& h) { h.set_run_id("run-nope"); }, {},
-       grpc::StatusCode::NOT_FOUND, "run_id"},
-      {"future round", [](v1::SyncHeader& h) { h.set_round(h.round() + 5); }, {},
-       grpc::StatusCode::FAILED_PRECONDITION, "future"},
-      {"unknown codec", [](v1::SyncHeader& h) { h.set_codec(static_cast<v1::Codec>(99)); }, {},
-       grpc::StatusCode::INVALID_ARGUMENT, "codec"},
-      {"other codec", [](v1::SyncHeader& h) { h.set_codec(v1::CODEC_INT8); }, {},
-       grpc::StatusCode::INVALID_ARGUMENT, "codec"},
-      {"zero weight", [](v1::SyncHeader& h) { h.set_weight(0); }, {},
-       grpc::StatusCode::INVALID_ARGUMENT, "weight"},
-      {"negative weight", [](v1::SyncHeader& h) { h.set_weight(-2); }, {},
-       grpc::StatusCode::INVALID_ARGUMENT, "weight"},
+      {"wrong length",
+       [](v1::SyncHeader& h) { h.set_vector_length(kValues - 1); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "vector_length"},
+      {"unknown run",
+       [](v1::SyncHeader& h) { h.set_run_id("run-nope"); },
+       {},
+       grpc::StatusCode::NOT_FOUND,
+       "run_id"},
+      {"future round",
+       [](v1::SyncHeader& h) { h.set_round(h.round() + 5); },
+       {},
+       grpc::StatusCode::FAILED_PRECONDITION,
+       "future"},
+      {"unknown codec",
+       [](v1::SyncHeader& h) { h.set_codec(static_cast<v1::Codec>(99)); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "codec"},
+      {"other codec",
+       [](v1::SyncHeader& h) { h.set_codec(v1::CODEC_INT8); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "codec"},
+      {"zero weight",
+       [](v1::SyncHeader& h) { h.set_weight(0); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "weight"},
+      {"negative weight",
+       [](v1::SyncHeader& h) { h.set_weight(-2); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "weight"},
       // Issue 12, finding 5: finite as a double, infinite as a float. Before the check it
       // aborted the round for every member; now only this member is refused.
-      {"weight beyond float", [](v1::SyncHeader& h) { h.set_weight(1e39); }, {},
-       grpc::StatusCode::INVALID_ARGUMENT, "weight"},
-      {"chunk out of range", nullptr, {{999, good_chunk}}, grpc::StatusCode::INVALID_ARGUMENT,
+      {"weight beyond float",
+       [](v1::SyncHeader& h) { h.set_weight(1e39); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "weight"},
+      {"chunk out of range",
+       nullptr,
+       {{999, good_chunk}},
+       grpc::StatusCode::INVALID_ARGUMENT,
        "out of range"},
-      {"duplicate chunk", nullptr, {{0, good_chunk}, {0, good_chunk}},
-       grpc::StatusCode::INVALID_ARGUMENT, "twice"},
-      {"wrong chunk size", nullptr, {{0, good_chunk.substr(4)}},
-       grpc::StatusCode::INVALID_ARGUMENT, "bytes"},
+      {"duplicate chunk",
+       nullptr,
+       {{0, good_chunk}, {0, good_chunk}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "twice"},
+      {"wrong chunk size",
+       nullptr,
+       {{0, good_chunk.substr(4)}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "bytes"},
       {"NaN in delta", nullptr, {{0, nan_chunk}}, grpc::StatusCode::INVALID_ARGUMENT, "NaN"},
   };
   {
@@ -695,8 +730,8 @@ TEST_F(AveragingTest, AnInitModelClaimAllocatesNothingBeforeItsBytes) {
   // The server has read the headers once a FetchModel behind them is answered.
   EXPECT_THAT(Client().FetchModel("", kTimeout),
               StatusIs(absl::StatusCode::kFailedPrecondition, "no model"));
-  absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_LT(resident_mb() - before, 256) << "the claimed vectors were allocated";
+  EXPECT_FALSE(WaitFor([&] { return resident_mb() - before >= 256; }, absl::Milliseconds(200)))
+      << "the claimed vectors were allocated";
   for (auto& context : contexts) context->TryCancel();
   for (auto& stream : streams) stream->Finish();
 }

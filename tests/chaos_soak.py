@@ -22,7 +22,7 @@ A run that completes before the last fault is followed by a new one (the faults 
 one line per fault and a summary; exits 1 naming the invariant that broke.
 
 Usage: chaos_soak.py --bin BAZEL_BIN --work DIR [--faults 50] [--seed 1]
-(BAZEL_BIN: where coordinator/coordinator, coordinator/localsgdctl and worker/worker are.)
+(BAZEL_BIN: where coordinator/coordinator, coordinator/localsgdctl and tests/testutil/dumping_worker are.)
 """
 import argparse
 import collections
@@ -149,7 +149,7 @@ class Soak:
         os.makedirs(dump, exist_ok=True)
         for rank in range(self.args.ranks):
             self.workers[(node, rank)] = self.spawn(f"w-{run}-{node}-{rank}-i{inc}", [
-                f"{self.bin}/worker/worker", f"--coordinator={self.proxies[node][1]}",
+                f"{self.bin}/tests/testutil/dumping_worker", f"--coordinator={self.proxies[node][1]}",
                 f"--token_file={self.work}/token", f"--node_name=node-{node}",
                 f"--node_rank={node}", f"--num_nodes={self.args.nodes}", f"--local_rank={rank}",
                 f"--local_world_size={self.args.ranks}", f"--rendezvous_dir={self.work}/rdv",

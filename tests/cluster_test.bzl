@@ -13,6 +13,7 @@ def cluster_test(name, size = "small", data = [], tags = [], src = None, env = {
             "//coordinator",
             "//coordinator:localsgdctl",
             "//worker",
+            "//tests/testutil:dumping_worker",
         ] + data,
         tags = tags,
         env = env,

@@ -14,7 +14,8 @@ trap 'kill_started; "$BIN/deploy/netns/hosts.sh" down "$PREFIX" 3' EXIT
 "$BIN/deploy/netns/hosts.sh" up "$PREFIX" 3 100mbit || fail "cannot create namespaces"
 
 echo -n "netns-token" > "$WORK/token"
-COORDINATOR_HOST="ip netns exec $PREFIX-h0" start_coordinator --grpc_address=10.77.0.1:50051 \
+COORDINATOR_HOST="ip netns exec $PREFIX-h0"  # also for the /status queries below
+start_coordinator --grpc_address=10.77.0.1:50051 \
   --http_address=10.77.0.1:8080 --token_file="$WORK/token"
 workers=()
 for node in 1 2; do
@@ -31,9 +32,9 @@ SPEC
 ip netns exec "$PREFIX-h0" "$BIN/coordinator/localsgdctl" --coordinator=10.77.0.1:50051 \
   --token_file="$WORK/token" start --spec="$WORK/spec.textproto" >/dev/null || fail "start"
 for p in "${workers[@]}"; do wait "$p" || fail "worker failed"; done
-status=$(ip netns exec "$PREFIX-h0" "$BIN/coordinator/localsgdctl" --coordinator=10.77.0.1:50051 status)
-grep -q "COMPLETED round 4 step 16/16" <<<"$status" || fail "run not completed: $status"
-# The workers really are on other hosts: they joined from their own addresses' namespaces.
-grep -q "node-1/0 joined" "$WORK/coord.err" && grep -q "node-2/0 joined" "$WORK/coord.err" \
-  || fail "workers did not join"
+expect_status 'run["state"] == "RUN_STATE_COMPLETED" and run["round"] == 4 and run["global_step"] == 16' \
+  "run not completed"
+# Both workers, each in its own host's namespace, took part to the end.
+expect_status 'sorted(w for w, r in results.items() if r["left_reason"] == "finished") ==
+               ["node-1/0", "node-2/0"]' "not both workers finished"
 echo PASS

@@ -6,19 +6,18 @@
 // coordinator in its place (which drops the dead leader at once, lease or not), takes the
 // committed model, and the node goes on. Either way, after the last round both hold the
 // coordinator's global model, at the same step.
+#include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <torch/torch.h>
-
-#include <google/protobuf/text_format.h>
 
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/averaging_client.h"
 #include "coordinator/coordinator_server.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
@@ -86,11 +85,11 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       Rank& me = ranks[r];
-      auto group = NodeGroup::Form(
-          dir, r, 3, kTimeout,
-          [](const std::string& store, int rank, int size, std::function<bool()>) {
-            return MakeGlooAverager(store, rank, size, kTimeout);
-          });
+      auto group =
+          NodeGroup::Form(dir, r, 3, kTimeout,
+                          [](const std::string& store, int rank, int size, std::function<bool()>) {
+                            return MakeGlooAverager(store, rank, size, kTimeout);
+                          });
       ASSERT_TRUE(group.ok()) << group.status();
       std::unique_ptr<NodeLeader> leader;
       if (r == 0) {

@@ -1,10 +1,9 @@
 // Sharded rounds end to end: a real coordinator on 127.0.0.1:0 and node leaders as threads,
 // each serving its own data plane on 127.0.0.1:0 and exchanging real encoded chunks with the
 // others. The reference is the star round on the same inputs.
+#include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-
-#include <google/protobuf/text_format.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -14,8 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/averaging_client.h"
 #include "common/codec.h"
 #include "common/tls.h"
 #include "coordinator/coordinator_server.h"
@@ -143,18 +142,20 @@ class ShardedTest : public ::testing::Test {
   }
 
   // Every node in `nodes` syncs params[k] against its globals[k] / momenta[k] in a thread.
-  std::vector<absl::StatusOr<AveragingClient::SyncResult>> SyncAll(
-      const std::vector<int>& nodes, int64_t round, const Vectors& params, Vectors& globals,
-      Vectors& momenta) {
+  std::vector<absl::StatusOr<AveragingClient::SyncResult>> SyncAll(const std::vector<int>& nodes,
+                                                                   int64_t round,
+                                                                   const Vectors& params,
+                                                                   Vectors& globals,
+                                                                   Vectors& momenta) {
     std::vector<absl::StatusOr<AveragingClient::SyncResult>> results(nodes.size(),
-                                                                      absl::UnknownError(""));
+                                                                     absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t k = 0; k < nodes.size(); ++k) {
       threads.emplace_back([&, k] {
         Leader& leader = leaders_[nodes[k]];
-        results[k] = leader.client->Sync(leader.member, Outer(), round, round * 8, params[k],
-                                         absl::MakeSpan(globals[k]), absl::MakeSpan(momenta[k]),
-                                         kTimeout);
+        results[k] =
+            leader.client->Sync(leader.member, Outer(), round, round * 8, params[k],
+                                absl::MakeSpan(globals[k]), absl::MakeSpan(momenta[k]), kTimeout);
       });
     }
     for (auto& t : threads) t.join();
@@ -179,7 +180,6 @@ class ShardedTest : public ::testing::Test {
   v1::RunInfo run_;
 };
 
-
 class ShardedEquivalenceTest : public ShardedTest {
  public:
   // The star reference: the same deltas through AveragingClient::Sync.
@@ -189,8 +189,8 @@ class ShardedEquivalenceTest : public ShardedTest {
     leaders_.clear();
     EXPECT_THAT(StartServer(), IsOk());
     for (int i = 0; i < nodes; ++i) JoinNode(i);
-    StartRun(absl::StrCat(kDiloco, "codec: ", codec, " exchange: ",
-                          sharded ? "EXCHANGE_SHARDED" : "EXCHANGE_STAR"));
+    StartRun(absl::StrCat(kDiloco, "codec: ", codec,
+                          " exchange: ", sharded ? "EXCHANGE_SHARDED" : "EXCHANGE_STAR"));
     std::vector<float> global0 = InitModel(values, 7);
     Vectors globals(nodes, global0);
     Vectors momenta(nodes, std::vector<float>(static_cast<size_t>(values), 0.0f));
@@ -389,7 +389,8 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   // A late joiner fetches global and momentum and takes part in the next round, which leaves
   // all three copies identical.
   JoinNode(2);
-  leaders_[2].member = AveragingClient::Member{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
+  leaders_[2].member =
+      AveragingClient::Member{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
   auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[0].data(), values * sizeof(float)), 0);
@@ -416,8 +417,8 @@ TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
   AveragingClient client = Client();
   std::vector<std::unique_ptr<NodeLeader>> nodes;
   for (int i = 0; i < 2; ++i) {
-    nodes.push_back(std::make_unique<NodeLeader>(&client, leaders_[i].member, Layout(values),
-                                                 kTimeout));
+    nodes.push_back(
+        std::make_unique<NodeLeader>(&client, leaders_[i].member, Layout(values), kTimeout));
     nodes.back()->UseShardedExchange(leaders_[i].client.get(), Outer());
   }
   Vectors params(2, start);
@@ -502,9 +503,9 @@ TEST_F(ShardedTest, TheDataPlaneRefusesAMissingOrWrongToken) {
 // certificate from the CA gets through the handshake to the token and request checks.
 TEST_F(ShardedTest, TheDataPlaneUnderMutualTlsRefusesAClientWithoutACertificate) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/certs");
-  const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
-                                          std::getenv("TEST_WORKSPACE"),
-                                          "/tests/testutil/make_certs.sh");
+  const std::string script =
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
+                   "/tests/testutil/make_certs.sh");
   ASSERT_EQ(std::system(absl::StrCat("bash ", script, " ", dir).c_str()), 0);
   auto file = [&](const char* name) { return absl::StrCat(dir, "/", name); };
   DataPlaneServer::Options options;
@@ -529,7 +530,8 @@ TEST_F(ShardedTest, TheDataPlaneUnderMutualTlsRefusesAClientWithoutACertificate)
   };
   grpc::Status without = call(ClientTls{file("ca.pem"), "", ""});
   EXPECT_EQ(without.error_code(), grpc::StatusCode::UNAVAILABLE) << without.error_message();
-  grpc::Status rogue = call(ClientTls{file("ca.pem"), file("rogue-client.pem"), file("rogue-client.key")});
+  grpc::Status rogue =
+      call(ClientTls{file("ca.pem"), file("rogue-client.pem"), file("rogue-client.key")});
   EXPECT_EQ(rogue.error_code(), grpc::StatusCode::UNAVAILABLE) << rogue.error_message();
   grpc::Status with = call(ClientTls{file("ca.pem"), file("client.pem"), file("client.key")});
   EXPECT_EQ(with.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << with.error_message();

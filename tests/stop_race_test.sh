@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # StopRun racing the rounds, with real processes, 30 times (issue 12, finding 1): each time a
 # coordinator on the same state folder, two node leaders syncing rounds as fast as they can
-# (//bench:averaging_member, star and sharded in turn), a StopRun at a random moment in the
+# (//tests/testutil:averaging_member, star and sharded in turn), a StopRun at a random moment in the
 # rounds, then SIGKILL of the coordinator at once. Every restart must start, and the model
 # file and the run record must agree about the last committed round.
 set -euo pipefail
@@ -23,7 +23,7 @@ for i in $(seq 1 30); do
   exchange=$([[ $((i % 2)) == 0 ]] && echo EXCHANGE_STAR || echo EXCHANGE_SHARDED)
   members=()
   for node in 0 1; do
-    "$BIN/bench/averaging_member" --coordinator="$GRPC" --token=race-token --node="node-$node" \
+    "$BIN/tests/testutil/averaging_member" --coordinator="$GRPC" --token=race-token --node="node-$node" \
       --values=200000 --rounds=100000 >"$WORK/m$node.out" 2>"$WORK/m$node.err" &
     members+=($!)
     pids+=($!)

@@ -18,8 +18,8 @@ good=(--tls_ca="$C/ca.pem" --tls_cert="$C/client.pem" --tls_key="$C/client.key")
 # Mutual TLS.
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token" \
   --tls_cert="$C/server.pem" --tls_key="$C/server.key" --tls_client_ca="$C/ca.pem"
-grep -q "coordinator ready (mutual TLS, auth on" "$WORK/coord.err" || fail "not in mutual TLS"
 ctl "${good[@]}" status | grep -q "IDLE" || fail "a client with a valid certificate was refused"
+expect_status 's["transport_security"] == "mutual TLS" and s["token_required"]' "not in mutual TLS"
 for bad in "" "--tls_ca=$C/ca.pem" \
            "--tls_ca=$C/ca.pem --tls_cert=$C/rogue-client.pem --tls_key=$C/rogue-client.key"; do
   # shellcheck disable=SC2086
@@ -31,7 +31,7 @@ if "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_
   fail "a worker without a client certificate joined"
 fi
 grep -q "join $GRPC: .*" "$WORK/intruder.log" || fail "no clear error: $(cat "$WORK/intruder.log")"
-ctl "${good[@]}" status | grep -q "intruder" && fail "the intruder is a member"
+expect_status 'not [m for m in members if m.startswith("intruder")]' "the intruder is a member"
 
 workers=()
 for node in 0 1; do
@@ -51,16 +51,18 @@ min_workers: 2
 SPEC
 ctl "${good[@]}" start --spec="$WORK/spec.textproto" >/dev/null
 for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed"; done
-ctl "${good[@]}" status | grep -q "COMPLETED round 6" || fail "run not completed over mutual TLS"
+expect_status 'run["state"] == "RUN_STATE_COMPLETED" and run["round"] == 6' \
+  "run not completed over mutual TLS"
 # Every round was sharded: the node leaders' data planes served each other over mutual TLS.
-ctl "${good[@]}" status | grep -q "SHARDED over 1 owners" || fail "the rounds were not sharded"
+expect_status 'len(committed) == 6 and all(r["exchange"] == "EXCHANGE_SHARDED" and r["shards"]
+                                           for r in committed)' "the rounds were not sharded"
 kill "$coord_pid"
 wait "$coord_pid" || true
 
 # Server-only TLS.
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
   --tls_cert="$C/server.pem" --tls_key="$C/server.key"
-grep -q "coordinator ready (TLS," "$WORK/coord.err" || fail "not in TLS"
+expect_status 's["transport_security"] == "TLS" and not s["token_required"]' "not in TLS"
 ctl --tls_ca="$C/ca.pem" status | grep -q "IDLE" || fail "a TLS client was refused"
 if ctl status >/dev/null 2>&1; then fail "a plaintext client got in"; fi
 if ctl --tls_ca="$C/rogue-ca.pem" status >/dev/null 2>&1; then

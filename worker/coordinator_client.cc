@@ -66,7 +66,7 @@ absl::Status CoordinatorClient::Join(absl::Duration deadline) {
   request.set_hostname(options_.hostname);
   request.set_pid(getpid());
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     request.set_data_address(options_.data_address);
     request.set_node_leader(node_leader_);
     request.set_replaces(replaces_);
@@ -75,7 +75,7 @@ absl::Status CoordinatorClient::Join(absl::Duration deadline) {
   grpc::Status status =
       stub_->Join(AuthorizedContext(options_.token, deadline).get(), request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
   replaces_.clear();
   claim_pending_ = false;
@@ -87,7 +87,7 @@ absl::Status CoordinatorClient::Join(absl::Duration deadline) {
 absl::Status CoordinatorClient::ClaimNodeLead(const std::string& replaces,
                                               const std::string& data_address) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     node_leader_ = true;
     claim_pending_ = true;
     replaces_ = replaces;
@@ -100,7 +100,7 @@ absl::Status CoordinatorClient::Beat() {
   v1::HeartbeatRequest request;
   bool claim_pending;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     claim_pending = claim_pending_;
     request = progress_;
     request.set_worker_id(worker_id_);
@@ -114,14 +114,14 @@ absl::Status CoordinatorClient::Beat() {
     return Join();
   }
   if (!status.ok()) return FromGrpcStatus(status);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   run_ = response.run();
   return absl::OkStatus();
 }
 
 void CoordinatorClient::HeartbeatLoop() {
   auto interval = [this] {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return interval_;
   };
   while (!stop_.WaitForNotificationWithTimeout(interval())) {
@@ -141,9 +141,9 @@ absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bo
   return absl::CancelledError("stopped while waiting for a run");
 }
 
-void CoordinatorClient::Report(int64_t step, double loss, double samples_per_second,
-                               bool finished, double test_accuracy) {
-  absl::MutexLock lock(&mu_);
+void CoordinatorClient::Report(int64_t step, double loss, double samples_per_second, bool finished,
+                               double test_accuracy) {
+  MutexLock lock(&mu_);
   progress_.set_step(step);
   progress_.set_loss(loss);  // NaN and infinity too: status shows a diverged worker as such
   progress_.set_samples_per_second(samples_per_second);
@@ -152,23 +152,23 @@ void CoordinatorClient::Report(int64_t step, double loss, double samples_per_sec
 }
 
 void CoordinatorClient::ReportTotalSteps(int64_t total_steps) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   progress_.set_total_steps(total_steps);
 }
 
 void CoordinatorClient::ReportModelPath(const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   progress_.set_model_path(path);
 }
 
 v1::RunInfo CoordinatorClient::run() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return run_;
 }
 
 absl::Status CoordinatorClient::Leave(const std::string& reason) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (left_) return absl::OkStatus();
     left_ = true;
   }

@@ -1,19 +1,19 @@
 #ifndef LOCALSGD_WORKER_COORDINATOR_CLIENT_H_
 #define LOCALSGD_WORKER_COORDINATOR_CLIENT_H_
 
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
-#include <grpcpp/channel.h>
-#include <grpcpp/security/credentials.h>
-
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 namespace localsgd {
@@ -69,7 +69,7 @@ class CoordinatorClient {
   absl::Status Leave(const std::string& reason);
 
   std::string worker_id() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return worker_id_;
   }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
@@ -85,14 +85,14 @@ class CoordinatorClient {
   Options options_;  // data_address changes under mu_ (ClaimNodeLead)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(3);
   v1::HeartbeatRequest progress_ ABSL_GUARDED_BY(mu_);
   v1::RunInfo run_ ABSL_GUARDED_BY(mu_);
   bool left_ ABSL_GUARDED_BY(mu_) = false;
   bool node_leader_ ABSL_GUARDED_BY(mu_) = false;
-  std::string replaces_ ABSL_GUARDED_BY(mu_);  // sent with the next Join only
+  std::string replaces_ ABSL_GUARDED_BY(mu_);        // sent with the next Join only
   bool claim_pending_ ABSL_GUARDED_BY(mu_) = false;  // the claim's Join did not get through
 
   absl::Notification stop_;

@@ -11,6 +11,7 @@
 #include "common/auth.h"
 #include "common/grpc_channel.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 #include "common/stream_outbox.h"
 
@@ -155,25 +156,23 @@ class DataPlaneService final : public v1::DataPlane::CallbackService {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(Options options) {
-  absl::StatusOr<HostPort> address = ParseHostPort(options.address, "--data_address");
-  if (!address.ok()) return address.status();
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(options.tls);
-  if (!credentials.ok()) return credentials.status();
+  LOCALSGD_ASSIGN_OR_RETURN(HostPort address, ParseHostPort(options.address, "--data_address"));
+  LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                            MakeServerCredentials(options.tls));
   std::unique_ptr<DataPlaneServer> self(new DataPlaneServer());
   self->service_ = std::make_unique<DataPlaneService>(&self->owner_, options.token);
   grpc::ServerBuilder builder;
   UseStreamingArguments(&builder);
   int port = 0;
-  builder.AddListeningPort(options.address, *credentials, &port);
+  builder.AddListeningPort(options.address, credentials, &port);
   builder.RegisterService(self->service_.get());
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("--data_address: cannot listen on ", options.address));
   }
-  address->port = port;
-  self->address_ = address->ToString();
+  address.port = port;
+  self->address_ = address.ToString();
   return self;
 }
 

@@ -1,10 +1,10 @@
 #ifndef LOCALSGD_WORKER_DATA_PLANE_SERVER_H_
 #define LOCALSGD_WORKER_DATA_PLANE_SERVER_H_
 
+#include <grpcpp/server.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"

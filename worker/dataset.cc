@@ -1,7 +1,6 @@
 #include "worker/dataset.h"
 
 #include <sys/stat.h>
-
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <zlib.h>
@@ -11,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/run_spec.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 namespace {
@@ -43,25 +44,25 @@ DataSplits Synthetic(int64_t samples, uint64_t seed) {
 constexpr InputNormalization kIdxNormalization{255, 0.2860, 0.3530};
 
 absl::StatusOr<Dataset> IdxPair(const std::string& dir, const std::string& prefix) {
-  absl::StatusOr<torch::Tensor> images = ReadIdx(absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte"));
-  if (!images.ok()) return images.status();
-  absl::StatusOr<torch::Tensor> labels = ReadIdx(absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte"));
-  if (!labels.ok()) return labels.status();
-  if (images->dim() != 3 || images->size(1) != 28 || images->size(2) != 28 ||
-      labels->dim() != 1 || labels->size(0) != images->size(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", dir, "/", prefix,
-                                                   "-*: images and labels do not match"));
+  LOCALSGD_ASSIGN_OR_RETURN(torch::Tensor images,
+                            ReadIdx(absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte")));
+  LOCALSGD_ASSIGN_OR_RETURN(torch::Tensor labels,
+                            ReadIdx(absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte")));
+  if (images.dim() != 3 || images.size(1) != 28 || images.size(2) != 28 || labels.dim() != 1 ||
+      labels.size(0) != images.size(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset.path: ", dir, "/", prefix, "-*: images and labels do not match"));
   }
   Dataset d;
   const InputNormalization n = kIdxNormalization;
-  d.inputs = (images->to(torch::kFloat32) / n.divisor - n.mean) / n.std;
+  d.inputs = (images.to(torch::kFloat32) / n.divisor - n.mean) / n.std;
   d.inputs = d.inputs.unsqueeze(1);
-  d.targets = labels->to(torch::kInt64);
+  d.targets = labels.to(torch::kInt64);
   return d;
 }
 
 absl::StatusOr<DataSplits> TensorFile(const std::string& path) {
-  if (absl::Status s = CheckDatasetFile(path); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(CheckDatasetFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("dataset.path: cannot open ", path));
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -125,9 +126,9 @@ absl::Status CheckDatasetFile(const std::string& path, int64_t max_bytes) {
         absl::StrCat("dataset.path: ", path, " is not a regular file"));
   }
   if (info.st_size > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", path, " holds ",
-                                                   info.st_size, " bytes, more than the ",
-                                                   max_bytes, " a dataset file may hold"));
+    return absl::InvalidArgumentError(absl::StrCat("dataset.path: ", path, " holds ", info.st_size,
+                                                   " bytes, more than the ", max_bytes,
+                                                   " a dataset file may hold"));
   }
   return absl::OkStatus();
 }
@@ -176,8 +177,8 @@ absl::StatusOr<torch::Tensor> ReadIdx(const std::string& path) {
   }
   const size_t offset = 4 + 4 * static_cast<size_t>(dims);
   if (data.size() - offset != static_cast<size_t>(count)) {
-    return bad(absl::StrCat("holds ", data.size() - offset, " bytes of data, the header says ",
-                            count));
+    return bad(
+        absl::StrCat("holds ", data.size() - offset, " bytes of data, the header says ", count));
   }
   return torch::from_blob(data.data() + offset, shape, torch::kUInt8).clone();
 }
@@ -193,14 +194,13 @@ absl::StatusOr<DataSplits> LoadData(const v1::DatasetSpec& spec, uint64_t seed) 
   switch (spec.kind()) {
     case v1::DATASET_KIND_UNSPECIFIED:
     case v1::DATASET_KIND_SYNTHETIC:
-      return Synthetic(spec.has_synthetic_samples() ? spec.synthetic_samples() : 8192, seed);
+      return Synthetic(
+          spec.has_synthetic_samples() ? spec.synthetic_samples() : kDefaultSyntheticSamples, seed);
     case v1::DATASET_KIND_FASHION_MNIST:
     case v1::DATASET_KIND_MNIST: {
-      absl::StatusOr<Dataset> train = IdxPair(spec.path(), "train");
-      if (!train.ok()) return train.status();
-      absl::StatusOr<Dataset> test = IdxPair(spec.path(), "t10k");
-      if (!test.ok()) return test.status();
-      return DataSplits{*std::move(train), *std::move(test)};
+      LOCALSGD_ASSIGN_OR_RETURN(Dataset train, IdxPair(spec.path(), "train"));
+      LOCALSGD_ASSIGN_OR_RETURN(Dataset test, IdxPair(spec.path(), "t10k"));
+      return DataSplits{std::move(train), std::move(test)};
     }
     case v1::DATASET_KIND_TENSOR_FILE:
       return TensorFile(spec.path());

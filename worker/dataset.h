@@ -1,9 +1,9 @@
 #ifndef LOCALSGD_WORKER_DATASET_H_
 #define LOCALSGD_WORKER_DATASET_H_
 
-#include <cstdint>
-
 #include <torch/types.h>
+
+#include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "proto/localsgd/v1/run_spec.pb.h"

@@ -5,8 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/averaging_client.h"
+#include "client/averaging_client.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 namespace {
@@ -15,7 +16,8 @@ namespace {
 at::Tensor Flatten(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> pieces;
   pieces.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) pieces.push_back(t.detach().to(torch::kFloat32).reshape({-1}));
+  for (const at::Tensor& t : tensors)
+    pieces.push_back(t.detach().to(torch::kFloat32).reshape({-1}));
   return torch::cat(pieces).contiguous();
 }
 
@@ -38,7 +40,7 @@ absl::StatusOr<std::pair<int, int64_t>> BroadcastCodeAndStep(IntraNodeAverager& 
                                    static_cast<float>(step % kPart)},
                                   torch::TensorOptions().device(device))
                         .contiguous();
-  if (absl::Status s = intra.Broadcast(info); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(intra.Broadcast(info));
   at::Tensor host = info.to(torch::kCPU);
   return std::make_pair(static_cast<int>(host[0].item<float>()),
                         static_cast<int64_t>(host[1].item<float>()) * kPart +
@@ -47,8 +49,7 @@ absl::StatusOr<std::pair<int, int64_t>> BroadcastCodeAndStep(IntraNodeAverager& 
 
 }  // namespace
 
-HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader,
-                                           TakeLead take_lead)
+HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead)
     : group_(group),
       leader_(leader),
       take_lead_(std::move(take_lead)),
@@ -59,7 +60,7 @@ absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first
                                             LeaderStep leader_step, bool* leader_has_result) {
   *leader_has_result = false;
   if (average_first) {
-    if (absl::Status s = intra().AllReduceMean(flat); !s.ok()) return s;
+    LOCALSGD_RETURN_IF_ERROR(intra().AllReduceMean(flat));
   }
   if (leader_ != nullptr) {
     // The node leader talks to the coordinator from a CPU copy.
@@ -71,8 +72,7 @@ absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first
   return intra().Broadcast(flat);
 }
 
-absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors,
-                                           int64_t* step) {
+absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
   if (!health_.ok()) return health_;
   torch::NoGradGuard no_grad;
   at::Tensor flat = Flatten(tensors);
@@ -81,8 +81,8 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
   bool leader_has_result = false;
   if (absl::Status failure = Exchange(flat, /*average_first=*/true, sync, &leader_has_result);
       !failure.ok()) {
-    if (absl::Status s = Recover(std::move(failure), tensors, flat, step, leader_has_result,
-                                 &sync_status);
+    if (absl::Status s =
+            Recover(std::move(failure), tensors, flat, step, leader_has_result, &sync_status);
         !s.ok()) {
       return s;
     }
@@ -117,9 +117,9 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
 }
 
 absl::Status HierarchicalAverager::Recover(absl::Status failure,
-                                           const std::vector<at::Tensor>& tensors,
-                                           at::Tensor& flat, int64_t* step,
-                                           bool leader_has_result, absl::Status* sync_status) {
+                                           const std::vector<at::Tensor>& tensors, at::Tensor& flat,
+                                           int64_t* step, bool leader_has_result,
+                                           absl::Status* sync_status) {
   const at::Device device = tensors.front().device();
   while (!failure.ok()) {
     LogWarning(absl::StrCat("node group generation ", group_->generation(),
@@ -138,9 +138,9 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure,
       if (lead == group_->local_rank()) {
         absl::StatusOr<NodeLeader*> taken = take_lead_(dead);
         if (!taken.ok()) {
-          return health_ = absl::Status(taken.status().code(),
-                                        absl::StrCat("taking over the node's lead: ",
-                                                     taken.status().message()));
+          return health_ = absl::Status(
+                     taken.status().code(),
+                     absl::StrCat("taking over the node's lead: ", taken.status().message()));
         }
         leader_ = *taken;
       }
@@ -181,15 +181,16 @@ absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor
   Unflatten(flat, tensors);
   // Every rank learns whether its leader got the initial model, so that none trains on, and
   // the global step to resume at.
-  absl::StatusOr<std::pair<int, int64_t>> info = BroadcastCodeAndStep(
-      intra(), leader_ != nullptr && status.ok() ? 1 : 0,
-      leader_ != nullptr && status.ok() ? leader_->global_step() : 0, tensors.front().device());
-  if (!info.ok()) return info.status();
+  LOCALSGD_ASSIGN_OR_RETURN(
+      const auto info,
+      BroadcastCodeAndStep(intra(), leader_ != nullptr && status.ok() ? 1 : 0,
+                           leader_ != nullptr && status.ok() ? leader_->global_step() : 0,
+                           tensors.front().device()));
   if (!status.ok()) return status;
-  if (info->first != 1) {
+  if (info.first != 1) {
     return absl::UnavailableError("the node leader could not get the initial model");
   }
-  return info->second;
+  return info.second;
 }
 
 }  // namespace localsgd

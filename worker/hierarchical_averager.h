@@ -1,10 +1,10 @@
 #ifndef LOCALSGD_WORKER_HIERARCHICAL_AVERAGER_H_
 #define LOCALSGD_WORKER_HIERARCHICAL_AVERAGER_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "worker/node_group.h"
 #include "worker/node_leader.h"
@@ -12,9 +12,9 @@
 
 namespace localsgd {
 
-// docs/design.md ("One round, both modes") on one rank: the node's ranks average (Gloo/NCCL), the node leader syncs the
-// node's mean with the coordinator, and broadcasts the result (global[r], or the node's mean
-// when the round failed) to its ranks.
+// docs/design.md ("One round, both modes") on one rank: the node's ranks average (Gloo/NCCL), the
+// node leader syncs the node's mean with the coordinator, and broadcasts the result (global[r], or
+// the node's mean when the round failed) to its ranks.
 //
 // When a collective fails (a rank of the node died), the ranks left re-form their group
 // (NodeGroup::Reform) and go on from the leader's state: if the leader already holds the

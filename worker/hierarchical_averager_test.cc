@@ -31,11 +31,11 @@ std::vector<Outcome> AverageAfterADeath(const std::string& name, int gone,
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      auto group = NodeGroup::Form(dir, r, 3, absl::Seconds(20),
-                                   [](const std::string& store, int rank, int size,
-                                      std::function<bool()>) {
-                                     return MakeGlooAverager(store, rank, size, absl::Seconds(20));
-                                   });
+      auto group =
+          NodeGroup::Form(dir, r, 3, absl::Seconds(20),
+                          [](const std::string& store, int rank, int size, std::function<bool()>) {
+                            return MakeGlooAverager(store, rank, size, absl::Seconds(20));
+                          });
       if (group.ok()) groups[r] = *std::move(group);
     });
   }

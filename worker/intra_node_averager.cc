@@ -1,10 +1,10 @@
 #include "worker/intra_node_averager.h"
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -81,8 +81,8 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeGlooAverager(const std::s
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
     return std::unique_ptr<IntraNodeAverager>(new Gloo(std::move(group), rank, size));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot form the node's Gloo group through ",
-                                               store_path, ": ", What(e)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot form the node's Gloo group through ", store_path, ": ", What(e)));
   }
 }
 

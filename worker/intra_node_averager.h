@@ -1,11 +1,11 @@
 #ifndef LOCALSGD_WORKER_INTRA_NODE_AVERAGER_H_
 #define LOCALSGD_WORKER_INTRA_NODE_AVERAGER_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"

@@ -1,10 +1,10 @@
 #ifndef LOCALSGD_WORKER_LOCAL_SGD_H_
 #define LOCALSGD_WORKER_LOCAL_SGD_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "worker/parameter_averager.h"

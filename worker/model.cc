@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/run_spec.h"
 
 namespace localsgd {
 namespace {
@@ -44,8 +45,10 @@ TORCH_MODULE(Mlp);
 // variant; 0.924 test accuracy on Fashion-MNIST (bench/RESULTS.md).
 struct CnnImpl : torch::nn::Module {
   CnnImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
         fc1(register_module("fc1", torch::nn::Linear(64 * 7 * 7, 128))),
         fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
   torch::Tensor forward(torch::Tensor x) {
@@ -100,8 +103,8 @@ class BuiltinModel : public Model {
       module.eval();
       module.save(path, ExtraFiles(info));
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
-                                              e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat("cannot save the model to ", path, ": ", e.what_without_backtrace()));
     } catch (const std::exception& e) {  // TorchScript compilation errors
       return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ", e.what()));
     }
@@ -134,8 +137,8 @@ class ScriptModel : public Model {
     try {
       module_.save(path, ExtraFiles(info));
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("cannot save the model to ", path, ": ",
-                                              e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat("cannot save the model to ", path, ": ", e.what_without_backtrace()));
     }
     return absl::OkStatus();
   }
@@ -156,8 +159,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint
   if (spec.has_builtin()) {
     if (spec.builtin() == "mlp") return std::unique_ptr<Model>(new BuiltinModel<Mlp>());
     if (spec.builtin() == "cnn") return std::unique_ptr<Model>(new BuiltinModel<Cnn>());
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.builtin: unknown model \"", spec.builtin(), "\" (known: mlp, cnn)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.builtin: unknown model \"", spec.builtin(), "\" (known: ", BuiltinModelList(), ")"));
   }
   const std::string& path = spec.torchscript_path();
   if (path.empty()) return absl::InvalidArgumentError("model: required");
@@ -167,9 +170,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint
   try {
     return std::unique_ptr<Model>(new ScriptModel(torch::jit::load(path)));
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("model.torchscript_path: ", path,
-                                                   " is not a TorchScript module: ",
-                                                   e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.torchscript_path: ", path,
+                     " is not a TorchScript module: ", e.what_without_backtrace()));
   }
 }
 

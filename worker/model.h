@@ -1,12 +1,12 @@
 #ifndef LOCALSGD_WORKER_MODEL_H_
 #define LOCALSGD_WORKER_MODEL_H_
 
+#include <torch/types.h>
+
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 #include "proto/localsgd/v1/run_spec.pb.h"

@@ -104,7 +104,8 @@ TEST(ModelTest, ABuiltinModelSavesAsAModuleThatTakesRawInputs) {
     torch::Tensor expected =
         (*model)->Forward(((raw.to(torch::kFloat32) / 255.0) - 0.2860) / 0.3530);
     torch::Tensor got = loaded.forward({raw}).toTensor();
-    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << name << ": " << (got - expected).abs().max();
+    EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4))
+        << name << ": " << (got - expected).abs().max();
   }
 }
 

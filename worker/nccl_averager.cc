@@ -1,11 +1,11 @@
 // NCCL intra-node averaging; compiled only with --config=cuda (see worker/BUILD.bazel).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -60,7 +60,8 @@ class Nccl : public IntraNodeAverager {
       return absl::InvalidArgumentError(
           absl::StrCat("NCCL needs a contiguous tensor on cuda:", device_));
     }
-    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+      return CudaError(e, "cudaSetDevice");
     // LibTorch's kernels that produced the tensor ran on its own stream: wait for them.
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return CudaError(e, "sync");
     if (ncclResult_t r = op(flat.data_ptr<float>(), static_cast<size_t>(flat.numel()));
@@ -105,11 +106,9 @@ class Nccl : public IntraNodeAverager {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::string& store_path,
-                                                                    int rank, int size,
-                                                                    int device,
-                                                                    absl::Duration timeout,
-                                                                    std::function<bool()> peers_alive) {
+absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(
+    const std::string& store_path, int rank, int size, int device, absl::Duration timeout,
+    std::function<bool()> peers_alive) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || device < 0 || device >= devices) {
     return absl::FailedPreconditionError(
@@ -124,16 +123,17 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::s
       if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
         return NcclError(r, "ncclGetUniqueId");
       }
-      store.set("nccl_unique_id", std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id),
-                                                       reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+      store.set("nccl_unique_id",
+                std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id),
+                                     reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
     } else {
       std::vector<uint8_t> bytes = store.get("nccl_unique_id");
       if (bytes.size() != sizeof(id)) return absl::InternalError("bad NCCL unique id");
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
   } catch (const c10::Error& e) {
-    return absl::UnavailableError(absl::StrCat("NCCL rendezvous through ", store_path, ": ",
-                                               e.what_without_backtrace()));
+    return absl::UnavailableError(
+        absl::StrCat("NCCL rendezvous through ", store_path, ": ", e.what_without_backtrace()));
   }
   ncclComm_t comm;
   if (ncclResult_t r = ncclCommInitRank(&comm, size, id, rank); r != ncclSuccess) {

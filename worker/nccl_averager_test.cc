@@ -14,7 +14,8 @@ std::string Store() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/nccl"); 
 TEST(NcclAveragerTest, OneRankOnTheFirstGpu) {
   auto averager = MakeNcclAverager(Store(), 0, 1, 0, absl::Seconds(30));
   if (absl::IsUnimplemented(averager.status())) GTEST_SKIP() << "built without --config=cuda";
-  if (absl::IsFailedPrecondition(averager.status())) GTEST_SKIP() << "no GPU: " << averager.status();
+  if (absl::IsFailedPrecondition(averager.status()))
+    GTEST_SKIP() << "no GPU: " << averager.status();
   ASSERT_TRUE(averager.ok()) << averager.status();
   if (!torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch has no CUDA";
   at::Tensor t = torch::full({1 << 20}, 3.0f, torch::TensorOptions().device(torch::kCUDA, 0));

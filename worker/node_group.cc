@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 namespace {
@@ -105,21 +106,23 @@ NodeGroup::~NodeGroup() {
 }
 
 absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& dir, int local_rank,
-                                                           int local_world,
-                                                           absl::Duration timeout,
+                                                           int local_world, absl::Duration timeout,
                                                            Factory factory,
                                                            std::function<bool()> give_up) {
-  if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(MakeDirectories(dir));
   const std::string incarnation = absl::StrCat(dir, "/incarnation");
   // A rank started again while others of its node train on in a group without it cannot join
   // that group (groups only shrink): it says so instead of breaking the group's files.
-  if (std::vector<int> running = RunningWithout(dir, local_rank, local_world,
-                                                ReadSmallFile(incarnation));
+  if (std::vector<int> running =
+          RunningWithout(dir, local_rank, local_world, ReadSmallFile(incarnation));
       !running.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "local rank(s) ", absl::StrJoin(running, ", "), " of this node train on in a group "
-        "without local rank ", local_rank, "; a rank cannot rejoin a running node group: "
-        "restart all of the node's ranks together"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("local rank(s) ", absl::StrJoin(running, ", "),
+                     " of this node train on in a group "
+                     "without local rank ",
+                     local_rank,
+                     "; a rank cannot rejoin a running node group: "
+                     "restart all of the node's ranks together"));
   }
   // Before rank 0 holds its lock, no incarnation file may name a live rank 0 (see below).
   if (local_rank == 0) unlink(incarnation.c_str());
@@ -145,15 +148,14 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot write ", lock_path, ": ", strerror(errno)));
   }
-  std::unique_ptr<NodeGroup> group(
-      new NodeGroup(dir, local_rank, fd, timeout, std::move(factory)));
+  std::unique_ptr<NodeGroup> group(new NodeGroup(dir, local_rank, fd, timeout, std::move(factory)));
   // Files of an earlier incarnation of this node's ranks (all killed, then restarted) must not
   // be read: rank 0 removes them, then names itself in `incarnation`; the other ranks go on
   // once that names the live rank 0.
   std::string named = pid;  // the incarnation this rank forms in
   if (local_rank == 0) {
-    if (absl::Status s = RemoveGenerationFiles(dir); !s.ok()) return s;
-    if (absl::Status s = WriteFileAtomically(incarnation, pid); !s.ok()) return s;
+    LOCALSGD_RETURN_IF_ERROR(RemoveGenerationFiles(dir));
+    LOCALSGD_RETURN_IF_ERROR(WriteFileAtomically(incarnation, pid));
   } else {
     const absl::Time give_up_at = absl::Now() + timeout;
     auto rank0_named = [&] {
@@ -173,7 +175,7 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     }
   }
   for (int r = 0; r < local_world; ++r) group->members_.push_back(r);
-  if (absl::Status s = group->FormGeneration(); !s.ok()) return s;
+  LOCALSGD_RETURN_IF_ERROR(group->FormGeneration());
   if (absl::Status s = WriteFileAtomically(FormedPath(dir, local_rank), FormedMark(named, pid));
       !s.ok()) {
     return s;
@@ -189,11 +191,10 @@ absl::Status NodeGroup::FormGeneration() {
     averager_ = MakeSingleRankAverager();
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<IntraNodeAverager>> made =
-      factory_(absl::StrCat(dir_, "/g", generation_, ".store"), rank, size,
-               [this] { return PeersAlive(); });
-  if (!made.ok()) return made.status();
-  averager_ = *std::move(made);
+  LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<IntraNodeAverager> made,
+                            factory_(absl::StrCat(dir_, "/g", generation_, ".store"), rank, size,
+                                     [this] { return PeersAlive(); }));
+  averager_ = std::move(made);
   return absl::OkStatus();
 }
 
@@ -230,10 +231,10 @@ absl::Status NodeGroup::Reform() {
     }
     if (waiting.empty()) break;
     if (absl::Now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "re-forming the node's group (generation ", generation_, "): local rank(s) ",
-          absl::StrJoin(waiting, ", "), " neither came nor died within ",
-          absl::FormatDuration(timeout_)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("re-forming the node's group (generation ", generation_, "): local rank(s) ",
+                       absl::StrJoin(waiting, ", "), " neither came nor died within ",
+                       absl::FormatDuration(timeout_)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

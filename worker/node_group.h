@@ -12,7 +12,8 @@
 
 namespace localsgd {
 
-// The ranks of one node as a group that outlives the death of some of them (docs/design.md, "One round, both modes").
+// The ranks of one node as a group that outlives the death of some of them (docs/design.md, "One
+// round, both modes").
 //
 // The ranks meet in a node-local folder. Each holds an exclusive flock(2) on alive.<rank> for
 // as long as it lives; the kernel drops it when the process dies, however it dies, so the
@@ -37,9 +38,10 @@ class NodeGroup {
   // process holds `local_rank` there; the factory's error when the group cannot form.
   // A rank other than 0 waits up to `timeout` for local rank 0; CANCELLED as soon as
   // `give_up()` (when given) says to stop waiting, e.g. once the run has ended.
-  static absl::StatusOr<std::unique_ptr<NodeGroup>> Form(
-      const std::string& dir, int local_rank, int local_world, absl::Duration timeout,
-      Factory factory, std::function<bool()> give_up = nullptr);
+  static absl::StatusOr<std::unique_ptr<NodeGroup>> Form(const std::string& dir, int local_rank,
+                                                         int local_world, absl::Duration timeout,
+                                                         Factory factory,
+                                                         std::function<bool()> give_up = nullptr);
   ~NodeGroup();
   NodeGroup(const NodeGroup&) = delete;
   NodeGroup& operator=(const NodeGroup&) = delete;
@@ -59,8 +61,7 @@ class NodeGroup {
   absl::Status Reform();
 
  private:
-  NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout,
-            Factory factory);
+  NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout, Factory factory);
   absl::Status FormGeneration();
   bool PeersAlive() const;
 

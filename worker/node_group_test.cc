@@ -1,6 +1,8 @@
 #include "worker/node_group.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -18,12 +20,22 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/wait_for.h"
 
 namespace localsgd {
 namespace {
 
 using ::localsgd::testing::StatusIs;
 using ::testing::ElementsAre;
+
+// True when no process holds the flock(2) on `path` (its holder died).
+bool LockFree(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  const bool free = flock(fd, LOCK_SH | LOCK_NB) == 0;
+  close(fd);  // drops the shared lock, if taken
+  return free;
+}
 
 std::string TestDir(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
@@ -44,8 +56,8 @@ class Fake : public IntraNodeAverager {
 };
 
 NodeGroup::Factory FakeFactory() {
-  return [](const std::string&, int rank, int size, std::function<bool()>)
-             -> absl::StatusOr<std::unique_ptr<IntraNodeAverager>> {
+  return [](const std::string&, int rank, int size,
+            std::function<bool()>) -> absl::StatusOr<std::unique_ptr<IntraNodeAverager>> {
     return std::unique_ptr<IntraNodeAverager>(new Fake(rank, size));
   };
 }
@@ -81,17 +93,14 @@ TEST(NodeGroupTest, ARankCannotRunTwice) {
 
 TEST(NodeGroupTest, ARankWaitingForRankZeroStopsWhenToldTo) {
   const std::string dir = TestDir("give-up");
-  std::atomic<bool> run_ended{false};
-  std::thread end_run([&] {
-    absl::SleepFor(absl::Milliseconds(200));
-    run_ended = true;
-  });
+  // The run ends while the rank waits: the third time it asks.
+  int asked = 0;
   const absl::Time start = absl::Now();
-  EXPECT_THAT(NodeGroup::Form(dir, 1, 2, absl::Seconds(30), FakeFactory(),
-                              [&] { return run_ended.load(); }),
-              StatusIs(absl::StatusCode::kCancelled, "stopped waiting for local rank 0"));
+  EXPECT_THAT(
+      NodeGroup::Form(dir, 1, 2, absl::Seconds(30), FakeFactory(), [&] { return ++asked >= 3; }),
+      StatusIs(absl::StatusCode::kCancelled, "stopped waiting for local rank 0"));
+  EXPECT_EQ(asked, 3);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the 30 s timeout
-  end_run.join();
 }
 
 TEST(NodeGroupTest, ReformWaitsForLiveRanksAndNamesThoseThatNeverCome) {
@@ -215,7 +224,10 @@ TEST(NodeGroupTest, GlooSurvivorsOfAKilledRankReformAndAverage) {
     if (!(*group)->averager().AllReduceMean(t).ok()) return 11;
     if (!torch::allclose(t, torch::full({1000}, 2.0f))) return 12;
     if (r == 2) raise(SIGKILL);
-    absl::SleepFor(absl::Milliseconds(500));  // rank 2 is dead by now
+    // Rank 2 is dead once its alive.2 lock is free.
+    if (!WaitFor([&] { return LockFree(absl::StrCat(dir, "/alive.2")); }, absl::Seconds(10))) {
+      return 17;
+    }
     t = torch::full({1000}, static_cast<float>(r + 1));
     const absl::Time before = absl::Now();
     if ((*group)->averager().AllReduceMean(t).ok()) return 13;

@@ -7,11 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 
-NodeLeader::NodeLeader(AveragingClient* client, AveragingClient::Member member,
-                       ChunkLayout layout, absl::Duration round_timeout)
+NodeLeader::NodeLeader(AveragingClient* client, AveragingClient::Member member, ChunkLayout layout,
+                       absl::Duration round_timeout)
     : client_(client), member_(std::move(member)), layout_(layout), round_timeout_(round_timeout) {}
 
 absl::Status NodeLeader::Start(absl::Span<float> params) {
@@ -33,21 +34,20 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
 
 absl::Status NodeLeader::Adopt(absl::Span<float> params) {
   const bool with_momentum = sharded_ != nullptr && outer_.momentum != 0;
-  absl::StatusOr<AveragingClient::Model> model =
-      client_->FetchModel(member_.run_id, round_timeout_, with_momentum);
-  if (!model.ok()) return model.status();
-  if (model->values.size() != params.size()) {
+  LOCALSGD_ASSIGN_OR_RETURN(AveragingClient::Model model,
+                            client_->FetchModel(member_.run_id, round_timeout_, with_momentum));
+  if (model.values.size() != params.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker's model has ", params.size(), " values, the run's global model has ",
-        model->values.size(), ": every worker must train the same model"));
+        model.values.size(), ": every worker must train the same model"));
   }
-  if (with_momentum && model->momentum.size() != model->values.size()) {
+  if (with_momentum && model.momentum.size() != model.values.size()) {
     return absl::FailedPreconditionError("the coordinator sent no outer momentum");
   }
-  global_ = std::move(model->values);
-  momentum_ = std::move(model->momentum);
-  round_ = model->round;
-  global_step_ = model->global_step;
+  global_ = std::move(model.values);
+  momentum_ = std::move(model.momentum);
+  round_ = model.round;
+  global_step_ = model.global_step;
   std::copy(global_.begin(), global_.end(), params.begin());
   return absl::OkStatus();
 }
@@ -69,11 +69,10 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
   std::optional<v1::StaleRound> stale = StaleRoundOf(result.status());
   if (stale.has_value()) {
     // A round committed without this node: take the agreed model and go on from there.
-    if (absl::Status adopted = Adopt(params); !adopted.ok()) return adopted;
+    LOCALSGD_RETURN_IF_ERROR(Adopt(params));
     if (stale->run_ended()) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "the run ended at round ", round_, ", global step ", global_step_,
-          "; this node holds its final model"));
+      return absl::OutOfRangeError(absl::StrCat("the run ended at round ", round_, ", global step ",
+                                                global_step_, "; this node holds its final model"));
     }
   }
   return result.status();

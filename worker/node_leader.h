@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/averaging_client.h"
+#include "client/averaging_client.h"
 #include "common/chunking.h"
 #include "common/outer_step.h"
 #include "worker/sharded_client.h"

@@ -6,7 +6,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
-
 #include "common/status_util.h"
 
 namespace localsgd {
@@ -62,8 +61,7 @@ absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
         } else if (header.run_id() != now.run_id || header.round() <= now.round) {
           CloseSession(it->first, absl::FailedPreconditionError(absl::StrCat(
                                       "round ", header.round(), " (attempt ", header.attempt(),
-                                      ") of run ", header.run_id(),
-                                      " is not this owner's round")));
+                                      ") of run ", header.run_id(), " is not this owner's round")));
         }
       }
       it = next;
@@ -78,8 +76,8 @@ absl::StatusOr<int64_t> ShardOwner::Attach(const v1::ReduceHeader& header,
   MutexLock lock(&mu_);
   *waiting = false;
   if (Over(header)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "round: ", header.round(), " (attempt ", header.attempt(), ") is over on this owner"));
+    return absl::FailedPreconditionError(absl::StrCat("round: ", header.round(), " (attempt ",
+                                                      header.attempt(), ") is over on this owner"));
   }
   const int64_t id = next_session_++;
   Session& session = sessions_[id];
@@ -118,8 +116,7 @@ absl::Status ShardOwner::AttachLocked(int64_t session_id, Session& session) {
   const std::vector<std::string>& members = round_->assignment.members;
   auto it = std::find(members.begin(), members.end(), session.header.member_id());
   if (it == members.end()) {
-    return absl::NotFoundError(absl::StrCat("member_id: ",
-                                            Quoted(session.header.member_id()),
+    return absl::NotFoundError(absl::StrCat("member_id: ", Quoted(session.header.member_id()),
                                             " is not in round ", round_->assignment.round));
   }
   const int slot = static_cast<int>(it - members.begin());
@@ -158,8 +155,8 @@ absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
   } else if (fp32) {
     status = CheckFp32(chunk.data(), static_cast<size_t>(engine->layout().size(local)));
     if (!status.ok()) {
-      status = absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ",
-                                                       status.message()));
+      status =
+          absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ", status.message()));
     }
   } else {
     status = engine->DecodeChunk(local, chunk.data(), &decoded);
@@ -238,9 +235,9 @@ void ShardOwner::Drop(const std::string& member_id) {
     if (it == members.end()) return;
     const int slot = static_cast<int>(it - members.begin());
     engine_->Drop(slot);
-    CloseSession(round_->session_of_slot[slot],
-                 absl::AbortedError(absl::StrCat("member ", member_id,
-                                                 " was dropped from the round")));
+    CloseSession(
+        round_->session_of_slot[slot],
+        absl::AbortedError(absl::StrCat("member ", member_id, " was dropped from the round")));
     Advance();
   }
   FlushTouched();

@@ -97,7 +97,8 @@ class ShardOwner {
     std::vector<int64_t> session_of_slot;
   };
 
-  absl::Status AttachLocked(int64_t session_id, Session& session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AttachLocked(int64_t session_id, Session& session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the chunks that are now complete; ends the streams once the range is done.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseSession(int64_t session_id, const absl::Status& status)

@@ -12,6 +12,7 @@
 #include "common/auth.h"
 #include "common/codec.h"
 #include "common/grpc_channel.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
@@ -91,7 +92,7 @@ class Uploader : public MeanSink {
         *request.mutable_mean() = mean->mean();
       } else if (deliver) {
         request.mutable_delivered();
-      }  // else: a report, copied above
+      }                                      // else: a report, copied above
       if (!stream_->Write(request)) return;  // the stream ended: the reader sees why
     }
   }
@@ -126,9 +127,8 @@ class LocalReduceStream : public ReduceStream {
   std::shared_ptr<const v1::ReduceResponse> Next() {
     MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](LocalReduceStream* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return s->closed_ || !s->queue_.empty();
-        },
+        +[](LocalReduceStream* s)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->closed_ || !s->queue_.empty(); },
         this));
     if (queue_.empty()) return nullptr;
     std::shared_ptr<const v1::ReduceResponse> next = std::move(queue_.front());
@@ -151,8 +151,9 @@ class LocalReduceStream : public ReduceStream {
 absl::Status CheckLayout(const v1::RoundHeader& header, const std::string& member_id,
                          const ChunkLayout& layout) {
   if (header.exchange() != v1::EXCHANGE_SHARDED) {
-    return absl::InternalError("the coordinator answered with a star round (the run's exchange "
-                               "is EXCHANGE_STAR)");
+    return absl::InternalError(
+        "the coordinator answered with a star round (the run's exchange "
+        "is EXCHANGE_STAR)");
   }
   if (header.chunk_values() <= 0 || layout.num_chunks() != header.num_chunks() ||
       header.weights_size() != header.members_size() || header.shards_size() == 0) {
@@ -192,20 +193,19 @@ std::shared_ptr<grpc::Channel> ShardedClient::PeerChannel(const std::string& add
 }
 
 absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
-    const AveragingClient::Member& member, const OuterOptimizer& outer, int64_t round,
-    int64_t step, absl::Span<const float> params, absl::Span<float> global,
-    absl::Span<float> momentum, absl::Duration timeout) {
-  if (params.size() != global.size() ||
-      (outer.momentum != 0 && momentum.size() != global.size())) {
+    const AveragingClient::Member& member, const OuterOptimizer& outer, int64_t round, int64_t step,
+    absl::Span<const float> params, absl::Span<float> global, absl::Span<float> momentum,
+    absl::Duration timeout) {
+  if (params.size() != global.size() || (outer.momentum != 0 && momentum.size() != global.size())) {
     return absl::InvalidArgumentError("params, global and momentum differ in length");
   }
   auto context = AuthorizedContext(options_.token, timeout);
   std::unique_ptr<SyncStream> stream = stub_->Sync(context.get());
   // The layout comes once every member has arrived (or at the deadline).
-  absl::StatusOr<v1::RoundHeader> begun = BeginSync(stream.get(), context.get(), member, round,
-                                                    step, static_cast<int64_t>(params.size()));
-  if (!begun.ok()) return begun.status();
-  const v1::RoundHeader& layout_header = *begun;
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RoundHeader begun,
+                            BeginSync(stream.get(), context.get(), member, round, step,
+                                      static_cast<int64_t>(params.size())));
+  const v1::RoundHeader& layout_header = begun;
   v1::SyncResponse response;
   const ChunkLayout layout{static_cast<int64_t>(params.size()), layout_header.chunk_values()};
   if (absl::Status s = CheckLayout(layout_header, member.member_id, layout); !s.ok()) {
@@ -278,7 +278,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     const size_t begin = static_cast<size_t>(layout.begin(c));
     const size_t size = static_cast<size_t>(layout.size(c));
     absl::Span<float> region = next.subspan(begin, size);
-    if (absl::Status s = Decode(layout_header.codec(), chunk.data(), region); !s.ok()) return s;
+    LOCALSGD_RETURN_IF_ERROR(Decode(layout_header.codec(), chunk.data(), region));
     // Not finite: the coordinator, which computes the same, aborts the round.
     OuterStepInto(outer, region, absl::MakeConstSpan(global).subspan(begin, size),
                   momentum.empty() ? absl::Span<const float>() : momentum.subspan(begin, size),
@@ -298,13 +298,13 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     const v1::ShardRange& shard = layout_header.shards(s);
     std::shared_ptr<LocalReduceStream> stream = local_streams[s];
     bool waiting = false;
-    absl::StatusOr<int64_t> session = options_.owner->Attach(reduce_header, stream, &waiting);
-    if (!session.ok()) return session.status();
+    LOCALSGD_ASSIGN_OR_RETURN(int64_t session,
+                              options_.owner->Attach(reduce_header, stream, &waiting));
     std::thread writer([&] {
       v1::Chunk chunk;
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
         EncodeDeltaChunk(member.codec, layout, c, params, global, &chunk);
-        if (!options_.owner->AddChunk(*session, chunk).ok()) return;
+        if (!options_.owner->AddChunk(session, chunk).ok()) return;
       }
     });
     absl::Status problem;
@@ -315,9 +315,9 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     }
     if (!problem.ok()) stream->Close(absl::CancelledError("stopped reading"));
     writer.join();
-    options_.owner->Detach(*session);
+    options_.owner->Detach(session);
     if (!problem.ok()) return problem;
-    if (absl::Status status = stream->status(); !status.ok()) return status;
+    LOCALSGD_RETURN_IF_ERROR(stream->status());
     return all_got(shard, got);
   };
   auto exchange = [&](int s) -> absl::Status {
@@ -380,8 +380,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     } else if (response.has_commit()) {
       result.round = response.commit().round();
       result.global_step = response.commit().global_step();
-      result.members.assign(response.commit().members().begin(),
-                            response.commit().members().end());
+      result.members.assign(response.commit().members().begin(), response.commit().members().end());
       committed = true;
     }
   }
@@ -397,7 +396,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     options_.owner->Finish(member.run_id, layout_header.round(), layout_header.attempt());
   }
   const grpc::Status status = stream->Finish();
-  if (absl::Status failure = uploader.failure(); !failure.ok()) return failure;
+  LOCALSGD_RETURN_IF_ERROR(uploader.failure());
   if (!committed) {
     // The coordinator's verdict first (ABORTED: an owner died, ...); when this member left the
     // round itself because an owner failed it, the round is over for it all the same: keep

@@ -1,18 +1,18 @@
 #ifndef LOCALSGD_WORKER_SHARDED_CLIENT_H_
 #define LOCALSGD_WORKER_SHARDED_CLIENT_H_
 
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 
-#include <grpcpp/channel.h>
-#include <grpcpp/security/credentials.h>
-
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/averaging_client.h"
+#include "client/averaging_client.h"
 #include "common/mutex.h"
 #include "common/outer_step.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "worker/local_sgd.h"
 
 namespace localsgd {
@@ -22,8 +23,7 @@ constexpr int kLastRoundAttempts = 60;
 // leader's lease ran out while it was cut off (NOT_FOUND until its heartbeat joins again).
 bool WorthAnotherTry(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsAborted(status) || absl::IsFailedPrecondition(status) ||
-         absl::IsNotFound(status);
+         absl::IsAborted(status) || absl::IsFailedPrecondition(status) || absl::IsNotFound(status);
 }
 
 torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& targets, v1::LossKind kind) {
@@ -37,11 +37,10 @@ torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& targets, v1
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const v1::OptimizerSpec& spec,
                                                        std::vector<torch::Tensor> params) {
   if (spec.kind() == v1::OPTIMIZER_KIND_ADAMW) {
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(spec.lr())
-                    .betas({spec.beta1(), spec.beta2()})
-                    .eps(spec.eps())
-                    .weight_decay(spec.weight_decay()));
+    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(spec.lr())
+                                                             .betas({spec.beta1(), spec.beta2()})
+                                                             .eps(spec.eps())
+                                                             .weight_decay(spec.weight_decay()));
   }
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(spec.lr())
                                                          .momentum(spec.momentum())
@@ -93,8 +92,8 @@ Evaluation Evaluate(Model& model, const Dataset& data, const torch::Device& devi
   return e;
 }
 
-absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
-                                  ParameterAverager* averager, const TrainOptions& options) {
+absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, ParameterAverager* averager,
+                                  const TrainOptions& options) {
   const v1::RunSpec& spec = options.spec;
   try {
     model.To(options.device);
@@ -164,14 +163,13 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
       if (boundary && averager != nullptr) {
-        if (absl::Status health = averager->Health(); !health.ok()) return health;
+        LOCALSGD_RETURN_IF_ERROR(averager->Health());
       }
       // The run's last round failed here (the coordinator unreachable, the round aborted):
       // the node tries it again rather than end on a model that is not the run's. Every rank
       // of the node sees the same outcome, so all of them try alike.
       for (int attempt = 1; boundary && step + 1 == total && attempt <= kLastRoundAttempts &&
-                            WorthAnotherTry(progress.sync_status) &&
-                            local_sgd.steps() == step + 1;
+                            WorthAnotherTry(progress.sync_status) && local_sgd.steps() == step + 1;
            ++attempt) {
         LogWarning(absl::StrCat("the run's last round failed here (",
                                 progress.sync_status.message(), "); trying again (", attempt,
@@ -179,7 +177,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
         absl::SleepFor(absl::Seconds(1));
         progress.sync_status = local_sgd.Resync();
         if (averager != nullptr) {
-          if (absl::Status health = averager->Health(); !health.ok()) return health;
+          LOCALSGD_RETURN_IF_ERROR(averager->Health());
         }
       }
       if (local_sgd.steps() != step + 1) {
@@ -230,7 +228,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
     if (result.stopped) local_sgd.Abandon();
     absl::Status last = local_sgd.Finish();
     if (averager != nullptr) {
-      if (absl::Status health = averager->Health(); !health.ok()) return health;
+      LOCALSGD_RETURN_IF_ERROR(averager->Health());
     }
     if (!last.ok()) {
       TrainProgress progress;

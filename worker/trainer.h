@@ -1,10 +1,10 @@
 #ifndef LOCALSGD_WORKER_TRAINER_H_
 #define LOCALSGD_WORKER_TRAINER_H_
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <functional>
-
-#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
@@ -19,11 +19,11 @@ struct TrainProgress {
   int64_t total_steps = 0;
   double loss = 0;
   double samples_per_second = 0;
-  bool synced = false;          // this step ended with a sync round
-  double sync_seconds = 0;      // how long that sync took
-  absl::Status sync_status;     // and how it went
-  double elapsed_seconds = 0;   // training time so far (periodic evaluations excluded)
-  bool evaluated = false;       // eval_every_rounds asked for an evaluation after this step
+  bool synced = false;         // this step ended with a sync round
+  double sync_seconds = 0;     // how long that sync took
+  absl::Status sync_status;    // and how it went
+  double elapsed_seconds = 0;  // training time so far (periodic evaluations excluded)
+  bool evaluated = false;      // eval_every_rounds asked for an evaluation after this step
   double test_accuracy = 0;
   double test_loss = 0;
 };
@@ -34,7 +34,7 @@ struct TrainResult {
   double test_accuracy = 0;
   double test_loss = 0;
   double samples_per_second = 0;  // over the whole training, syncs included, evaluations not
-  bool stopped = false;  // ended early because stop() said so
+  bool stopped = false;           // ended early because stop() said so
   // The run ended (on the coordinator) before this worker's last step: the worker stopped
   // there holding the run's final model.
   bool run_ended = false;
@@ -56,8 +56,8 @@ struct TrainOptions {
 // schedule, loss, batch size, gradient accumulation, total steps or epochs), with LocalSGD
 // over `averager` every local_sgd_steps optimizer steps (none when the spec disables it) and
 // the last sync at the end, then evaluates on `data.test`. LibTorch errors become a Status.
-absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data,
-                                  ParameterAverager* averager, const TrainOptions& options);
+absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, ParameterAverager* averager,
+                                  const TrainOptions& options);
 
 // Accuracy and mean loss of `model` on `data`.
 struct Evaluation {

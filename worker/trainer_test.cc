@@ -39,6 +39,7 @@ struct Outcome {
   TrainResult result;
   std::vector<int64_t> progress_steps;
   std::vector<int64_t> synced_steps;
+  std::vector<int64_t> evaluated_steps;
 };
 
 Outcome RunTrain(TrainOptions options, CountingAverager* averager) {
@@ -53,6 +54,11 @@ Outcome RunTrain(TrainOptions options, CountingAverager* averager) {
                                  : p.total_steps);
     outcome.progress_steps.push_back(p.step);
     if (p.synced) outcome.synced_steps.push_back(p.step);
+    if (p.evaluated) {
+      outcome.evaluated_steps.push_back(p.step);
+      EXPECT_GT(p.test_accuracy, 0);
+      EXPECT_TRUE(std::isfinite(p.test_loss));
+    }
   };
   absl::StatusOr<TrainResult> result = Train(**model, *data, averager, options);
   EXPECT_TRUE(result.ok()) << result.status();
@@ -72,6 +78,20 @@ TEST(TrainerTest, TrainsItsStepsAndSyncsEveryLocalSgdSteps) {
   EXPECT_EQ(outcome.synced_steps, (std::vector<int64_t>{4, 8, 12}));
   EXPECT_GT(outcome.result.test_accuracy, 0);
   EXPECT_TRUE(std::isfinite(outcome.result.loss));
+}
+
+TEST(TrainerTest, EvaluatesEveryEvalEveryRoundsRounds) {
+  CountingAverager averager;
+  TrainOptions options;
+  options.spec = Spec(1);
+  options.spec.set_total_steps(24);
+  options.spec.set_eval_every_rounds(2);  // rounds end at steps 4, 8, ..., 24
+  Outcome outcome = RunTrain(options, &averager);
+  EXPECT_EQ(outcome.evaluated_steps, (std::vector<int64_t>{8, 16, 24}));
+  // Without eval_every_rounds, only the final evaluation (in the result).
+  CountingAverager quiet;
+  options.spec.set_eval_every_rounds(0);
+  EXPECT_TRUE(RunTrain(options, &quiet).evaluated_steps.empty());
 }
 
 TEST(TrainerTest, AnEpochIsTheShardOverBatchTimesAccumulation) {
@@ -130,12 +150,12 @@ TEST(TrainerTest, LearningRateSchedules) {
   EXPECT_DOUBLE_EQ(LearningRate(spec, 9, 100), 0.1);
   spec.mutable_lr_schedule()->set_kind(v1::LR_SCHEDULE_KIND_COSINE);
   spec.mutable_lr_schedule()->set_min_lr(0.02);
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 10, 110), 0.1);              // peak after warmup
-  EXPECT_NEAR(LearningRate(spec, 60, 110), 0.06, 1e-12);           // half-way: the middle
-  EXPECT_NEAR(LearningRate(spec, 110, 110), 0.02, 1e-12);          // the floor at the end
+  EXPECT_DOUBLE_EQ(LearningRate(spec, 10, 110), 0.1);      // peak after warmup
+  EXPECT_NEAR(LearningRate(spec, 60, 110), 0.06, 1e-12);   // half-way: the middle
+  EXPECT_NEAR(LearningRate(spec, 110, 110), 0.02, 1e-12);  // the floor at the end
   spec.mutable_lr_schedule()->set_kind(v1::LR_SCHEDULE_KIND_LINEAR);
   EXPECT_NEAR(LearningRate(spec, 35, 110), 0.1 - 0.08 * 0.25, 1e-12);
-  EXPECT_NEAR(LearningRate(spec, 500, 110), 0.02, 1e-12);          // never below the floor
+  EXPECT_NEAR(LearningRate(spec, 500, 110), 0.02, 1e-12);  // never below the floor
 }
 
 }  // namespace

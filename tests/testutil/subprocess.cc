@@ -79,9 +79,8 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(absl::string_view prefix,
           absl::StrCat("no line starting with \"", prefix, "\"; output:\n", output_));
     }
     if (!ReadSome(std::min(left, absl::Milliseconds(100)))) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("process ended before a line starting with \"", prefix, "\"; output:\n",
-                       output_));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "process ended before a line starting with \"", prefix, "\"; output:\n", output_));
     }
   }
 }

@@ -34,19 +34,34 @@ start_coordinator() {
   [[ -n "$GRPC" && -n "$HTTP" ]] || fail "coordinator did not print its listening lines"
 }
 
-# Rounds the coordinator has committed so far (from its log).
-committed_rounds() { grep -c " committed: " "$WORK/coord.err" || true; }
+# The coordinator's /status, asked through tests/testutil/status_query.py (its docstring names
+# what an expression may use: run, rounds, committed, members, results, events(), ...).
+status_query() {
+  ${COORDINATOR_HOST:-} /usr/bin/python3 "$BIN/tests/testutil/status_query.py" "$HTTP" "$@"
+}
 
-# Fails unless each worker output file given has a " done: " line whose test accuracy is above
-# the first argument.
-expect_accuracy() {
-  local min=$1 out line accuracy
+# Waits up to SECONDS (default 60) until the Python EXPRESSION over /status holds; fails the
+# test with MESSAGE (and a summary of the status) otherwise.
+wait_status() {  # EXPRESSION MESSAGE [SECONDS]
+  status_query "$1" --wait "${3:-60}" || fail "$2"
+}
+
+# Fails the test with MESSAGE unless EXPRESSION holds now.
+expect_status() { wait_status "$1" "$2" 0; }
+
+# Prints the value of EXPRESSION (JSON).
+status_value() { status_query "$1" --print; }
+
+# Rounds the coordinator has committed since it started.
+committed_rounds() { status_value 's["rounds_committed_total"]'; }
+
+# Fails unless each worker given (a worker id) reported a final test accuracy above MIN.
+expect_accuracy() {  # MIN WORKER_ID...
+  local min=$1 worker
   shift
-  for out in "$@"; do
-    line=$(grep ' done: ' "$out") || fail "no result in $out"
-    accuracy=$(sed -n 's/.*test accuracy \([0-9.]*\),.*/\1/p' <<<"$line")
-    /usr/bin/python3 -c "import sys; sys.exit(0 if $accuracy > $min else 1)" \
-      || fail "test accuracy not above $min: $line"
+  for worker in "$@"; do
+    expect_status "results['$worker']['test_accuracy'] > $min" \
+      "$worker: no final test accuracy above $min"
   done
 }
 
@@ -68,7 +83,7 @@ start_workers() {
   shift 2
   for ((node = 0; node < nodes; node++)); do
     for ((rank = 0; rank < ranks; rank++)); do
-      "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" \
+      "$BIN/tests/testutil/dumping_worker" --coordinator="$GRPC" --token_file="$WORK/token" \
         --node_name="node-$node" --node_rank=$node --num_nodes="$nodes" --local_rank=$rank \
         --local_world_size="$ranks" --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" "$@" \
         >"$WORK/w$node$rank.out" 2>"$WORK/w$node$rank.err" &

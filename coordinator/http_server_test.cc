@@ -1,4 +1,4 @@
-#include "common/http_server.h"
+#include "coordinator/http_server.h"
 
 #include <arpa/inet.h>
 #include <httplib.h>
@@ -12,17 +12,17 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/wait_for.h"
 
 namespace localsgd {
 namespace {
 
 std::unique_ptr<HttpServer> StartServer() {
   HttpServer::Options options;
-  options.routes["/hello"] = [] {
-    return HttpServer::Response{200, "text/plain", "hi\n"};
-  };
+  options.routes["/hello"] = [] { return HttpServer::Response{200, "text/plain", "hi\n"}; };
   options.routes["/teapot"] = [] { return HttpServer::Response{418, "text/plain", "no"}; };
   options.prefix_routes["/runs/"] = [](absl::string_view rest) {
     return HttpServer::Response{200, "text/plain", "runs:" + std::string(rest)};
@@ -81,14 +81,12 @@ TEST(HttpServerTest, UnknownPathIs404AndWritesAre405) {
 TEST(HttpServerTest, BadOrTakenAddressFailsCleanly) {
   HttpServer::Options bad;
   bad.address = "nonsense";
-  EXPECT_EQ(HttpServer::Start(std::move(bad)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpServer::Start(std::move(bad)).status().code(), absl::StatusCode::kInvalidArgument);
 
   auto first = StartServer();
   HttpServer::Options taken;
   taken.address = first->address();
-  EXPECT_EQ(HttpServer::Start(std::move(taken)).status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(HttpServer::Start(std::move(taken)).status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(HttpServerTest, StopIsIdempotentAndClosesThePort) {
@@ -129,12 +127,11 @@ TEST(HttpServerTest, TricklingClientsNeitherBlockOthersNorShutdown) {
     ASSERT_EQ(send(fd, "G", 1, 0), 1);
     trickling.push_back(fd);
   }
-  std::atomic<bool> done{false};
+  absl::Notification done;
   std::thread trickle([&] {  // one more byte on each, every 300 ms
-    while (!done.load()) {
+    do {
       for (int fd : trickling) send(fd, "E", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-      absl::SleepFor(absl::Milliseconds(300));
-    }
+    } while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
   });
   httplib::Client client("127.0.0.1", (*server)->port());
   client.set_read_timeout(1, 0);
@@ -144,10 +141,10 @@ TEST(HttpServerTest, TricklingClientsNeitherBlockOthersNorShutdown) {
     EXPECT_EQ(res->status, 200);
   }
   // The trickling requests are cut at the time limit, though bytes keep coming.
-  absl::SleepFor(absl::Milliseconds(2500));
   char answer[256] = {};
-  const ssize_t n = recv(trickling[0], answer, sizeof(answer) - 1, MSG_DONTWAIT);
-  ASSERT_GT(n, 0);
+  ASSERT_TRUE(
+      WaitFor([&] { return recv(trickling[0], answer, sizeof(answer) - 1, MSG_DONTWAIT) > 0; },
+              absl::Seconds(10)));
   EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 408")) << answer;
   // New trickling clients again, and a shutdown that does not wait for them.
   for (int& fd : trickling) {
@@ -158,7 +155,7 @@ TEST(HttpServerTest, TricklingClientsNeitherBlockOthersNorShutdown) {
   const absl::Time stop_start = absl::Now();
   (*server)->Stop();
   EXPECT_LT(absl::Now() - stop_start, absl::Seconds(1));
-  done.store(true);
+  done.Notify();
   trickle.join();
   for (int fd : trickling) close(fd);
 }
@@ -170,8 +167,8 @@ TEST(HttpServerTest, ConnectionsAreLimitedPerClientAndMalformedRequestsRefused) 
   auto server = HttpServer::Start(std::move(options));
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<int> held;
+  // Accepted in the order they connected: these three first.
   for (int i = 0; i < 3; ++i) held.push_back(Connect((*server)->port()));
-  absl::SleepFor(absl::Milliseconds(100));  // accepted by now
   const int extra = Connect((*server)->port());
   char answer[256] = {};
   const ssize_t n = recv(extra, answer, sizeof(answer) - 1, 0);
@@ -179,14 +176,21 @@ TEST(HttpServerTest, ConnectionsAreLimitedPerClientAndMalformedRequestsRefused) 
   EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 503")) << answer;
   close(extra);
   for (int fd : held) close(fd);
-  absl::SleepFor(absl::Milliseconds(100));  // their slots are free again
-  const int bad = Connect((*server)->port());
-  const std::string garbage = "NONSENSE\r\n\r\n";
-  send(bad, garbage.data(), garbage.size(), 0);
-  std::memset(answer, 0, sizeof(answer));
-  ASSERT_GT(recv(bad, answer, sizeof(answer) - 1, 0), 0);
-  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 400")) << answer;
-  close(bad);
+  // Once the server has seen them close, their slots are free again: a malformed request
+  // then gets 400 (503 until then).
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const int bad = Connect((*server)->port());
+        const std::string garbage = "NONSENSE\r\n\r\n";
+        send(bad, garbage.data(), garbage.size(), 0);
+        std::memset(answer, 0, sizeof(answer));
+        const bool refused_as_malformed = recv(bad, answer, sizeof(answer) - 1, 0) > 0 &&
+                                          absl::StartsWith(answer, "HTTP/1.1 400");
+        close(bad);
+        return refused_as_malformed;
+      },
+      absl::Seconds(10)))
+      << answer;
   httplib::Client client("127.0.0.1", (*server)->port());
   auto head = client.Head("/healthz");
   ASSERT_TRUE(head);

@@ -1,4 +1,4 @@
-#include "common/http_server.h"
+#include "coordinator/http_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/address.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 
@@ -36,25 +37,34 @@ namespace {
 
 const char* Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 418: return "I'm a teapot";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 418:
+      return "I'm a teapot";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
 std::string Render(int status, absl::string_view content_type, absl::string_view body,
                    bool head_only, absl::string_view extra_headers = "") {
-  std::string out = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status),
-                                 "\r\nContent-Type: ", content_type,
-                                 "\r\nContent-Length: ", body.size(),
-                                 "\r\nConnection: close\r\n", extra_headers, "\r\n");
+  std::string out = absl::StrCat(
+      "HTTP/1.1 ", status, " ", Reason(status), "\r\nContent-Type: ", content_type,
+      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n", extra_headers, "\r\n");
   if (!head_only) absl::StrAppend(&out, body);
   return out;
 }
@@ -75,8 +85,7 @@ std::string PeerAddress(const sockaddr_storage& peer) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options) {
-  absl::StatusOr<HostPort> address = ParseHostPort(options.address, "--http_address");
-  if (!address.ok()) return address.status();
+  LOCALSGD_ASSIGN_OR_RETURN(HostPort address, ParseHostPort(options.address, "--http_address"));
   auto unavailable = [&] {
     return absl::UnavailableError(
         absl::StrCat("--http_address: cannot listen on ", options.address));
@@ -86,8 +95,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
-  if (getaddrinfo(address->host.c_str(), std::to_string(address->port).c_str(), &hints,
-                  &found) != 0) {
+  if (getaddrinfo(address.host.c_str(), std::to_string(address.port).c_str(), &hints, &found) !=
+      0) {
     return unavailable();
   }
   int fd = -1;
@@ -106,15 +115,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options) {
   sockaddr_storage bound = {};
   socklen_t length = sizeof(bound);
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-  const int port = ntohs(bound.ss_family == AF_INET6
-                             ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   SetNonBlocking(fd);
 
   std::unique_ptr<HttpServer> self(new HttpServer(std::move(options)));
   self->listen_fd_ = fd;
   self->port_ = port;
-  self->address_ = HostPort{address->host, port}.ToString();
+  self->address_ = HostPort{address.host, port}.ToString();
   if (pipe2(self->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     close(fd);
     return absl::InternalError("http server: cannot make its wake-up pipe");
@@ -155,8 +164,8 @@ void HttpServer::Loop() {
       if (events & (POLLERR | POLLNVAL)) {
         keep = false;
       } else if (c.answering && (events & (POLLOUT | POLLHUP))) {
-        const ssize_t n = send(c.fd, c.out.data() + c.written, c.out.size() - c.written,
-                               MSG_NOSIGNAL);
+        const ssize_t n =
+            send(c.fd, c.out.data() + c.written, c.out.size() - c.written, MSG_NOSIGNAL);
         if (n > 0) c.written += static_cast<size_t>(n);
         keep = n > 0 && c.written < c.out.size();
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) keep = true;

@@ -1,13 +1,13 @@
-#ifndef LOCALSGD_COMMON_AVERAGING_CLIENT_H_
-#define LOCALSGD_COMMON_AVERAGING_CLIENT_H_
+#ifndef LOCALSGD_CLIENT_AVERAGING_CLIENT_H_
+#define LOCALSGD_CLIENT_AVERAGING_CLIENT_H_
+
+#include <grpcpp/channel.h>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <grpcpp/channel.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -95,4 +95,4 @@ class AveragingClient {
 
 }  // namespace localsgd
 
-#endif  // LOCALSGD_COMMON_AVERAGING_CLIENT_H_
+#endif  // LOCALSGD_CLIENT_AVERAGING_CLIENT_H_

@@ -1,5 +1,5 @@
-#ifndef LOCALSGD_COMMON_HTTP_SERVER_H_
-#define LOCALSGD_COMMON_HTTP_SERVER_H_
+#ifndef LOCALSGD_COORDINATOR_HTTP_SERVER_H_
+#define LOCALSGD_COORDINATOR_HTTP_SERVER_H_
 
 #include <atomic>
 #include <functional>
@@ -85,4 +85,4 @@ class HttpServer {
 
 }  // namespace localsgd
 
-#endif  // LOCALSGD_COMMON_HTTP_SERVER_H_
+#endif  // LOCALSGD_COORDINATOR_HTTP_SERVER_H_

@@ -1,4 +1,4 @@
-#include "common/averaging_client.h"
+#include "client/averaging_client.h"
 
 #include <cstring>
 #include <optional>
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/codec.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
@@ -75,9 +76,11 @@ std::unique_ptr<grpc::ClientContext> AveragingClient::Context(absl::Duration tim
   return AuthorizedContext(token_, timeout);
 }
 
-absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
-    const Member& member, int64_t round, int64_t step, absl::Span<const float> params,
-    absl::Span<float> global, absl::Duration timeout) {
+absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(const Member& member,
+                                                                  int64_t round, int64_t step,
+                                                                  absl::Span<const float> params,
+                                                                  absl::Span<float> global,
+                                                                  absl::Duration timeout) {
   if (params.size() != global.size()) {
     return absl::InvalidArgumentError("params and global differ in length");
   }
@@ -86,12 +89,11 @@ absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
   // The first reply says how the vector is chunked; then a writer thread streams the delta
   // while this thread reads the update chunks as they come (they may come before the last
   // delta chunk is sent).
-  absl::StatusOr<v1::RoundHeader> begun =
-      BeginSync(stream.get(), context.get(), member, round, step,
-                static_cast<int64_t>(params.size()));
-  if (!begun.ok()) return begun.status();
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RoundHeader begun,
+                            BeginSync(stream.get(), context.get(), member, round, step,
+                                      static_cast<int64_t>(params.size())));
   v1::SyncResponse response;
-  const v1::RoundHeader& round_header = *begun;
+  const v1::RoundHeader& round_header = begun;
   const ChunkLayout layout{static_cast<int64_t>(params.size()), round_header.chunk_values()};
   if (round_header.chunk_values() <= 0 || layout.num_chunks() != round_header.num_chunks()) {
     context->TryCancel();
@@ -123,17 +125,16 @@ absl::StatusOr<AveragingClient::SyncResult> AveragingClient::Sync(
         problem = absl::InternalError(absl::StrCat("unexpected update chunk ", c));
         break;
       }
-      problem = Decode(round_header.codec(), response.update().data(),
-                       absl::MakeSpan(update.data() + layout.begin(c),
-                                      static_cast<size_t>(layout.size(c))));
+      problem = Decode(
+          round_header.codec(), response.update().data(),
+          absl::MakeSpan(update.data() + layout.begin(c), static_cast<size_t>(layout.size(c))));
       if (!problem.ok()) break;
       received[c] = true;
       ++received_count;
     } else if (response.has_commit()) {
       result.round = response.commit().round();
       result.global_step = response.commit().global_step();
-      result.members.assign(response.commit().members().begin(),
-                            response.commit().members().end());
+      result.members.assign(response.commit().members().begin(), response.commit().members().end());
       committed = true;
     }
   }
@@ -162,8 +163,9 @@ absl::Status AveragingClient::InitModel(const std::string& run_id, const std::st
   bool ok = stream->Write(request);
   for (int c = 0; ok && c < layout.num_chunks(); ++c) {
     request.mutable_chunk()->set_index(c);
-    request.mutable_chunk()->set_data(reinterpret_cast<const char*>(values.data() + layout.begin(c)),
-                                      static_cast<size_t>(layout.size(c)) * sizeof(float));
+    request.mutable_chunk()->set_data(
+        reinterpret_cast<const char*>(values.data() + layout.begin(c)),
+        static_cast<size_t>(layout.size(c)) * sizeof(float));
     ok = stream->Write(request);
   }
   stream->WritesDone();

@@ -16,11 +16,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/malloc_tuning.h"
-#include "common/averaging_client.h"
 #include "common/codec.h"
 #include "common/grpc_channel.h"
+#include "common/malloc_tuning.h"
 #include "common/status_util.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "worker/data_plane_server.h"
@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (float& x : global) x = dist(rng);
     localsgd::ChunkLayout layout = localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
-    absl::Status s = client.InitModel(run.run_id(), joined.worker_id(), global, layout,
-                                      absl::Seconds(120));
+    absl::Status s =
+        client.InitModel(run.run_id(), joined.worker_id(), global, layout, absl::Seconds(120));
     if (!s.ok()) return Fail("init model", s);
   } else {
     while (true) {
@@ -190,11 +190,11 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
     absl::StatusOr<localsgd::AveragingClient::SyncResult> result =
-        sharded ? sharded_client.Sync(member, outer, round, round * 8, params,
-                                      absl::MakeSpan(global), absl::MakeSpan(momentum),
-                                      absl::Seconds(300))
-                : client.Sync(member, round, round * 8, params, absl::MakeSpan(global),
-                              absl::Seconds(300));
+        sharded
+            ? sharded_client.Sync(member, outer, round, round * 8, params, absl::MakeSpan(global),
+                                  absl::MakeSpan(momentum), absl::Seconds(300))
+            : client.Sync(member, round, round * 8, params, absl::MakeSpan(global),
+                          absl::Seconds(300));
     if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
       // The round ended without an update (an owner died): keep the weights, try again.
       std::printf("round %lld aborted: %s\n", static_cast<long long>(round),

@@ -179,7 +179,9 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
     // A run's workers are those that report while it is active; after its end they may still
     // report their final evaluation.
     auto result = results_.find(request.worker_id());
-    if (result == results_.end() && runs_.active()) {
+    // A worker's final report counts even when it arrives after the run ended (a rank whose
+    // first heartbeat of the run is its last: the run was short, or others completed it).
+    if (result == results_.end() && (runs_.active() || request.finished())) {
       result = results_.try_emplace(request.worker_id()).first;
       result->second.set_worker_id(request.worker_id());
     }

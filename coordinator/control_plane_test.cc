@@ -291,6 +291,30 @@ TEST_F(ControlPlaneTest, ProgressOfAnEpochRunComesFromTheWorkersTotals) {
   EXPECT_EQ(plain->Status().progress().total_steps(), 1000);
 }
 
+// A rank whose first report of the run comes after the run completed (a short run, or the
+// other nodes completed it): its final report is among the run's results all the same.
+TEST_F(ControlPlaneTest, AFinalReportAfterTheEndCountsAmongTheResults) {
+  auto plane = Make("");
+  ASSERT_THAT(plane->Join(JoinAs("a", 0, 2)), IsOk());
+  ASSERT_THAT(plane->Join(JoinAs("a", 1, 2)), IsOk());
+  v1::StartRunRequest request = StartRequest(1);
+  request.mutable_spec()->set_total_steps(24);
+  auto run = plane->StartRun(request);
+  ASSERT_THAT(run, IsOk());
+  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 24, 0.4)), IsOk());
+  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 24), IsOk());
+  ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+  v1::HeartbeatRequest late = Beat("a/1", 24, 0.5, 0.7);
+  ASSERT_THAT(plane->Heartbeat(late), IsOk());  // not finished: not a result
+  EXPECT_EQ(plane->Run().member_results_size(), 1);
+  late.set_finished(true);
+  ASSERT_THAT(plane->Heartbeat(late), IsOk());
+  const v1::RunInfo done = plane->Run();
+  ASSERT_EQ(done.member_results_size(), 2);
+  EXPECT_EQ(done.member_results(1).worker_id(), "a/1");
+  EXPECT_EQ(done.member_results(1).step(), 24);
+}
+
 TEST_F(ControlPlaneTest, TheRunKeepsItsResultsAfterItsEndAndInTheHistoryAcrossARestart) {
   std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/results";
   std::string first;

@@ -109,12 +109,15 @@ TEST_F(CoordinatorClientTest, WaitsForARunAndStopsWaitingWhenTold) {
 }
 
 TEST_F(CoordinatorClientTest, ClaimsItsNodesLeadAndReportsTheSavedModel) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
-      CoordinatorClient::Connect(ClientOptions());
+  // Local rank 1 of 2 does not lead its node, until it claims the lead (its rank 0 died).
+  CoordinatorClient::Options options = ClientOptions();
+  options.identity.set_local_rank(1);
+  options.identity.set_local_world_size(2);
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(options);
   ASSERT_THAT(client, IsOk());
-  EXPECT_FALSE(FindMember(Status(), "node-a/0")->node_leader());
-  ASSERT_THAT((*client)->ClaimNodeLead("", ""), IsOk());
-  EXPECT_TRUE(FindMember(Status(), "node-a/0")->node_leader());
+  EXPECT_FALSE(FindMember(Status(), "node-a/1")->node_leader());
+  ASSERT_THAT((*client)->ClaimNodeLead("node-a/0", ""), IsOk());
+  EXPECT_TRUE(FindMember(Status(), "node-a/1")->node_leader());
 
   StartRun();
   ASSERT_THAT((*client)->WaitForRun([] { return false; }), IsOk());
@@ -146,12 +149,15 @@ TEST_F(CoordinatorClientTest, LeavesOnceAndIsGone) {
   EXPECT_THAT((*client)->Leave("finished"), IsOk());  // idempotent
 }
 
-TEST_F(CoordinatorClientTest, AWrongTokenIsRefusedAtOnceWithAHint) {
+TEST_F(CoordinatorClientTest, AWrongOrMissingTokenIsRefusedAtOnceWithAHint) {
   CoordinatorClient::Options options = ClientOptions();
   options.token = "wrong";
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(options);
-  EXPECT_THAT(client, StatusIs(absl::StatusCode::kPermissionDenied, "--token_file"));
+  EXPECT_THAT(CoordinatorClient::Connect(options),
+              StatusIs(absl::StatusCode::kPermissionDenied, "the token differs"));
+  options.token = "";
+  EXPECT_THAT(CoordinatorClient::Connect(options),
+              StatusIs(absl::StatusCode::kUnauthenticated, "--token_file"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // not retried
 }
 

@@ -97,7 +97,8 @@ def main():
     while True:
         try:
             s = fetch(args.address)
-            value = eval(args.expression, names(s))  # the tests' own expressions
+            # The tests' own expressions; parenthesized, so that they may span lines.
+            value = eval(f"(\n{args.expression}\n)", names(s))
             if args.print:
                 print(json.dumps(value))
                 return 0

@@ -97,6 +97,8 @@ absl::Status ValidateModel(const v1::RunSpec& spec) {
       return absl::OkStatus();
     case v1::ModelSpec::kTorchscriptPath:
       return CheckName("model.torchscript_path", model.torchscript_path(), /*required=*/true);
+    case v1::ModelSpec::kCustom:
+      return CheckName("model.custom", model.custom(), /*required=*/true);
     case v1::ModelSpec::SOURCE_NOT_SET:
       break;
   }
@@ -154,6 +156,20 @@ bool IsBuiltinModel(absl::string_view name) {
 }
 
 std::string BuiltinModelList() { return absl::StrJoin(kBuiltinModels, ", "); }
+
+std::string ModelName(const v1::ModelSpec& model) {
+  switch (model.source_case()) {
+    case v1::ModelSpec::kBuiltin:
+      return model.builtin();
+    case v1::ModelSpec::kTorchscriptPath:
+      return model.torchscript_path();
+    case v1::ModelSpec::kCustom:
+      return absl::StrCat(model.custom(), " (custom)");
+    case v1::ModelSpec::SOURCE_NOT_SET:
+      break;
+  }
+  return "";
+}
 
 absl::StatusOr<v1::RunSpec> ParseRunSpecText(absl::string_view text) {
   v1::RunSpec spec;

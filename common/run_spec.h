@@ -23,6 +23,9 @@ inline constexpr absl::string_view kBuiltinModels[] = {"mlp", "cnn"};
 bool IsBuiltinModel(absl::string_view name);
 std::string BuiltinModelList();
 
+// The model as people read it: the built-in's name, the TorchScript path, or "<name> (custom)".
+std::string ModelName(const v1::ModelSpec& model);
+
 // Parses a RunSpec written as text-format protobuf. INVALID_ARGUMENT carries the line and
 // column of the first error.
 absl::StatusOr<v1::RunSpec> ParseRunSpecText(absl::string_view text);

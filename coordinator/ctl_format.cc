@@ -7,6 +7,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/enum_name.h"
 #include "common/proto_time.h"
+#include "common/run_spec.h"
 #include "coordinator/run_manager.h"
 
 namespace localsgd {
@@ -73,8 +74,7 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   }
   const v1::RunSpec& spec = status.run().spec();
   if (!status.run().run_id().empty()) {
-    std::string model =
-        spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript_path();
+    std::string model = ModelName(spec.model());
     absl::StrAppend(&out, "spec: model ", model, ", dataset ", EnumName(spec.dataset().kind()),
                     ", local_sgd_steps ", spec.local_sgd_steps(), ", gradient_accumulation_steps ",
                     spec.gradient_accumulation_steps(), ", codec ", EnumName(spec.codec()),

@@ -33,6 +33,9 @@ ABSL_FLAG(bool, if_absent, false,
           "start: succeed without starting anything when a run with this spec is already "
           "waiting or running (a start job run again, a requeued batch job); a different "
           "active run is still an error.");
+ABSL_FLAG(int, min_workers, 0,
+          "start: the run's min_workers in place of the spec's (e.g. nodes x GPUs per node, "
+          "computed where the job knows its shape); 0: the spec's.");
 ABSL_FLAG(std::string, run_id, "", "stop: the run to stop (default: the active run).");
 ABSL_FLAG(std::string, reason, "", "stop: why, shown in status.");
 ABSL_FLAG(bool, json, false, "status, runs: print JSON instead of a table.");
@@ -50,9 +53,9 @@ using localsgd::v1::Coordinator;
 constexpr char kUsage[] =
     "the operator's command line for a localsgd coordinator.\n"
     "Usage: localsgdctl [--coordinator=HOST:PORT] [--token_file=FILE] COMMAND\n"
-    "  start --spec=FILE [--if_absent]\n"
+    "  start --spec=FILE [--if_absent] [--min_workers=N]\n"
     "                             start a run from a text-format RunSpec; --if_absent: or\n"
-    "                             find it already running\n"
+    "                             find it already running; --min_workers: in place of the spec's\n"
     "  stop [--run_id=ID] [--reason=TEXT]\n"
     "                             stop the active run\n"
     "  status [--json]            the run and its members\n"
@@ -103,6 +106,9 @@ class Ctl {
     absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::ParseRunSpecText(*text);
     if (!spec.ok())
       return Fail(absl::InvalidArgumentError(absl::StrCat(path, ": ", spec.status().message())));
+    const int min_workers = absl::GetFlag(FLAGS_min_workers);
+    if (min_workers < 0) return Usage("--min_workers: must be >= 0");
+    if (min_workers > 0) spec->set_min_workers(min_workers);
     localsgd::v1::StartRunRequest request;
     *request.mutable_spec() = *spec;
     localsgd::v1::StartRunResponse response;

@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/enum_name.h"
 #include "common/proto_time.h"
+#include "common/run_spec.h"
 #include "coordinator/run_manager.h"
 
 namespace localsgd {
@@ -244,9 +245,7 @@ std::string Charts(const v1::RunSeries& series) {
 
 std::string SpecSummary(const v1::RunSpec& spec) {
   std::vector<std::string> parts;
-  parts.push_back(
-      absl::StrCat("model ", Esc(spec.model().builtin().empty() ? spec.model().torchscript_path()
-                                                                : spec.model().builtin())));
+  parts.push_back(absl::StrCat("model ", Esc(ModelName(spec.model()))));
   parts.push_back(absl::StrCat(
       "data ", EnumName(spec.dataset().kind()),
       spec.dataset().path().empty() ? "" : absl::StrCat(" ", Esc(spec.dataset().path()))));

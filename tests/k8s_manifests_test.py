@@ -4,9 +4,13 @@ with each other and with the binaries: one image, ports matching the coordinator
 probes on /healthz, Services selecting the pods, the workers' --coordinator naming the
 Service and its port, node counts and GPU counts consistent, every referenced Secret,
 ConfigMap, PVC and volume defined, every flag known to the binary it is passed to, and the
-run spec accepted by a real coordinator."""
+run spec accepted by a real coordinator; the cluster's shape is set once, in
+kustomization.yaml, and reaches every field that depends on it (rendered with `kubectl
+kustomize` when kubectl is installed, and by this test's own reading of the replacements)."""
+import copy
 import glob
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -42,7 +46,8 @@ def known_flags(binary):
 
 
 docs = []
-for path in sorted(glob.glob(f"{ROOT}/deploy/k8s/*.yaml")):
+KUSTOMIZATION = f"{ROOT}/deploy/k8s/kustomization.yaml"
+for path in sorted(set(glob.glob(f"{ROOT}/deploy/k8s/*.yaml")) - {KUSTOMIZATION}):
     with open(path) as f:
         for doc in yaml.safe_load_all(f):
             if doc:
@@ -161,8 +166,10 @@ wcontainer = wspec["template"]["spec"]["containers"][0]
 wflags = flags(wcontainer["args"])
 check(wflags["coordinator"] == f"localsgd-coordinator:{service_ports['grpc']['port']}",
       "workers: --coordinator is not the Service's grpc port")
-check(int(wflags["num_nodes"]) == wspec["completions"] == wspec["parallelism"],
-      "workers: --num_nodes, completions and parallelism differ")
+wenv = {e["name"]: e for e in wspec["template"]["spec"]["containers"][0]["env"]}
+check(wflags["num_nodes"] == "$NODES", "workers: --num_nodes is not $NODES")
+check(int(wenv["NODES"]["value"]) == wspec["completions"] == wspec["parallelism"],
+      "workers: NODES, completions and parallelism differ")
 check(wflags["node_rank"] == "$JOB_COMPLETION_INDEX", "workers: node rank not from the index")
 check_tls("workers", wspec["template"]["spec"], wflags,
           ["tls_ca", "tls_cert", "tls_key", "data_tls_cert", "data_tls_key"])
@@ -201,6 +208,14 @@ check(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name",
 spec_text = get("ConfigMap", "localsgd-run-spec")["data"]["spec.textproto"]
 starter = get("Job", "localsgd-start-run")["spec"]["template"]["spec"]["containers"][0]
 check(flags(starter["args"])["spec"] == "/etc/localsgd/spec/spec.textproto", "start job: spec path")
+senv = {e["name"]: e["value"] for e in starter["env"]}
+check(senv["NODES"] == wenv["NODES"]["value"] and senv["GPUS_PER_NODE"] == env["LOCAL_WORLD_SIZE"]["value"],
+      "start job: NODES and GPUS_PER_NODE differ from the workers'")
+check('--min_workers="$((NODES * GPUS_PER_NODE))"' in " ".join(starter["args"]),
+      "start job: min_workers is not every worker (NODES x GPUS_PER_NODE)")
+check("min_workers:" not in "".join(l for l in get("ConfigMap", "localsgd-run-spec")["data"]
+                                    ["spec.textproto"].splitlines() if not l.strip().startswith("#")),
+      "run spec: min_workers is set by the start job, not in the spec")
 check("if_absent" in flags(starter["args"]),
       "start job: --if_absent, so that a retried or re-created Job finds its run instead of failing")
 check_tls("start job", get("Job", "localsgd-start-run")["spec"]["template"]["spec"],
@@ -220,6 +235,90 @@ with tempfile.TemporaryDirectory() as work:
     finally:
         coordinator.terminate()
         coordinator.wait()
+
+
+# The cluster's shape, set once in kustomization.yaml.
+def resolve(node, path):
+    """The parent and key of a kustomize fieldPath ("a.b.[name=x].c.[dotted.key]") in node."""
+    parts = re.findall(r"\[[^\]]*\]|[^.\[]+", path)
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part.startswith("[") and "=" in part:
+            key, value = part[1:-1].split("=", 1)
+            matches = [item for item in node if item.get(key) == value]
+            if len(matches) != 1:
+                raise KeyError(path)
+            node = matches[0]
+            continue
+        key = part.strip("[]")
+        if last:
+            if key not in node:
+                raise KeyError(path)
+            return node, key
+        node = node[key]
+    raise KeyError(path)
+
+
+def render(kustomization, by_key):
+    """Applies the kustomization's replacements to copies of the manifests' objects."""
+    literals = dict(l.split("=", 1) for l in kustomization["configMapGenerator"][0]["literals"])
+    rendered = copy.deepcopy(by_key)
+    for replacement in kustomization["replacements"]:
+        value = literals[replacement["source"]["fieldPath"].split(".", 1)[1]]
+        for target in replacement["targets"]:
+            doc = rendered[(target["select"]["kind"], target["select"]["name"])]
+            for path in target["fieldPaths"]:
+                parent, key = resolve(doc, path)
+                parent[key] = int(value) if isinstance(parent[key], int) else value
+    return rendered
+
+
+def check_shape(rendered, nodes, gpus, how):
+    w = rendered[("Job", "localsgd-workers")]["spec"]
+    container = w["template"]["spec"]["containers"][0]
+    wenv = {e["name"]: e.get("value") for e in container["env"]}
+    s = rendered[("Job", "localsgd-start-run")]["spec"]["template"]["spec"]["containers"][0]
+    senv = {e["name"]: e.get("value") for e in s["env"]}
+    got = (w["completions"], w["parallelism"], wenv["NODES"], senv["NODES"],
+           wenv["LOCAL_WORLD_SIZE"], senv["GPUS_PER_NODE"],
+           container["resources"]["requests"]["nvidia.com/gpu"],
+           container["resources"]["limits"]["nvidia.com/gpu"])
+    want = (nodes, nodes, str(nodes), str(nodes), str(gpus), str(gpus), gpus, gpus)
+    check(got == want, f"{how}: the shape does not reach every field: {got} != {want}")
+
+
+kustomization = yaml.safe_load(open(KUSTOMIZATION))
+check(sorted(kustomization["resources"]) ==
+      sorted(os.path.basename(p) for p in set(glob.glob(f"{ROOT}/deploy/k8s/*.yaml")) - {KUSTOMIZATION}),
+      "kustomization.yaml: resources are not every manifest")
+check(kustomization["images"][0]["name"] == next(iter(images)).split(":")[0],
+      "kustomization.yaml: images does not name the manifests' image")
+literals = dict(l.split("=", 1) for l in kustomization["configMapGenerator"][0]["literals"])
+try:
+    # The manifests as shipped carry the same values (they also apply without -k).
+    check_shape(render(kustomization, objects), int(literals["NODES"]),
+                int(literals["GPUS_PER_NODE"]), "kustomization.yaml")
+    # Another shape, set in the one place, reaches every field.
+    other = copy.deepcopy(kustomization)
+    other["configMapGenerator"][0]["literals"] = ["NODES=5", "GPUS_PER_NODE=4"]
+    check_shape(render(other, objects), 5, 4, "NODES=5, GPUS_PER_NODE=4")
+except KeyError as e:
+    check(False, f"kustomization.yaml: a replacement's fieldPath is not in the manifest: {e}")
+kubectl = shutil.which("kubectl")
+if kubectl:
+    with tempfile.TemporaryDirectory() as work:
+        shutil.copytree(f"{ROOT}/deploy/k8s", f"{work}/k8s")
+        with open(f"{work}/k8s/kustomization.yaml", "w") as f:
+            yaml.safe_dump(other, f)
+        result = subprocess.run([kubectl, "kustomize", f"{work}/k8s"], capture_output=True, text=True)
+        check(result.returncode == 0, f"kubectl kustomize failed: {result.stderr}")
+        if result.returncode == 0:
+            by_key = {(d["kind"], d["metadata"]["name"]): d
+                      for d in yaml.safe_load_all(result.stdout) if d}
+            check_shape(by_key, 5, 4, "kubectl kustomize with NODES=5, GPUS_PER_NODE=4")
+    print("kustomization rendered with kubectl kustomize")
+else:
+    print("kubectl is not installed: the kustomization was checked by this test's own rendering")
 
 if failures:
     print("\n".join("FAIL: " + f for f in failures))

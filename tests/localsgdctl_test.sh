@@ -63,6 +63,16 @@ rc=0; out=$(ctl --token_file="$WORK/token" start --if_absent --spec="$WORK/other
 [[ $rc == 1 ]] || fail "start --if_absent of another spec: exit $rc: $out"
 expect_contains "$out" "is active with another spec"
 expect_contains "$out" "FAILED_PRECONDITION"
+# --min_workers replaces the spec's (a Kubernetes start job: nodes x GPUs per node): the same
+# value is the same spec, another is another; a negative one is a usage error.
+out=$(ctl --token_file="$WORK/token" start --if_absent --spec="$SPEC" --min_workers=4)
+expect_contains "$out" "already active: $run_id"
+rc=0; out=$(ctl --token_file="$WORK/token" start --if_absent --spec="$SPEC" --min_workers=6 2>&1) || rc=$?
+[[ $rc == 1 ]] || fail "start --min_workers=6 of a min_workers 4 run: exit $rc: $out"
+expect_contains "$out" "is active with another spec"
+rc=0; out=$(ctl --token_file="$WORK/token" start --spec="$SPEC" --min_workers=-1 2>&1) || rc=$?
+[[ $rc == 2 ]] || fail "--min_workers=-1: exit $rc: $out"
+expect_contains "$out" "--min_workers"
 
 out=$(ctl status)
 expect_contains "$out" "$run_id (demo) WAITING_FOR_WORKERS round 0 step 0/400"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sbatch script on a real single-node Slurm cluster (Debian's slurm-wlm and munge, daemons
 # started here, configured in a temporary folder): the job runs the coordinator and one
-# worker per task, the run completes, and every round has every node leader and drops nobody.
+# worker per task, the run completes, and every round has every node leader and drops nobody;
+# a job requeued in the middle of its run carries the same run on to completion.
 set -euo pipefail
 
 ROOT="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -56,4 +57,49 @@ print("completed over mutual TLS; 6 rounds, every node leader in each, none drop
       "both workers finished")
 PY
 [[ -s $(dirname "$status")/model.pt ]] || fail "no trained model"
+
+# Requeue (what a node failure does to a job submitted with --requeue): the job is stopped in
+# the middle of its run and started again with the same job id, and so the same folder; its
+# coordinator restores the run from the state folder, `localsgdctl start --if_absent` attaches
+# to it, the workers resume from its global model, and the job completes that same run.
+sed -e 's/^name: .*/name: "slurm-requeue"/' -e 's/^total_steps: .*/total_steps: 1200/' \
+  "$WORK/spec.textproto" > "$WORK/requeue.textproto"
+mkdir -p "$WORK/requeue"
+job=$(LOCALSGD_BIN="$ROOT" LOCALSGD_SPEC="$WORK/requeue.textproto" LOCALSGD_DIR="$WORK/requeue" \
+  sbatch --parsable --requeue --nodes=1 --ntasks-per-node=2 --chdir="$WORK" \
+  --output="$WORK/requeue.out" --open-mode=append "$ROOT/deploy/slurm/localsgd.sbatch") \
+  || fail "the requeue job was not submitted"
+status_of() {  # the job's coordinator's /status, asked as in status_query.py
+  /usr/bin/python3 "$ROOT/tests/testutil/status_query.py" "$1" "$2" --wait "${3:-0}"
+}
+address=""
+for _ in $(seq 1 600); do
+  address=$(sed -n 's#^coordinator .*, status http://\([^/]*\)/$#\1#p' "$WORK/requeue.out" \
+    2>/dev/null | head -n 1 || true)
+  [[ -n $address ]] && break
+  sleep 0.1
+done
+[[ -n $address ]] || fail "the requeue job's coordinator did not start"
+status_of "$address" 'run["state"] == "RUN_STATE_RUNNING" and run["round"] >= 3' 120 \
+  || fail "the requeue job's run did not get to round 3"
+first_run=$(/usr/bin/python3 "$ROOT/tests/testutil/status_query.py" "$address" 'run["run_id"]' --print)
+scontrol requeue "$job" || fail "scontrol requeue failed"
+for _ in $(seq 1 3000); do  # up to 5 minutes
+  state=$(scontrol show job "$job" -o | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+  [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED ]] && break
+  sleep 0.1
+done
+[[ $state == COMPLETED ]] || fail "the requeued job ended $state"
+scontrol show job "$job" -o | grep -q "Restarts=1 " || fail "the job was not requeued once"
+/usr/bin/python3 - "$WORK/requeue/localsgd-$job/status.json" "$first_run" <<'PY' \
+  || fail "the requeued job did not complete the same run"
+import json, sys
+status = json.load(open(sys.argv[1]))
+run, first = status["run"], json.loads(sys.argv[2])
+assert run["run_id"] == first, (run["run_id"], first)
+assert run["state"] == "RUN_STATE_COMPLETED" and run["global_step"] == "1200", run
+restored = [e for e in status["events"] if e["kind"] == "model_restored"]
+assert restored, "the restarted coordinator did not restore the run's model"
+print(f"run {first} requeued, restored ({restored[0]['text']}) and completed")
+PY
 echo PASS

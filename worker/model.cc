@@ -156,6 +156,11 @@ std::string SaveInfoText(const Model::SaveInfo& info) {
 
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint64_t seed) {
   torch::manual_seed(seed);
+  if (spec.has_custom()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.custom: \"", spec.custom(),
+                     "\" is trained by its own program (localsgd::Connect), not by the worker"));
+  }
   if (spec.has_builtin()) {
     if (spec.builtin() == "mlp") return std::unique_ptr<Model>(new BuiltinModel<Mlp>());
     if (spec.builtin() == "cnn") return std::unique_ptr<Model>(new BuiltinModel<Cnn>());

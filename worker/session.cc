@@ -1,0 +1,232 @@
+#include "worker/session.h"
+
+#include <unistd.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/run_spec.h"
+#include "common/status_macros.h"
+#include "worker/intra_node_averager.h"
+#include "worker/model.h"
+
+namespace localsgd {
+
+Session::Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator)
+    : options_(std::move(options)), coordinator_(std::move(coordinator)) {}
+
+Session::~Session() = default;
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
+  if (options.local_world_size < 1 || options.local_rank < 0 ||
+      options.local_rank >= options.local_world_size) {
+    return absl::InvalidArgumentError("local_rank: must be in [0, local_world_size)");
+  }
+  if (options.data_tls_cert.empty() != options.data_tls_key.empty()) {
+    return absl::InvalidArgumentError("data_tls_cert and data_tls_key: give both or neither");
+  }
+  if (options.node_name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    options.node_name = host;
+  }
+  if (!options.stop) options.stop = [] { return false; };
+  LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                            MakeChannelCredentials(options.tls));
+  CoordinatorClient::Options client_options;
+  client_options.address = options.coordinator;
+  client_options.credentials = credentials;
+  client_options.token = options.token;
+  client_options.identity.set_node_name(options.node_name);
+  client_options.identity.set_local_rank(options.local_rank);
+  client_options.identity.set_local_world_size(options.local_world_size);
+  client_options.hostname = options.node_name;
+  client_options.connect_timeout = options.connect_timeout;
+  client_options.stop = options.stop;
+  LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
+                            CoordinatorClient::Connect(client_options));
+  LogInfo(absl::StrCat("joined as ", client->worker_id(), "; waiting for a run"));
+  std::unique_ptr<Session> session(new Session(std::move(options), std::move(client)));
+  session->credentials_ = std::move(credentials);
+  absl::StatusOr<v1::RunInfo> run = session->coordinator_->WaitForRun(session->options_.stop);
+  absl::StatusOr<v1::RunSpec> spec =
+      run.ok() ? NormalizeRunSpec(run->spec()) : absl::StatusOr<v1::RunSpec>(run.status());
+  if (!spec.ok()) {
+    session
+        ->Leave(session->options_.stop() ? "stopped before a run began"
+                                         : absl::StrCat("failed: ", spec.status().ToString()))
+        .IgnoreError();
+    return spec.status();
+  }
+  session->spec_ = *std::move(spec);
+  session->run_id_ = run->run_id();
+  LogInfo(absl::StrCat("run ", session->run_id_, " (", session->spec_.name(), ")"));
+  return session;
+}
+
+bool Session::RunHalted() const {
+  const v1::RunInfo now = coordinator_->run();
+  return now.run_id() == run_id_ &&
+         (now.state() == v1::RUN_STATE_STOPPED || now.state() == v1::RUN_STATE_FAILED);
+}
+
+bool Session::RunEnded() const {
+  const v1::RunInfo now = coordinator_->run();
+  return now.run_id() == run_id_ && (RunHalted() || now.state() == v1::RUN_STATE_COMPLETED);
+}
+
+absl::Status Session::FormNodeGroup() {
+  // The node's ranks average with NCCL on GPUs and Gloo on CPUs, meeting in a node-local
+  // folder named after the run and the node; they re-form there when one of them dies.
+  const absl::Duration timeout = absl::Seconds(spec_.round_deadline_seconds() * 2 + 60);
+  const c10::Device device = options_.device;
+  NodeGroup::Factory factory = [device, timeout](const std::string& store, int rank, int size,
+                                                 std::function<bool()> peers_alive) {
+    return device.is_cuda() ? MakeNcclAverager(store, rank, size, device.index(), timeout,
+                                               std::move(peers_alive))
+                            : MakeGlooAverager(store, rank, size, timeout);
+  };
+  absl::StatusOr<std::unique_ptr<NodeGroup>> group = NodeGroup::Form(
+      absl::StrCat(options_.rendezvous_dir, "/localsgd-", run_id_, "-", options_.node_name),
+      options_.local_rank, options_.local_world_size, timeout, factory,
+      [this] { return options_.stop() || RunEnded(); });
+  if (!group.ok()) {
+    coordinator_->Flush().IgnoreError();  // the run's latest state, for the caller's RunEnded
+    if (options_.stop() || RunEnded()) {
+      return absl::CancelledError(
+          absl::StrCat("stopped forming the node group: ", group.status().message()));
+    }
+    return group.status();
+  }
+  group_ = std::move(*group);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
+  const bool sharded_exchange = spec_.exchange() == v1::EXCHANGE_SHARDED;
+  const bool tls = !options_.tls.ca_file.empty();
+  if (sharded_exchange && !options_.data_address.empty() && data_plane_ == nullptr) {
+    if (tls && options_.data_tls_cert.empty()) {
+      LogWarning(
+          "no sharded data plane: under TLS a node leader needs a data-plane certificate "
+          "(--data_tls_cert, --data_tls_key); this node takes part in rounds but owns no range");
+    } else {
+      DataPlaneServer::Options data_options;
+      data_options.address = options_.data_address;
+      data_options.token = options_.token;
+      data_options.tls.cert_file = options_.data_tls_cert;
+      data_options.tls.key_file = options_.data_tls_key;
+      // With the coordinator's rules: the bearer token, and mutual TLS when this worker has
+      // a client certificate.
+      if (tls && !options_.tls.cert_file.empty()) {
+        data_options.tls.client_ca_file = options_.tls.ca_file;
+      }
+      LOCALSGD_ASSIGN_OR_RETURN(data_plane_, DataPlaneServer::Start(data_options));
+      LogInfo(absl::StrCat("data plane listening on ", data_plane_->address()));
+    }
+  }
+  // A claim that does not get through is sent again with the heartbeats.
+  if (absl::Status s = coordinator_->ClaimNodeLead(
+          replaces, data_plane_ != nullptr ? data_plane_->address() : "");
+      !s.ok()) {
+    LogWarning(
+        absl::StrCat("claiming the node's lead: ", s.ToString(), " (retried with the heartbeats)"));
+  }
+  const int ranks = static_cast<int>(group_->members().size());
+  AveragingClient::Member member{run_id_, coordinator_->worker_id(), spec_.codec(),
+                                 static_cast<double>(ranks), ranks};
+  leader_ = std::make_unique<NodeLeader>(
+      averaging_.get(), member, ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
+      // Sharded rounds gather, then exchange, each within the deadline.
+      absl::Seconds(2 * spec_.round_deadline_seconds() + 30));
+  if (sharded_exchange) {
+    ShardedClient::Options sharded_options;
+    sharded_options.coordinator = coordinator_->channel();
+    sharded_options.token = options_.token;
+    sharded_options.peer_credentials = credentials_;
+    sharded_options.owner = data_plane_ != nullptr ? data_plane_->owner() : nullptr;
+    sharded_ = std::make_unique<ShardedClient>(sharded_options);
+    const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
+    leader_->UseShardedExchange(sharded_.get(),
+                                OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()});
+  }
+  return leader_.get();
+}
+
+absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
+  if (group_ == nullptr) return absl::FailedPreconditionError("Start before FormNodeGroup");
+  if (tensors.empty()) return absl::InvalidArgumentError("tensors: none to average");
+  tensors_ = std::move(tensors);
+  averaging_ = std::make_unique<AveragingClient>(coordinator_->channel(), options_.token);
+  NodeLeader* first_leader = nullptr;
+  if (spec_.enabled() && group_->members().front() == options_.local_rank) {
+    LOCALSGD_ASSIGN_OR_RETURN(first_leader, TakeLead(""));
+  }
+  HierarchicalAverager::TakeLead take_over;
+  if (spec_.enabled()) {
+    take_over = [this](int dead_rank) {
+      return TakeLead(absl::StrCat(options_.node_name, "/", dead_rank));
+    };
+  }
+  hierarchical_ = std::make_unique<HierarchicalAverager>(group_.get(), first_leader, take_over);
+  if (!spec_.enabled()) return first_step_ = 0;
+  absl::StatusOr<int64_t> resume_at = hierarchical_->Start(tensors_);
+  if (!resume_at.ok()) {
+    coordinator_->Flush().IgnoreError();
+    if (options_.stop() || RunEnded()) {  // the run stopped before this worker began
+      return absl::CancelledError(absl::StrCat("initial model: ", resume_at.status().message()));
+    }
+    return absl::Status(resume_at.status().code(),
+                        absl::StrCat("initial model: ", resume_at.status().message()));
+  }
+  // A run in progress (this worker restarted, or joined late): go on from its global step,
+  // on a sync boundary.
+  first_step_ = *resume_at / spec_.local_sgd_steps() * spec_.local_sgd_steps();
+  if (first_step_ > 0) {
+    LogInfo(absl::StrCat("the run is at global step ", *resume_at,
+                         "; resuming from the global model at step ", first_step_));
+  }
+  return first_step_;
+}
+
+absl::Status Session::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
+  if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Average before Start");
+  return hierarchical_->Average(tensors, step);
+}
+
+absl::Status Session::Health() const {
+  return hierarchical_ != nullptr ? hierarchical_->Health() : absl::OkStatus();
+}
+
+absl::Status Session::Finish(int64_t steps, double loss, double samples_per_second,
+                             double test_accuracy, const std::string& reason, bool stopped,
+                             absl::Duration wait) {
+  coordinator_->Report(steps, loss, samples_per_second, true, test_accuracy);
+  coordinator_->Flush().IgnoreError();  // the final report, at once
+  // Stay a member until the run ends, so that the run can see every worker finished.
+  const absl::Time give_up = absl::Now() + wait;
+  while (!stopped && !options_.stop() && coordinator_->run().state() == v1::RUN_STATE_RUNNING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return coordinator_->Leave(reason);
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Connect(SessionOptions options,
+                                                 std::vector<at::Tensor> tensors) {
+  LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Join(std::move(options)));
+  absl::Status status = session->FormNodeGroup();
+  if (status.ok()) status = session->Start(std::move(tensors)).status();
+  if (!status.ok()) {
+    session
+        ->Leave(absl::IsCancelled(status) ? "stopped before training"
+                                          : absl::StrCat("failed: ", status.ToString()))
+        .IgnoreError();
+    return status;
+  }
+  return session;
+}
+
+}  // namespace localsgd

@@ -1,0 +1,147 @@
+#ifndef LOCALSGD_WORKER_SESSION_H_
+#define LOCALSGD_WORKER_SESSION_H_
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/averaging_client.h"
+#include "common/tls.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
+#include "worker/coordinator_client.h"
+#include "worker/data_plane_server.h"
+#include "worker/hierarchical_averager.h"
+#include "worker/node_group.h"
+#include "worker/node_leader.h"
+#include "worker/parameter_averager.h"
+#include "worker/sharded_client.h"
+
+namespace localsgd {
+
+// How one rank (one process) takes part in a localsgd run.
+struct SessionOptions {
+  // The coordinator's gRPC HOST:PORT, its bearer token, and TLS (a CA: TLS; with a client
+  // certificate: mutual TLS; empty: plaintext).
+  std::string coordinator = "127.0.0.1:50051";
+  std::string token;
+  ClientTls tls;
+  // This node's name (empty: the host name) and this process's rank among the node's ranks.
+  // Rank 0 leads the node; when it dies the lowest live rank takes over.
+  std::string node_name;
+  int local_rank = 0;
+  int local_world_size = 1;
+  // Where the model lives: CPU ranks average within the node with Gloo, CUDA ranks with NCCL.
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // A node-local folder where the node's ranks meet.
+  std::string rendezvous_dir = "/tmp";
+  // The node leader's sharded data plane: where it listens (port 0: a free one; host
+  // 0.0.0.0: every interface, advertised as the address the coordinator sees; empty: none),
+  // and its certificate under TLS (without one under TLS the node serves no data plane).
+  std::string data_address = "0.0.0.0:0";
+  std::string data_tls_cert;
+  std::string data_tls_key;
+  // How long to keep retrying an unreachable coordinator.
+  absl::Duration connect_timeout = absl::Minutes(5);
+  // Waiting (to connect, for a run, for the node's ranks) ends once this returns true, e.g. on
+  // a signal: CANCELLED.
+  std::function<bool()> stop = [] { return false; };
+};
+
+// One rank's part in a run: the coordinator connection, the run's spec, the node's group of
+// ranks, and (node leaders) the data plane and the sync rounds. As a ParameterAverager it
+// averages the given tensors across every rank of every node: give it to LocalSGD. Made by
+// Connect below in one call, or step by step (Join, FormNodeGroup, Start) by a program that
+// needs the spec before it has a model (worker_app.cc). Thread-compatible.
+class Session : public ParameterAverager {
+ public:
+  // Joins the coordinator (retrying while it is unreachable) and waits for a running run.
+  // CANCELLED when options.stop() became true.
+  static absl::StatusOr<std::unique_ptr<Session>> Join(SessionOptions options);
+  ~Session() override;
+
+  // The run (its spec normalized: defaults filled in).
+  const std::string& run_id() const { return run_id_; }
+  const v1::RunSpec& spec() const { return spec_; }
+  std::string worker_id() const { return coordinator_->worker_id(); }
+  const std::string& node_name() const { return options_.node_name; }
+  CoordinatorClient& coordinator() { return *coordinator_; }
+
+  // Forms the node's group with its other ranks (they call it too). CANCELLED when stop()
+  // became true or the run ended meanwhile (see RunEnded).
+  absl::Status FormNodeGroup();
+
+  // Takes part in the run with `tensors` (the model's parameters, then any buffers to
+  // average; updated in place): the node leader claims its node at the coordinator and serves
+  // its data plane; every rank then takes the run's initial model, or the global model of a
+  // run in progress. Returns the optimizer step to start from: 0, or for a run in progress its
+  // global step rounded down to a sync boundary (also first_step()).
+  absl::StatusOr<int64_t> Start(std::vector<at::Tensor> tensors);
+  int64_t first_step() const { return first_step_; }
+
+  // ParameterAverager (after Start).
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Health() const override;
+
+  // The run was stopped or failed (training should stop); or it ended in any way, completed
+  // too. As of the latest heartbeat.
+  bool RunHalted() const;
+  bool RunEnded() const;
+
+  // This rank leads its node now, and the round and global step its node last agreed on.
+  bool leads_node() const { return leader_ != nullptr; }
+  int64_t round() const { return leader_ != nullptr ? leader_->round() : 0; }
+  int64_t global_step() const { return leader_ != nullptr ? leader_->global_step() : 0; }
+
+  // The end of a rank's training: reports the final progress, stays a member until the run
+  // ends (at most `wait`, so that the coordinator sees every worker finish) unless `stopped`,
+  // and leaves with `reason`.
+  absl::Status Finish(int64_t steps, double loss, double samples_per_second, double test_accuracy,
+                      const std::string& reason, bool stopped = false,
+                      absl::Duration wait = absl::Seconds(60));
+
+  // Leaves the coordinator (idempotent), e.g. with "failed: <error>".
+  absl::Status Leave(const std::string& reason) { return coordinator_->Leave(reason); }
+
+ private:
+  Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator);
+  // Leads the node from now on, in place of `replaces` (a dead leader's worker id) or "".
+  absl::StatusOr<NodeLeader*> TakeLead(const std::string& replaces);
+
+  SessionOptions options_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::unique_ptr<CoordinatorClient> coordinator_;
+  std::string run_id_;
+  v1::RunSpec spec_;
+  std::unique_ptr<NodeGroup> group_;
+  std::vector<at::Tensor> tensors_;
+  std::unique_ptr<AveragingClient> averaging_;
+  std::unique_ptr<DataPlaneServer> data_plane_;
+  std::unique_ptr<ShardedClient> sharded_;
+  std::unique_ptr<NodeLeader> leader_;
+  std::unique_ptr<HierarchicalAverager> hierarchical_;
+  int64_t first_step_ = 0;
+};
+
+// The one call for your own training loop: joins the coordinator, waits for a run, forms the
+// node's group and starts (Session::Join, FormNodeGroup, Start) with `tensors`, e.g.
+// `module->parameters()`. Then:
+//
+//   localsgd::LocalSGD local_sgd(session.get(), module->parameters(),
+//                                session->spec().local_sgd_steps(), true, session->first_step());
+//   for (...) { ...; optimizer.step(); local_sgd.Step(); }
+//
+// On an error it leaves the coordinator ("failed: ...") and returns it.
+absl::StatusOr<std::unique_ptr<Session>> Connect(SessionOptions options,
+                                                 std::vector<at::Tensor> tensors);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_SESSION_H_

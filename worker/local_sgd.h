@@ -11,7 +11,8 @@
 
 namespace localsgd {
 
-// The two-line API (README.md, "The two-line API"), the C++ counterpart of Accelerate's LocalSGD:
+// The two-line API (README.md, "Your own training loop"), the C++ counterpart of Accelerate's
+// LocalSGD:
 //
 //   localsgd::LocalSGD local_sgd(&averager, model->parameters(), /*local_sgd_steps=*/8);
 //   for (...) { ...; optimizer.step(); optimizer.zero_grad(); local_sgd.Step(); }

@@ -7,7 +7,7 @@ absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeNcclAverager(const std::s
                                                                     int, absl::Duration,
                                                                     std::function<bool()>) {
   return absl::UnimplementedError(
-      "this worker was built without NCCL: build with --config=cuda (see README, GPUs)");
+      "this worker was built without NCCL: build with --config=cuda (see docs/reference.md, GPUs)");
 }
 
 }  // namespace localsgd

@@ -11,7 +11,9 @@ for rank in 0 1 2; do grep -q "rank $rank of 3" <<<"$out" || fail "rank $rank di
 
 # The first rank to fail gives the status; the others are waited for.
 rc=0
-"$LAUNCH" 3 sh -c 'if [ {rank} = 1 ]; then exit 7; fi; sleep 0.5; touch "$0.{rank}"' "$WORK/done" \
+# (Ranks 0 and 2 finish only after rank 1 has failed.)
+"$LAUNCH" 3 sh -c 'if [ {rank} = 1 ]; then touch "$0.failed"; exit 7; fi
+  while [ ! -e "$0.failed" ]; do sleep 0.1; done; touch "$0.{rank}"' "$WORK/done" \
   2>"$WORK/err" || rc=$?
 [[ $rc == 7 ]] || fail "a failed rank gave $rc, not 7"
 [[ -e "$WORK/done.0" && -e "$WORK/done.2" ]] || fail "the other ranks were not waited for"

@@ -87,7 +87,8 @@ TEST_F(CoordinatorClientTest, JoinsAndHeartbeatsCarryItsProgress) {
         return m != nullptr && m->step() == 12 && m->test_accuracy() == 0.75;
       },
       absl::Seconds(10)));
-  const v1::MemberStatus* m = FindMember(Status(), "node-a/0");
+  const v1::CoordinatorStatus status = Status();
+  const v1::MemberStatus* m = FindMember(status, "node-a/0");
   ASSERT_NE(m, nullptr);
   EXPECT_DOUBLE_EQ(m->loss(), 0.5);
   EXPECT_DOUBLE_EQ(m->samples_per_second(), 100);

@@ -12,9 +12,7 @@ echo -n "race-token" > "$WORK/token"
 source "$BIN/tests/testutil/test_helpers.sh"
 flags=(--state_dir="$WORK/state" --token_file="$WORK/token" --lease_timeout=30s)
 ctl() { "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" "$@"; }
-status_field() {  # a field of the run in the status JSON
-  ctl status --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['run'].get('$1', 0))"
-}
+status_field() { status_value "run[\"$1\"]" | tr -d '"'; }  # a field of the run, from /status
 
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 "${flags[@]}"
 port_flags=(--grpc_address="$GRPC" --http_address="$HTTP")
@@ -32,12 +30,9 @@ for i in $(seq 1 30); do
 model { builtin: "mlp" } min_workers: 2 total_steps: 1000000000 round_deadline_seconds: 5
 chunk_bytes: 65536 exchange: $exchange
 SPEC
-  # Let some rounds commit, then stop at a random moment among the next ones.
-  for _ in $(seq 1 300); do
-    [[ $(status_field round) -ge 2 ]] 2>/dev/null && break
-    sleep 0.05
-  done
-  [[ $(status_field round) -ge 2 ]] || fail "iteration $i ($exchange): no rounds"
+  # Let some rounds commit, then stop at a random moment among the next ones (a random
+  # delay of 0 to 90 ms: the race this test is about).
+  wait_status 'run["round"] >= 2' "iteration $i ($exchange): no rounds" 15
   sleep "0.0$((RANDOM % 10))"
   ctl stop --reason="race $i" >/dev/null || fail "iteration $i: stop failed"
   kill -9 "$coord_pid"

@@ -69,8 +69,8 @@ job=$(LOCALSGD_BIN="$ROOT" LOCALSGD_SPEC="$WORK/requeue.textproto" LOCALSGD_DIR=
   sbatch --parsable --requeue --nodes=1 --ntasks-per-node=2 --chdir="$WORK" \
   --output="$WORK/requeue.out" --open-mode=append "$ROOT/deploy/slurm/localsgd.sbatch") \
   || fail "the requeue job was not submitted"
-status_of() {  # the job's coordinator's /status, asked as in status_query.py
-  /usr/bin/python3 "$ROOT/tests/testutil/status_query.py" "$1" "$2" --wait "${3:-0}"
+status_of() {  # ADDRESS ARGS...: the job's coordinator's /status (tests/testutil/status_query.py)
+  /usr/bin/python3 "$ROOT/tests/testutil/status_query.py" "$@"
 }
 address=""
 for _ in $(seq 1 600); do
@@ -80,9 +80,9 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [[ -n $address ]] || fail "the requeue job's coordinator did not start"
-status_of "$address" 'run["state"] == "RUN_STATE_RUNNING" and run["round"] >= 3' 120 \
+status_of "$address" 'run["state"] == "RUN_STATE_RUNNING" and run["round"] >= 3' --wait 120 \
   || fail "the requeue job's run did not get to round 3"
-first_run=$(/usr/bin/python3 "$ROOT/tests/testutil/status_query.py" "$address" 'run["run_id"]' --print)
+first_run=$(status_of "$address" 'run["run_id"]' --print)
 scontrol requeue "$job" || fail "scontrol requeue failed"
 for _ in $(seq 1 3000); do  # up to 5 minutes
   state=$(scontrol show job "$job" -o | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')

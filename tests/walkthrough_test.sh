@@ -14,7 +14,6 @@ trap 'pkill -f -- "--token_file=$WORK/token" || true' EXIT
 sed -n '/^<!-- walkthrough:/,/^```$/p' "$BIN/README.md" | sed '1,2d;$d' > "$WORK/walkthrough.sh"
 [[ $(grep -c 'bazel-bin/' "$WORK/walkthrough.sh") -ge 5 ]] \
   || fail "no walkthrough found in README.md: $(cat "$WORK/walkthrough.sh")"
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 grpc_port=$(free_port)
 http_port=$(free_port)
 sed -e "s#HOST_A#127.0.0.1#g" -e "s#50051#$grpc_port#g" -e "s#8080#$http_port#g" \

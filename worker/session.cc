@@ -6,11 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/averaging_client.h"
 #include "common/log.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
+#include "worker/data_plane_server.h"
+#include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
+#include "worker/node_group.h"
+#include "worker/node_leader.h"
+#include "worker/sharded_client.h"
 
 namespace localsgd {
 
@@ -190,6 +196,10 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   }
   return first_step_;
 }
+
+int64_t Session::round() const { return leader_ != nullptr ? leader_->round() : 0; }
+
+int64_t Session::global_step() const { return leader_ != nullptr ? leader_->global_step() : 0; }
 
 absl::Status Session::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
   if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Average before Start");

@@ -13,18 +13,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/averaging_client.h"
 #include "common/tls.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 #include "worker/coordinator_client.h"
-#include "worker/data_plane_server.h"
-#include "worker/hierarchical_averager.h"
-#include "worker/node_group.h"
-#include "worker/node_leader.h"
 #include "worker/parameter_averager.h"
-#include "worker/sharded_client.h"
 
 namespace localsgd {
+
+// The pieces a Session owns; users of this header need not see them.
+class AveragingClient;
+class DataPlaneServer;
+class HierarchicalAverager;
+class NodeGroup;
+class NodeLeader;
+class ShardedClient;
 
 // How one rank (one process) takes part in a localsgd run.
 struct SessionOptions {
@@ -97,8 +99,8 @@ class Session : public ParameterAverager {
 
   // This rank leads its node now, and the round and global step its node last agreed on.
   bool leads_node() const { return leader_ != nullptr; }
-  int64_t round() const { return leader_ != nullptr ? leader_->round() : 0; }
-  int64_t global_step() const { return leader_ != nullptr ? leader_->global_step() : 0; }
+  int64_t round() const;
+  int64_t global_step() const;
 
   // The end of a rank's training: reports the final progress, stays a member until the run
   // ends (at most `wait`, so that the coordinator sees every worker finish) unless `stopped`,

@@ -34,6 +34,11 @@ start_coordinator() {
   [[ -n "$GRPC" && -n "$HTTP" ]] || fail "coordinator did not print its listening lines"
 }
 
+# A TCP port free on the loopback address now (for programs that take a fixed port).
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # The coordinator's /status, asked through tests/testutil/status_query.py (its docstring names
 # what an expression may use: run, rounds, committed, members, results, events(), ...).
 status_query() {

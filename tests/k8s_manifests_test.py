@@ -113,10 +113,33 @@ for secret in sorted(secrets):
     check(f"kubectl create secret generic {secret}" in header,
           f"Secret {secret}: no kubectl command to create it")
 check("REPLACE_WITH" not in header, "a placeholder value is shipped")
-# The image runs as the non-root user the manifests name, with the launcher.
+# The image runs as the non-root user the manifests name, with the launcher; one container
+# file builds the CPU and the CUDA image (build argument TORCH), and the manifests use the
+# CUDA one.
 dockerfile = open(f"{ROOT}/deploy/Dockerfile").read()
+stage = f"{ROOT}/deploy/image/stage.sh"
 check(re.search(r"^USER 65532$", dockerfile, re.M) is not None, "Dockerfile: not USER 65532")
-check("/opt/localsgd/bin/launch-ranks" in dockerfile, "Dockerfile: no launch-ranks")
+check(re.search(r"^ARG TORCH=cpu$", dockerfile, re.M) is not None, "Dockerfile: no ARG TORCH")
+check('deploy/image/stage.sh "$TORCH" /opt/localsgd' in dockerfile,
+      "Dockerfile: does not stage the build with deploy/image/stage.sh")
+check("deploy/bin/launch-ranks" in open(stage).read(), "stage.sh: no launch-ranks")
+check(next(iter(images)) == "localsgd:cuda", f"the manifests' image is not the CUDA one: {images}")
+check("--build-arg TORCH=cuda" in dockerfile and "-t localsgd:cuda" in dockerfile,
+      "Dockerfile: the CUDA image's build command is not documented")
+# The CUDA build refuses, naming the folder, when its inputs are not there (nothing is built).
+with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as libtorch:
+    os.makedirs(f"{libtorch}/include/torch")
+    os.makedirs(f"{libtorch}/lib")
+    open(f"{libtorch}/lib/libtorch_cuda.so", "w").close()
+    for env, says in [({"LIBTORCH": empty}, f"LIBTORCH={empty} is not a CUDA LibTorch"),
+                      ({"LIBTORCH": libtorch, "CUDA": empty}, f"CUDA={empty} has no")]:
+        result = subprocess.run([stage, "cuda", f"{empty}/out"], capture_output=True, text=True,
+                                env={**os.environ, **env})
+        check(result.returncode == 2 and says in result.stderr,
+              f"stage.sh cuda with {env}: {result.returncode} {result.stderr!r}")
+    result = subprocess.run([stage, "gpu", "x"], capture_output=True, text=True)
+    check(result.returncode == 2 and "stage.sh cuda DEST" in result.stderr,
+          f"stage.sh gpu: {result.returncode} {result.stderr!r}")
 
 # Coordinator: ports and probes agree with its flags; the Service selects it.
 deployment = get("Deployment", "localsgd-coordinator")

@@ -24,7 +24,9 @@ namespace localsgd {
 template <typename Message>
 class StreamOutbox {
  public:
-  StreamOutbox(std::function<void(const Message*)> start_write,
+  // `start_write` gets the message itself (kept until the write is done), so that a writer
+  // may share its bytes with gRPC beyond that.
+  StreamOutbox(std::function<void(const std::shared_ptr<const Message>&)> start_write,
                std::function<void(const grpc::Status&)> finish)
       : start_write_(std::move(start_write)), finish_(std::move(finish)) {}
 
@@ -96,11 +98,11 @@ class StreamOutbox {
     if (finish) {
       finish_(finish_status);
     } else {
-      start_write_(next.get());
+      start_write_(next);
     }
   }
 
-  const std::function<void(const Message*)> start_write_;
+  const std::function<void(const std::shared_ptr<const Message>&)> start_write_;
   const std::function<void(const grpc::Status&)> finish_;
   Mutex mu_;
   std::deque<std::shared_ptr<const Message>> queue_ ABSL_GUARDED_BY(mu_);

@@ -14,10 +14,10 @@ struct FakeStream {
   const std::string* in_flight = nullptr;
   int finishes = 0;
   grpc::Status finish_status;
-  StreamOutbox<std::string> outbox{[this](const std::string* m) {
+  StreamOutbox<std::string> outbox{[this](const std::shared_ptr<const std::string>& m) {
                                      EXPECT_EQ(in_flight, nullptr) << "two writes in flight";
                                      EXPECT_EQ(finishes, 0) << "write after finish";
-                                     in_flight = m;
+                                     in_flight = m.get();
                                    },
                                    [this](const grpc::Status& s) {
                                      EXPECT_EQ(in_flight, nullptr) << "finish during a write";

@@ -21,8 +21,11 @@ namespace {
 class SyncMember : public RoundMember {
  public:
   explicit SyncMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor)
-      : outbox_([reactor](const v1::SyncResponse* m) { reactor->StartWrite(m); },
-                [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
+      : outbox_(
+            [reactor](const std::shared_ptr<const v1::SyncResponse>& m) {
+              reactor->StartWrite(m.get());
+            },
+            [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
 
   void Enqueue(std::shared_ptr<const v1::SyncResponse> message) override {
     outbox_.Enqueue(std::move(message));

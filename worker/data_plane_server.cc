@@ -1,6 +1,8 @@
 #include "worker/data_plane_server.h"
 
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 
 #include <chrono>
 #include <utility>
@@ -18,19 +20,37 @@
 namespace localsgd {
 namespace {
 
-using ReduceReactorBase = grpc::ServerBidiReactor<v1::ReduceRequest, v1::ReduceResponse>;
+// The raw form of DataPlane.Reduce: requests are parsed here, responses go out as the bytes
+// an OwnerMean serialised once for every member.
+using ReduceReactorBase = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// `mean`'s wire form as a buffer that shares its bytes (no copy) and keeps it alive for as
+// long as gRPC holds them.
+grpc::ByteBuffer WireBuffer(std::shared_ptr<const OwnerMean> mean) {
+  const std::string& wire = mean->Wire();
+  auto* owner = new std::shared_ptr<const OwnerMean>(std::move(mean));
+  grpc::Slice slice(
+      const_cast<char*>(wire.data()), wire.size(),
+      [](void* owner) { delete static_cast<std::shared_ptr<const OwnerMean>*>(owner); }, owner);
+  return grpc::ByteBuffer(&slice, 1);
+}
 
 // The ReduceStream side of a Reduce call: messages go out through an outbox into the reactor.
 // Resume may come from another thread at any time, so it and OnDone meet under a lock.
 class ReduceStreamAdapter : public ReduceStream {
  public:
-  ReduceStreamAdapter(ReduceReactorBase* reactor, v1::ReduceRequest* request)
+  ReduceStreamAdapter(ReduceReactorBase* reactor, grpc::ByteBuffer* request)
       : reactor_(reactor),
         request_(request),
-        outbox_([reactor](const v1::ReduceResponse* m) { reactor->StartWrite(m); },
-                [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
+        outbox_(
+            [this, reactor](const std::shared_ptr<const OwnerMean>& m) {
+              // One write in flight at a time (the outbox's rule): this buffer is its own.
+              in_flight_ = WireBuffer(m);
+              reactor->StartWrite(&in_flight_);
+            },
+            [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
 
-  void Enqueue(std::shared_ptr<const v1::ReduceResponse> message) override {
+  void Enqueue(std::shared_ptr<const OwnerMean> message) override {
     outbox_.Enqueue(std::move(message));
   }
   void Close(const absl::Status& status) override {
@@ -61,27 +81,28 @@ class ReduceStreamAdapter : public ReduceStream {
     mu_.Await(absl::Condition(
         +[](int* resuming) { return *resuming == 0; }, &resuming_));
   }
-  StreamOutbox<v1::ReduceResponse>& outbox() { return outbox_; }
+  StreamOutbox<OwnerMean>& outbox() { return outbox_; }
 
  private:
   Mutex mu_;
   ReduceReactorBase* reactor_ ABSL_GUARDED_BY(mu_);
-  v1::ReduceRequest* const request_;
+  grpc::ByteBuffer* const request_;
+  grpc::ByteBuffer in_flight_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int resuming_ ABSL_GUARDED_BY(mu_) = 0;
-  StreamOutbox<v1::ReduceResponse> outbox_;
+  StreamOutbox<OwnerMean> outbox_;
 };
 
 // One member's Reduce call: the header, then the chunks, handed to the owner.
 class ReduceReactor : public ReduceReactorBase {
  public:
   ReduceReactor(ShardOwner* owner, const absl::Status& auth)
-      : owner_(owner), stream_(std::make_shared<ReduceStreamAdapter>(this, &request_)) {
+      : owner_(owner), stream_(std::make_shared<ReduceStreamAdapter>(this, &wire_)) {
     if (!auth.ok()) {
       End(auth);
       return;
     }
-    StartRead(&request_);
+    StartRead(&wire_);
   }
 
   void OnReadDone(bool ok) override {
@@ -89,6 +110,10 @@ class ReduceReactor : public ReduceReactorBase {
       // The member finished sending (the owner ends the stream once the range is averaged),
       // or went away before its header.
       if (session_ == 0) End(absl::InvalidArgumentError("the stream ended before a header"));
+      return;
+    }
+    if (!grpc::SerializationTraits<v1::ReduceRequest>::Deserialize(&wire_, &request_).ok()) {
+      End(absl::InvalidArgumentError("a request that does not parse as a ReduceRequest"));
       return;
     }
     if (session_ == 0) {
@@ -111,7 +136,7 @@ class ReduceReactor : public ReduceReactorBase {
       End(s);
       return;
     }
-    StartRead(&request_);
+    StartRead(&wire_);
   }
 
   void OnWriteDone(bool ok) override { stream_->outbox().OnWriteDone(ok); }
@@ -134,12 +159,14 @@ class ReduceReactor : public ReduceReactorBase {
   }
 
   ShardOwner* const owner_;
-  v1::ReduceRequest request_;
+  grpc::ByteBuffer wire_;      // the request as read
+  v1::ReduceRequest request_;  // ... and parsed
   const std::shared_ptr<ReduceStreamAdapter> stream_;
   int64_t session_ = 0;
 };
 
-class DataPlaneService final : public v1::DataPlane::CallbackService {
+class DataPlaneService final
+    : public v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service> {
  public:
   DataPlaneService(ShardOwner* owner, std::string token)
       : owner_(owner), token_(std::move(token)) {}

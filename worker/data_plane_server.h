@@ -40,7 +40,7 @@ class DataPlaneServer {
   DataPlaneServer() = default;
 
   ShardOwner owner_;
-  std::unique_ptr<v1::DataPlane::CallbackService> service_;
+  std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

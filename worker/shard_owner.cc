@@ -195,9 +195,10 @@ void ShardOwner::Advance() {
   }
   const int begin_chunk = round_->assignment.begin_chunk;
   for (int local : *completed) {
-    auto message = std::make_shared<v1::ReduceResponse>();
-    message->mutable_mean()->set_index(begin_chunk + local);
-    *message->mutable_mean()->mutable_data() = engine_->TakeEncodedUpdate(local);
+    v1::ReduceResponse response;
+    response.mutable_mean()->set_index(begin_chunk + local);
+    *response.mutable_mean()->mutable_data() = engine_->TakeEncodedUpdate(local);
+    auto message = std::make_shared<const OwnerMean>(std::move(response));
     for (int64_t session_id : round_->session_of_slot) {
       auto it = sessions_.find(session_id);
       if (it == sessions_.end()) continue;

@@ -7,8 +7,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/aggregator.h"
@@ -18,12 +20,31 @@
 
 namespace localsgd {
 
+// An averaged chunk as an owner sends it: one message shared by every member's stream and the
+// coordinator's, serialised at most once (docs/design.md, "Sharded rounds": the data plane
+// sends these same bytes to every member).
+class OwnerMean {
+ public:
+  explicit OwnerMean(v1::ReduceResponse message) : message_(std::move(message)) {}
+  const v1::ReduceResponse& message() const { return message_; }
+  // The message's wire form, made by the first caller. Thread-safe.
+  const std::string& Wire() const {
+    absl::call_once(serialised_, [this] { message_.SerializeToString(&wire_); });
+    return wire_;
+  }
+
+ private:
+  const v1::ReduceResponse message_;
+  mutable absl::once_flag serialised_;
+  mutable std::string wire_;
+};
+
 // One member's DataPlane.Reduce stream as the owner sees it (the gRPC adapter implements it).
 class ReduceStream {
  public:
   virtual ~ReduceStream() = default;
   // Queues a message. Called under the owner's lock: must not block or call into gRPC.
-  virtual void Enqueue(std::shared_ptr<const v1::ReduceResponse> message) = 0;
+  virtual void Enqueue(std::shared_ptr<const OwnerMean> message) = 0;
   // Queues the end of the stream with `status`, after the queued messages.
   virtual void Close(const absl::Status& status) = 0;
   // Sends what is queued. Called without locks.
@@ -37,7 +58,7 @@ class ReduceStream {
 class MeanSink {
  public:
   virtual ~MeanSink() = default;
-  virtual void OnMean(int chunk, std::shared_ptr<const v1::ReduceResponse> mean) = 0;
+  virtual void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) = 0;
   // The range cannot be averaged (an update that does not fit the codec): the round must abort.
   virtual void OnFailure(const absl::Status& status) = 0;
 };

@@ -20,7 +20,7 @@ constexpr int64_t kChunk = 256;
 
 class FakeStream : public ReduceStream {
  public:
-  void Enqueue(std::shared_ptr<const v1::ReduceResponse> message) override {
+  void Enqueue(std::shared_ptr<const OwnerMean> message) override {
     if (!closed) sent.push_back(std::move(message));
   }
   void Close(const absl::Status& status) override {
@@ -30,7 +30,7 @@ class FakeStream : public ReduceStream {
   void Flush() override {}
   void Resume() override { ++resumed; }
 
-  std::vector<std::shared_ptr<const v1::ReduceResponse>> sent;
+  std::vector<std::shared_ptr<const OwnerMean>> sent;
   bool closed = false;
   absl::Status end;
   int resumed = 0;
@@ -38,9 +38,7 @@ class FakeStream : public ReduceStream {
 
 class FakeSink : public MeanSink {
  public:
-  void OnMean(int chunk, std::shared_ptr<const v1::ReduceResponse>) override {
-    chunks.push_back(chunk);
-  }
+  void OnMean(int chunk, std::shared_ptr<const OwnerMean>) override { chunks.push_back(chunk); }
   void OnFailure(const absl::Status& status) override { failure = status; }
   std::vector<int> chunks;
   absl::Status failure;
@@ -63,9 +61,9 @@ v1::Chunk Fp32Chunk(int index, float value, int64_t values = kChunk) {
   return chunk;
 }
 
-float FirstValue(const v1::ReduceResponse& response) {
+float FirstValue(const OwnerMean& mean) {
   float value;
-  std::memcpy(&value, response.mean().data().data(), sizeof(float));
+  std::memcpy(&value, mean.message().mean().data().data(), sizeof(float));
   return value;
 }
 
@@ -99,6 +97,19 @@ class ShardOwnerTest : public ::testing::Test {
   FakeSink sink_;
 };
 
+TEST(OwnerMeanTest, WireIsTheSerialisedMessageMadeOnce) {
+  v1::ReduceResponse response;
+  response.mutable_mean()->set_index(7);
+  response.mutable_mean()->set_data(std::string(1000, 'x'));
+  const OwnerMean mean(response);
+  const std::string& wire = mean.Wire();
+  EXPECT_EQ(&wire, &mean.Wire());  // made once, the same bytes for every stream
+  v1::ReduceResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  EXPECT_EQ(parsed.mean().index(), 7);
+  EXPECT_EQ(parsed.mean().data(), response.mean().data());
+}
+
 TEST_F(ShardOwnerTest, EachChunkIsAveragedOnceEveryMemberSentItAndGoesToEveryone) {
   ASSERT_THAT(owner_.Install(Assignment(), &sink_), IsOk());
   auto a = std::make_shared<FakeStream>();
@@ -111,7 +122,7 @@ TEST_F(ShardOwnerTest, EachChunkIsAveragedOnceEveryMemberSentItAndGoesToEveryone
   ASSERT_EQ(a->sent.size(), 1u);
   ASSERT_EQ(b->sent.size(), 1u);
   EXPECT_EQ(a->sent[0], b->sent[0]);  // one message for everyone
-  EXPECT_EQ(a->sent[0]->mean().index(), 1);
+  EXPECT_EQ(a->sent[0]->message().mean().index(), 1);
   EXPECT_FLOAT_EQ(FirstValue(*a->sent[0]), (1 * 1.0f + 3 * 5.0f) / 4);
   EXPECT_THAT(sink_.chunks, ::testing::ElementsAre(1));
   ASSERT_THAT(owner_.AddChunk(sa, Fp32Chunk(2, 2.0f)), IsOk());

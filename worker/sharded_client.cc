@@ -27,7 +27,7 @@ class Uploader : public MeanSink {
       : stream_(stream), context_(context), thread_([this] { Run(); }) {}
   ~Uploader() override { Stop(); }
 
-  void OnMean(int, std::shared_ptr<const v1::ReduceResponse> mean) override {
+  void OnMean(int, std::shared_ptr<const OwnerMean> mean) override {
     MutexLock lock(&mu_);
     queue_.push_back(std::move(mean));
   }
@@ -67,7 +67,7 @@ class Uploader : public MeanSink {
   void Run() {
     v1::SyncRequest request;
     while (true) {
-      std::shared_ptr<const v1::ReduceResponse> mean;
+      std::shared_ptr<const OwnerMean> mean;
       bool deliver = false;
       {
         MutexLock lock(&mu_);
@@ -89,7 +89,7 @@ class Uploader : public MeanSink {
         }
       }
       if (mean != nullptr) {
-        *request.mutable_mean() = mean->mean();
+        *request.mutable_mean() = mean->message().mean();
       } else if (deliver) {
         request.mutable_delivered();
       }                                      // else: a report, copied above
@@ -100,7 +100,7 @@ class Uploader : public MeanSink {
   SyncStream* const stream_;
   grpc::ClientContext* const context_;
   Mutex mu_;
-  std::deque<std::shared_ptr<const v1::ReduceResponse>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
   bool deliver_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -111,7 +111,7 @@ class Uploader : public MeanSink {
 // This member's exchange with its own ShardOwner, in process: no serialisation, no socket.
 class LocalReduceStream : public ReduceStream {
  public:
-  void Enqueue(std::shared_ptr<const v1::ReduceResponse> message) override {
+  void Enqueue(std::shared_ptr<const OwnerMean> message) override {
     MutexLock lock(&mu_);
     if (!closed_) queue_.push_back(std::move(message));
   }
@@ -124,14 +124,14 @@ class LocalReduceStream : public ReduceStream {
   void Flush() override {}
   void Resume() override {}
   // The next averaged chunk; null once the stream is closed and drained.
-  std::shared_ptr<const v1::ReduceResponse> Next() {
+  std::shared_ptr<const OwnerMean> Next() {
     MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](LocalReduceStream* s)
              ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->closed_ || !s->queue_.empty(); },
         this));
     if (queue_.empty()) return nullptr;
-    std::shared_ptr<const v1::ReduceResponse> next = std::move(queue_.front());
+    std::shared_ptr<const OwnerMean> next = std::move(queue_.front());
     queue_.pop_front();
     return next;
   }
@@ -142,7 +142,7 @@ class LocalReduceStream : public ReduceStream {
 
  private:
   Mutex mu_;
-  std::deque<std::shared_ptr<const v1::ReduceResponse>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
@@ -309,8 +309,8 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     });
     absl::Status problem;
     std::vector<bool> got(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
-    while (std::shared_ptr<const v1::ReduceResponse> reply = stream->Next()) {
-      problem = take_mean(shard, reply->mean(), got);
+    while (std::shared_ptr<const OwnerMean> reply = stream->Next()) {
+      problem = take_mean(shard, reply->message().mean(), got);
       if (!problem.ok()) break;
     }
     if (!problem.ok()) stream->Close(absl::CancelledError("stopped reading"));

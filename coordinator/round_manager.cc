@@ -596,7 +596,6 @@ void RoundManager::DropSlot(int slot, const std::string& reason, const absl::Sta
   record.set_member_id(round.members[slot]);
   record.set_reason(reason);
   round.dropped_records.push_back(record);
-  LogWarning(absl::StrCat("round ", round.number, ": dropped ", round.members[slot], ": ", reason));
   const int64_t session = round.session_of_slot[slot];
   if (session != -1) {
     auto it = sessions_.find(session);
@@ -637,8 +636,6 @@ void RoundManager::Advance() {
         "delta norm %.6g is more than max_delta_norm_ratio %g times the median of the "
         "others' (%.6g)",
         exclusion.norm, model_.spec.max_delta_norm_ratio(), exclusion.others_median));
-    LogWarning(absl::StrCat("round ", round.number, ": excluded ", record.member_id(), ": ",
-                            record.reason()));
     round.excluded_records.push_back(std::move(record));
   }
   for (int chunk : *completed) {
@@ -739,8 +736,7 @@ void RoundManager::Abort(const std::string& reason) {
   sessions_.clear();
   v1::RoundRecord record = Record(v1::ROUND_OUTCOME_ABORTED);
   record.set_reason(reason);
-  LogWarning(absl::StrCat("round ", round.number, " aborted: ", reason));
-  plane_->RecordRound(std::move(record));
+  plane_->RecordRound(std::move(record));  // which logs it, as an event
   EndRound();
 }
 
@@ -826,7 +822,6 @@ void RoundManager::AdvanceSharded() {
   // Drops before the layout need no notice: the layout leaves them out.
   const bool notify = round.laid_out;
   for (const auto& [id, reason] : decided.TakeDrops()) {
-    LogWarning(absl::StrCat("round ", round.number, ": dropped ", id, ": ", reason));
     auto it = SessionOf(id);
     if (it != sessions_.end()) {
       it->second.member->Close(absl::AbortedError(

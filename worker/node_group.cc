@@ -48,6 +48,31 @@ bool Alive(const std::string& dir, int rank) {
   return held;
 }
 
+// Waits until every rank of the node but `local_rank` holds its alive lock. CANCELLED once
+// `give_up()` says so; DEADLINE_EXCEEDED, naming the ranks, after `timeout`.
+absl::Status WaitForRanks(const std::string& dir, int local_rank, int local_world,
+                          absl::Duration timeout, const std::function<bool()>& give_up) {
+  const absl::Time give_up_at = absl::Now() + timeout;
+  std::vector<int> missing;
+  while (true) {
+    missing.clear();
+    for (int r = 0; r < local_world; ++r) {
+      if (r != local_rank && !Alive(dir, r)) missing.push_back(r);
+    }
+    if (missing.empty()) return absl::OkStatus();
+    if (give_up != nullptr && give_up()) {
+      return absl::CancelledError(absl::StrCat("stopped waiting for local rank(s) ",
+                                               absl::StrJoin(missing, ", "), " of this node"));
+    }
+    if (absl::Now() > give_up_at) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("local rank(s) ", absl::StrJoin(missing, ", "),
+                       " of this node did not start within ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 // The file's contents ("" when it cannot be read).
 std::string ReadSmallFile(const std::string& path) {
   absl::StatusOr<std::string> contents = ReadFile(path);
@@ -174,6 +199,11 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
       absl::SleepFor(absl::Milliseconds(20));
     }
   }
+  // The collectives' rendezvous cannot be interrupted: every rank waits here, where it can,
+  // until the whole node is up. (A rank still outside when the run ended, e.g. one that joined
+  // the coordinator only after the stop, would otherwise hold the others in the rendezvous for
+  // the whole timeout, and an operator's stop would not end them.)
+  LOCALSGD_RETURN_IF_ERROR(WaitForRanks(dir, local_rank, local_world, timeout, give_up));
   for (int r = 0; r < local_world; ++r) group->members_.push_back(r);
   LOCALSGD_RETURN_IF_ERROR(group->FormGeneration());
   if (absl::Status s = WriteFileAtomically(FormedPath(dir, local_rank), FormedMark(named, pid));

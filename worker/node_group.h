@@ -36,8 +36,9 @@ class NodeGroup {
   // Joins the node's group as `local_rank` of `local_world` in `dir` (created if missing; the
   // same on every rank of the node, unique per run and node). ALREADY_EXISTS when another live
   // process holds `local_rank` there; the factory's error when the group cannot form.
-  // A rank other than 0 waits up to `timeout` for local rank 0; CANCELLED as soon as
-  // `give_up()` (when given) says to stop waiting, e.g. once the run has ended.
+  // A rank other than 0 waits up to `timeout` for local rank 0, then every rank up to `timeout`
+  // for all the others to start (DEADLINE_EXCEEDED names those that did not); CANCELLED as
+  // soon as `give_up()` (when given) says to stop waiting, e.g. once the run has ended.
   static absl::StatusOr<std::unique_ptr<NodeGroup>> Form(const std::string& dir, int local_rank,
                                                          int local_world, absl::Duration timeout,
                                                          Factory factory,

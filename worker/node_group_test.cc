@@ -68,15 +68,22 @@ NodeGroup::Factory GlooFactory() {
   };
 }
 
-// Local ranks 0..n-1 of one node, formed one after the other with the fake averager.
+// Local ranks 0..n-1 of one node, formed together (each waits for the others) with the fake
+// averager; empty when one failed.
 std::vector<std::unique_ptr<NodeGroup>> FormAll(const std::string& dir, int n,
                                                 absl::Duration timeout) {
-  std::vector<std::unique_ptr<NodeGroup>> groups;
+  std::vector<std::unique_ptr<NodeGroup>> groups(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
-    auto group = NodeGroup::Form(dir, r, n, timeout, FakeFactory());
-    EXPECT_TRUE(group.ok()) << group.status();
-    if (!group.ok()) return {};
-    groups.push_back(*std::move(group));
+    threads.emplace_back([&, r] {
+      auto group = NodeGroup::Form(dir, r, n, timeout, FakeFactory());
+      EXPECT_TRUE(group.ok()) << group.status();
+      if (group.ok()) groups[r] = *std::move(group);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& group : groups) {
+    if (group == nullptr) return {};
   }
   return groups;
 }
@@ -103,15 +110,30 @@ TEST(NodeGroupTest, ARankWaitingForRankZeroStopsWhenToldTo) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the 30 s timeout
 }
 
+// Rank 0 of a node whose rank 1 never starts (it joined the coordinator only after the run
+// was stopped, say): rank 0 stops waiting for it when told to, not at the timeout, since the
+// collectives' rendezvous that would follow cannot be interrupted; and names it at the timeout.
+TEST(NodeGroupTest, ARankWaitingForTheOthersStopsWhenToldToAndNamesThemAtTheTimeout) {
+  int asked = 0;
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(NodeGroup::Form(TestDir("others"), 0, 3, absl::Seconds(30), FakeFactory(),
+                              [&] { return ++asked >= 3; }),
+              StatusIs(absl::StatusCode::kCancelled, "stopped waiting for local rank(s) 1, 2"));
+  EXPECT_EQ(asked, 3);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not the 30 s timeout
+  EXPECT_THAT(
+      NodeGroup::Form(TestDir("others-timeout"), 0, 2, absl::Milliseconds(200), FakeFactory()),
+      StatusIs(absl::StatusCode::kDeadlineExceeded,
+               "local rank(s) 1 of this node did not start within 200ms"));
+}
+
 TEST(NodeGroupTest, ReformWaitsForLiveRanksAndNamesThoseThatNeverCome) {
-  const std::string dir = TestDir("waits");
-  auto zero = NodeGroup::Form(dir, 0, 3, absl::Milliseconds(300), FakeFactory());
-  auto one = NodeGroup::Form(dir, 1, 3, absl::Milliseconds(300), FakeFactory());
-  auto two = NodeGroup::Form(dir, 2, 3, absl::Milliseconds(300), FakeFactory());
-  ASSERT_TRUE(zero.ok() && one.ok() && two.ok());
-  two->reset();  // rank 2 is gone; rank 1 lives but never re-forms
-  EXPECT_THAT((*zero)->Reform(), StatusIs(absl::StatusCode::kDeadlineExceeded,
-                                          "local rank(s) 1 neither came nor died"));
+  std::vector<std::unique_ptr<NodeGroup>> groups =
+      FormAll(TestDir("waits"), 3, absl::Milliseconds(300));
+  ASSERT_EQ(groups.size(), 3u);
+  groups[2].reset();  // rank 2 is gone; rank 1 lives but never re-forms
+  EXPECT_THAT(groups[0]->Reform(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                            "local rank(s) 1 neither came nor died"));
 }
 
 TEST(NodeGroupTest, SurvivorsRenumberInTheOrderOfTheirLocalRanks) {
@@ -153,15 +175,13 @@ TEST(NodeGroupTest, ARankStartedAgainAloneIsRefusedAndTheWholeNodeForms) {
 }
 
 TEST(NodeGroupTest, AloneAfterReformNeedsNoPeers) {
-  const std::string dir = TestDir("alone");
-  auto zero = NodeGroup::Form(dir, 0, 2, absl::Seconds(1), FakeFactory());
-  auto one = NodeGroup::Form(dir, 1, 2, absl::Seconds(1), FakeFactory());
-  ASSERT_TRUE(zero.ok() && one.ok());
-  one->reset();
-  ASSERT_TRUE((*zero)->Reform().ok());
+  std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(TestDir("alone"), 2, absl::Seconds(1));
+  ASSERT_EQ(groups.size(), 2u);
+  groups[1].reset();
+  ASSERT_TRUE(groups[0]->Reform().ok());
   at::Tensor t = torch::ones({3});
-  EXPECT_TRUE((*zero)->averager().AllReduceMean(t).ok());
-  EXPECT_EQ((*zero)->averager().size(), 1);
+  EXPECT_TRUE(groups[0]->averager().AllReduceMean(t).ok());
+  EXPECT_EQ(groups[0]->averager().size(), 1);
 }
 
 // A node whose ranks were all killed and restarted: rank 0 clears the earlier incarnation's

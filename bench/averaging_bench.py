@@ -11,7 +11,7 @@ measured rounds (the first is a warm-up). Ratios are round time / Gloo round tim
 better).
 
 Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 100] [--rounds 5]
-       [--codecs CODEC_FP32 ...] [--exchanges EXCHANGE_STAR EXCHANGE_SHARDED]
+       [--codecs CODEC_FP32 ...] [--exchanges EXCHANGE_STAR EXCHANGE_SHARDED] [--chunk_kb 1024]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -27,7 +27,7 @@ from localsgd_cluster import build, gloo_worker, start_coordinator
 CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
 
-def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds):
+def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
     coordinator, address = start_coordinator(bin_dir, work,
                                               log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
@@ -42,7 +42,7 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds):
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} codec: {codec} '
                     f'round_deadline_seconds: 600 total_steps: 1000000000 '
-                    f'exchange: {exchange}\n')
+                    f'exchange: {exchange} chunk_bytes: {chunk_kb * 1024}\n')
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -81,6 +81,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--codecs", nargs="+", default=CODECS)
     parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_STAR", "EXCHANGE_SHARDED"])
+    parser.add_argument("--chunk_kb", type=int, default=1024, help="the run spec's chunk_bytes")
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     names = [e[len("EXCHANGE_"):].lower() for e in args.exchanges]
@@ -92,7 +93,7 @@ def main():
                 gloo = gloo_round_seconds(work, nodes, size_mb, args.rounds)
                 for codec in args.codecs:
                     times = [round_seconds(bin_dir, work, nodes, size_mb, codec, exchange,
-                                           args.rounds) for exchange in args.exchanges]
+                                           args.rounds, args.chunk_kb) for exchange in args.exchanges]
                     print(f"{nodes:>2} {size_mb:>6g} {codec[6:].lower():<6} " +
                           " ".join(f"{t:>10.4f}" for t in times) + f" {gloo:>9.4f} " +
                           " ".join(f"{t / gloo:>12.2f}" for t in times), flush=True)

@@ -11,7 +11,9 @@ Round time is the slowest member's, median over the measured rounds (the first i
 round time / Gloo.
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
-              [--rate 200mbit] [--rounds 4]
+              [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
+(--chunk_kb: the run spec's chunk_bytes, one sharded row per size; --no_star: leave the star
+rounds out, which take minutes at N = 8.)
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -35,7 +37,7 @@ def address(i):
     return f"10.77.0.{i + 1}"
 
 
-def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds):
+def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chunk_kb=1024):
     coordinator, _ = start_coordinator(bin_dir, work, prefix=host(0),
                                        listen=f"{address(0)}:50051",
                                        log=open(os.path.join(work, "coordinator.log"), "w"))
@@ -51,7 +53,7 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds):
         spec = os.path.join(work, "spec.textproto")
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} round_deadline_seconds: 600 '
-                    f'total_steps: 1000000000 exchange: {exchange}\n')
+                    f'total_steps: 1000000000 exchange: {exchange} chunk_bytes: {chunk_kb * 1024}\n')
         subprocess.run(host(0) + [f"{bin_dir}/coordinator/localsgdctl",
                                   f"--coordinator={address(0)}:50051",
                                   f"--token_file={token_file}", "start", f"--spec={spec}"],
@@ -102,10 +104,12 @@ def main():
     parser.add_argument("--size_mb", type=float, default=25)
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--chunk_kb", type=int, nargs="+", default=[1024])
+    parser.add_argument("--no_star", action="store_true")
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     bandwidth = rate_bytes_per_second(args.rate)
-    print(f"{'N':>2} {'bound s':>8} {'star s':>8} {'sharded s':>9} {'gloo s':>8} "
+    print(f"{'N':>2} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'sharded s':>9} {'gloo s':>8} "
           f"{'star/bound':>10} {'sharded/bound':>13} {'sharded/gloo':>12} {'star/gloo':>9}")
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
@@ -113,17 +117,20 @@ def main():
             subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(hosts), args.rate],
                            check=True)
             try:
-                star = exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
-                                              "EXCHANGE_STAR", args.rounds)
-                sharded = exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
-                                                 "EXCHANGE_SHARDED", args.rounds)
+                star = (float("nan") if args.no_star else
+                        exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                               "EXCHANGE_STAR", args.rounds))
+                sharded = {kb: exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                                      "EXCHANGE_SHARDED", args.rounds, kb)
+                           for kb in args.chunk_kb}
                 gloo = gloo_round_seconds(work, nodes, args.size_mb, args.rounds)
             finally:
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
-            print(f"{nodes:>2} {bound:>8.3f} {star:>8.3f} {sharded:>9.3f} {gloo:>8.3f} "
-                  f"{star / bound:>10.2f} {sharded / bound:>13.2f} {sharded / gloo:>12.2f} "
-                  f"{star / gloo:>9.2f}", flush=True)
+            for kb, seconds in sharded.items():
+                print(f"{nodes:>2} {kb:>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} {gloo:>8.3f} "
+                      f"{star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
+                      f"{star / gloo:>9.2f}", flush=True)
     return 0
 
 

@@ -13,7 +13,8 @@ round time / Gloo.
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
 (--chunk_kb: the run spec's chunk_bytes, one sharded row per size; --no_star: leave the star
-rounds out, which take minutes at N = 8.)
+rounds out, which take minutes at N = 8. `aborts`: sharded round attempts that aborted and
+were tried again, warm-up included.)
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -59,13 +60,16 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chun
                                   f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
         per_round = {}
+        aborts = 0
         for member in members:
             out, err = member.communicate(timeout=3600)
             if member.returncode != 0:
                 raise RuntimeError(f"member failed: {err}")
             for r, t in re.findall(r"round (\d+) seconds ([\d.]+)", out):
                 per_round.setdefault(int(r), []).append(float(t))
-        return statistics.median(max(per_round[r]) for r in sorted(per_round) if r > 1)
+            aborts = max(aborts, len(re.findall(r"round \d+ aborted", out)))
+        seconds = statistics.median(max(per_round[r]) for r in sorted(per_round) if r > 1)
+        return seconds, aborts
     finally:
         coordinator.terminate()
         coordinator.wait()
@@ -110,7 +114,8 @@ def main():
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     bandwidth = rate_bytes_per_second(args.rate)
     print(f"{'N':>2} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'sharded s':>9} {'gloo s':>8} "
-          f"{'star/bound':>10} {'sharded/bound':>13} {'sharded/gloo':>12} {'star/gloo':>9}")
+          f"{'star/bound':>10} {'sharded/bound':>13} {'sharded/gloo':>12} {'star/gloo':>9} "
+          f"{'aborts':>6}")
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             hosts = nodes + 1
@@ -119,7 +124,7 @@ def main():
             try:
                 star = (float("nan") if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
-                                               "EXCHANGE_STAR", args.rounds))
+                                               "EXCHANGE_STAR", args.rounds)[0])
                 sharded = {kb: exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
                                                       "EXCHANGE_SHARDED", args.rounds, kb)
                            for kb in args.chunk_kb}
@@ -127,10 +132,10 @@ def main():
             finally:
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
-            for kb, seconds in sharded.items():
+            for kb, (seconds, aborts) in sharded.items():
                 print(f"{nodes:>2} {kb:>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} {gloo:>8.3f} "
                       f"{star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
-                      f"{star / gloo:>9.2f}", flush=True)
+                      f"{star / gloo:>9.2f} {aborts:>6}", flush=True)
     return 0
 
 

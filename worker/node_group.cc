@@ -48,29 +48,24 @@ bool Alive(const std::string& dir, int rank) {
   return held;
 }
 
-// Waits until every rank of the node but `local_rank` holds its alive lock. CANCELLED once
-// `give_up()` says so; DEADLINE_EXCEEDED, naming the ranks, after `timeout`.
-absl::Status WaitForRanks(const std::string& dir, int local_rank, int local_world,
-                          absl::Duration timeout, const std::function<bool()>& give_up) {
+// Polls `ready` every 20 ms until it holds. CANCELLED once `give_up()` (when given) says so,
+// DEADLINE_EXCEEDED after `timeout`; both name `waiting_for()`, the ranks not there yet.
+absl::Status WaitForRanks(const std::function<bool()>& ready, absl::Duration timeout,
+                          const std::function<bool()>& give_up,
+                          const std::function<std::string()>& waiting_for,
+                          absl::string_view detail = "") {
   const absl::Time give_up_at = absl::Now() + timeout;
-  std::vector<int> missing;
-  while (true) {
-    missing.clear();
-    for (int r = 0; r < local_world; ++r) {
-      if (r != local_rank && !Alive(dir, r)) missing.push_back(r);
-    }
-    if (missing.empty()) return absl::OkStatus();
+  while (!ready()) {
     if (give_up != nullptr && give_up()) {
-      return absl::CancelledError(absl::StrCat("stopped waiting for local rank(s) ",
-                                               absl::StrJoin(missing, ", "), " of this node"));
+      return absl::CancelledError(absl::StrCat("stopped waiting for ", waiting_for()));
     }
     if (absl::Now() > give_up_at) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("local rank(s) ", absl::StrJoin(missing, ", "),
-                       " of this node did not start within ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(waiting_for(), " did not start within ",
+                                                      absl::FormatDuration(timeout), detail));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+  return absl::OkStatus();
 }
 
 // The file's contents ("" when it cannot be read).
@@ -182,28 +177,31 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
     LOCALSGD_RETURN_IF_ERROR(RemoveGenerationFiles(dir));
     LOCALSGD_RETURN_IF_ERROR(WriteFileAtomically(incarnation, pid));
   } else {
-    const absl::Time give_up_at = absl::Now() + timeout;
-    auto rank0_named = [&] {
-      named = ReadSmallFile(incarnation);
-      return !named.empty() && Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == named;
-    };
-    while (!rank0_named()) {
-      if (give_up != nullptr && give_up()) {
-        return absl::CancelledError("stopped waiting for local rank 0 of this node");
-      }
-      if (absl::Now() > give_up_at) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "local rank 0 of this node did not start within ", absl::FormatDuration(timeout),
-            " (no live rank 0 named in ", incarnation, ")"));
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    LOCALSGD_RETURN_IF_ERROR(WaitForRanks(
+        [&] {
+          named = ReadSmallFile(incarnation);
+          return !named.empty() && Alive(dir, 0) && ReadSmallFile(AlivePath(dir, 0)) == named;
+        },
+        timeout, give_up, [] { return std::string("local rank 0 of this node"); },
+        absl::StrCat(" (no live rank 0 named in ", incarnation, ")")));
   }
   // The collectives' rendezvous cannot be interrupted: every rank waits here, where it can,
   // until the whole node is up. (A rank still outside when the run ended, e.g. one that joined
   // the coordinator only after the stop, would otherwise hold the others in the rendezvous for
   // the whole timeout, and an operator's stop would not end them.)
-  LOCALSGD_RETURN_IF_ERROR(WaitForRanks(dir, local_rank, local_world, timeout, give_up));
+  std::vector<int> missing;
+  LOCALSGD_RETURN_IF_ERROR(WaitForRanks(
+      [&] {
+        missing.clear();
+        for (int r = 0; r < local_world; ++r) {
+          if (r != local_rank && !Alive(dir, r)) missing.push_back(r);
+        }
+        return missing.empty();
+      },
+      timeout, give_up,
+      [&] {
+        return absl::StrCat("local rank(s) ", absl::StrJoin(missing, ", "), " of this node");
+      }));
   for (int r = 0; r < local_world; ++r) group->members_.push_back(r);
   LOCALSGD_RETURN_IF_ERROR(group->FormGeneration());
   if (absl::Status s = WriteFileAtomically(FormedPath(dir, local_rank), FormedMark(named, pid));

@@ -125,14 +125,14 @@ def main():
                 star = (float("nan") if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
                                                "EXCHANGE_STAR", args.rounds)[0])
-                sharded = {kb: exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
-                                                      "EXCHANGE_SHARDED", args.rounds, kb)
-                           for kb in args.chunk_kb}
+                sharded = [(kb, exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                                       "EXCHANGE_SHARDED", args.rounds, kb))
+                           for kb in args.chunk_kb]
                 gloo = gloo_round_seconds(work, nodes, args.size_mb, args.rounds)
             finally:
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
-            for kb, (seconds, aborts) in sharded.items():
+            for kb, (seconds, aborts) in sharded:
                 print(f"{nodes:>2} {kb:>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} {gloo:>8.3f} "
                       f"{star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
                       f"{star / gloo:>9.2f} {aborts:>6}", flush=True)

@@ -58,6 +58,11 @@ killed_at=$(round_now)
 # (node-1 must then follow the run's global step, or it would still be training, alone, when
 # node-0 completes the run).
 kill -STOP "${worker_pids[10]}" "${worker_pids[11]}"
+# The coordinator stays down until one of node-0's syncs has failed (its dump says so): a
+# restart quicker than node-0's next sync would leave the outage untested.
+node0_failed() { compgen -G "$WORK/dump/node-0-0-*.failed" >/dev/null; }
+for _ in $(seq 1 300); do node0_failed && break; sleep 0.05; done
+node0_failed || fail "node-0 did not try to sync while the coordinator was down"
 mv "$WORK/coord.out" "$WORK/coord-first.out"
 mv "$WORK/coord.err" "$WORK/coord-first.err"
 start_coordinator --grpc_address="$GRPC" --http_address="$HTTP" "${coordinator_flags[@]}"

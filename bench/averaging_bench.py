@@ -11,7 +11,7 @@ measured rounds (the first is a warm-up). Ratios are round time / Gloo round tim
 better).
 
 Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 100] [--rounds 5]
-       [--codecs CODEC_FP32 ...] [--exchanges EXCHANGE_STAR EXCHANGE_SHARDED] [--chunk_kb 1024]
+       [--codecs CODEC_FP32 ...] [--exchanges EXCHANGE_STAR EXCHANGE_SHARDED] [--chunk_kb 256]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -42,7 +42,8 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} codec: {codec} '
                     f'round_deadline_seconds: 600 total_steps: 1000000000 '
-                    f'exchange: {exchange} chunk_bytes: {chunk_kb * 1024}\n')
+                    f'exchange: {exchange}'
+                    + (f' chunk_bytes: {chunk_kb * 1024}' if chunk_kb else '') + '\n')
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -81,7 +82,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--codecs", nargs="+", default=CODECS)
     parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_STAR", "EXCHANGE_SHARDED"])
-    parser.add_argument("--chunk_kb", type=int, default=1024, help="the run spec's chunk_bytes")
+    parser.add_argument("--chunk_kb", type=int, default=None,
+                        help="the run spec's chunk_bytes (default: each exchange's own)")
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     names = [e[len("EXCHANGE_"):].lower() for e in args.exchanges]

@@ -12,7 +12,7 @@ round time / Gloo.
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
-(--chunk_kb: the run spec's chunk_bytes, one sharded row per size; --no_star: leave the star
+(--chunk_kb: the run spec's chunk_bytes, one sharded row per size, default the run's own; --no_star: leave the star
 rounds out, which take minutes at N = 8. `aborts`: sharded round attempts that aborted and
 were tried again, warm-up included.)
 (builds with `bazel build -c opt` first; run from the repository root.)
@@ -38,7 +38,7 @@ def address(i):
     return f"10.77.0.{i + 1}"
 
 
-def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chunk_kb=1024):
+def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chunk_kb=None):
     coordinator, _ = start_coordinator(bin_dir, work, prefix=host(0),
                                        listen=f"{address(0)}:50051",
                                        log=open(os.path.join(work, "coordinator.log"), "w"))
@@ -54,7 +54,8 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chun
         spec = os.path.join(work, "spec.textproto")
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} round_deadline_seconds: 600 '
-                    f'total_steps: 1000000000 exchange: {exchange} chunk_bytes: {chunk_kb * 1024}\n')
+                    f'total_steps: 1000000000 exchange: {exchange}'
+                    + (f' chunk_bytes: {chunk_kb * 1024}' if chunk_kb else '') + '\n')
         subprocess.run(host(0) + [f"{bin_dir}/coordinator/localsgdctl",
                                   f"--coordinator={address(0)}:50051",
                                   f"--token_file={token_file}", "start", f"--spec={spec}"],
@@ -108,7 +109,7 @@ def main():
     parser.add_argument("--size_mb", type=float, default=25)
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--chunk_kb", type=int, nargs="+", default=[1024])
+    parser.add_argument("--chunk_kb", type=int, nargs="+", default=[None])
     parser.add_argument("--no_star", action="store_true")
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
@@ -133,7 +134,7 @@ def main():
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
             for kb, (seconds, aborts) in sharded:
-                print(f"{nodes:>2} {kb:>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} {gloo:>8.3f} "
+                print(f"{nodes:>2} {kb or 'default':>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} {gloo:>8.3f} "
                       f"{star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
                       f"{star / gloo:>9.2f} {aborts:>6}", flush=True)
     return 0

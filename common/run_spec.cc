@@ -27,7 +27,13 @@ constexpr double kDefaultSgdLr = 0.05;
 constexpr double kDefaultAdamWLr = 1e-3;
 constexpr double kDefaultRoundDeadlineSeconds = 60;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
-constexpr int64_t kDefaultChunkBytes = 1 << 20;
+// Star rounds: every chunk passes through the coordinator, which handles fewer, larger
+// messages best. Sharded rounds: after an owner's last delta chunk arrives it still sends that
+// chunk's mean to every other member, so the round's tail grows with N times the chunk; at
+// 8 nodes on 200 Mbit/s links 256 KiB chunks make the round 12 % shorter than 1 MiB chunks
+// (bench/RESULTS.md).
+constexpr int64_t kDefaultStarChunkBytes = 1 << 20;
+constexpr int64_t kDefaultShardedChunkBytes = 256 << 10;
 
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
@@ -290,13 +296,16 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   if (!out.has_quorum_timeout_seconds())
     out.set_quorum_timeout_seconds(kDefaultQuorumTimeoutSeconds);
   if (out.codec() == v1::CODEC_UNSPECIFIED) out.set_codec(v1::CODEC_FP32);
-  if (!out.has_chunk_bytes()) out.set_chunk_bytes(kDefaultChunkBytes);
   if (!out.outer_optimizer().has_lr()) out.mutable_outer_optimizer()->set_lr(1.0);
   if (out.loss() == v1::LOSS_KIND_UNSPECIFIED) out.set_loss(v1::LOSS_KIND_CROSS_ENTROPY);
   if (!out.has_average_buffers()) out.set_average_buffers(true);
   if (out.exchange() == v1::EXCHANGE_UNSPECIFIED) {
     // Screening needs every whole delta at the coordinator.
     out.set_exchange(out.max_delta_norm_ratio() != 0 ? v1::EXCHANGE_STAR : v1::EXCHANGE_SHARDED);
+  }
+  if (!out.has_chunk_bytes()) {
+    out.set_chunk_bytes(out.exchange() == v1::EXCHANGE_STAR ? kDefaultStarChunkBytes
+                                                            : kDefaultShardedChunkBytes);
   }
   return out;
 }

@@ -55,7 +55,7 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   EXPECT_EQ(spec->total_steps(), 1000);
   EXPECT_EQ(spec->min_workers(), 1);
   EXPECT_EQ(spec->codec(), v1::CODEC_FP32);
-  EXPECT_EQ(spec->chunk_bytes(), 1 << 20);
+  EXPECT_EQ(spec->chunk_bytes(), 256 << 10);  // the sharded exchange's default
   EXPECT_DOUBLE_EQ(spec->outer_optimizer().lr(), 1.0);
   EXPECT_TRUE(spec->average_buffers());
   EXPECT_EQ(spec->exchange(), v1::EXCHANGE_SHARDED);
@@ -63,6 +63,19 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   auto again = NormalizeRunSpec(*spec);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
+}
+
+TEST(RunSpecTest, TheDefaultChunkDependsOnTheExchangeAndAGivenOneIsKept) {
+  auto star = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } exchange: EXCHANGE_STAR"));
+  ASSERT_TRUE(star.ok()) << star.status();
+  EXPECT_EQ(star->chunk_bytes(), 1 << 20);
+  // Screening makes the star the default exchange, and with it the star's chunk.
+  auto screened = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } max_delta_norm_ratio: 10"));
+  ASSERT_TRUE(screened.ok()) << screened.status();
+  EXPECT_EQ(screened->chunk_bytes(), 1 << 20);
+  auto given = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } chunk_bytes: 65536"));
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->chunk_bytes(), 65536);
 }
 
 TEST(RunSpecTest, ScreeningDefaultsToTheStarExchange) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -364,6 +365,101 @@ TEST_F(ShardedTest, AnOwnerThatDiesMidRoundAbortsItAndTheNextRoundCommitsWithout
   EXPECT_EQ(committed.shards_size(), 2);
   ASSERT_EQ(committed.dropped_size(), 1);
   EXPECT_EQ(committed.dropped(0).member_id(), "node-2/0");
+}
+
+// A hostile owner gets the layout, then sends what no owner may: each is refused naming the
+// problem, the round it owns a range in aborts (members keep their weights, nothing is
+// committed), and the members' next attempt, laid out without it at the deadline, commits.
+TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i);
+  StartRun("round_deadline_seconds: 2");
+  const int64_t values = 3 * 16384;  // three 64 KiB chunks: one per owner
+  std::vector<float> global0 = InitModel(values);
+  struct Case {
+    std::string what;
+    // The hostile message, given the chunk node-2 owns and one it does not.
+    std::function<v1::SyncRequest(int own, int other)> message;
+    grpc::StatusCode code;
+    std::string names;
+  };
+  auto mean = [](int index, int64_t floats, float value) {
+    v1::SyncRequest request;
+    request.mutable_mean()->set_index(index);
+    Encode(v1::CODEC_FP32, std::vector<float>(static_cast<size_t>(floats), value),
+           request.mutable_mean()->mutable_data());
+    return request;
+  };
+  const std::vector<Case> cases = {
+      {"a mean of another owner's chunk", [&](int, int other) { return mean(other, 16384, 1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "mean.index: chunk"},
+      {"a mean of the wrong size", [&](int own, int) { return mean(own, 100, 1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "expected 65536"},
+      {"a star round's delta chunk",
+       [&](int own, int) {
+         v1::SyncRequest request = mean(own, 16384, 1);
+         *request.mutable_chunk() = request.mean();
+         return request;
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "deltas go to the range owners"},
+      {"an unreachable report naming a member that owns nothing",
+       [&](int, int) {
+         v1::SyncRequest request;
+         request.mutable_unreachable()->set_owner_id("nobody/0");
+         return request;
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "nobody/0 owns no range"},
+  };
+  Vectors globals(2, global0), momenta(2);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto stub = v1::Averaging::NewStub(Channel());
+    auto context = Ctx();
+    auto stream = stub->Sync(context.get());
+    grpc::Status refused;
+    std::thread hostile([&] {
+      v1::SyncRequest request;
+      v1::SyncHeader* header = request.mutable_header();
+      header->set_run_id(run_.run_id());
+      header->set_round(1);
+      header->set_member_id("node-2/0");
+      header->set_vector_length(values);
+      header->set_codec(v1::CODEC_FP32);
+      header->set_weight(1);
+      header->set_num_workers(1);
+      ASSERT_TRUE(stream->Write(request));
+      v1::SyncResponse response;
+      ASSERT_TRUE(stream->Read(&response));
+      ASSERT_TRUE(response.has_header());
+      int own = -1;
+      int other = -1;
+      for (const v1::ShardRange& shard : response.header().shards()) {
+        (shard.owner_id() == "node-2/0" ? own : other) = shard.begin_chunk();
+      }
+      ASSERT_GE(own, 0);
+      ASSERT_GE(other, 0);
+      stream->Write(c.message(own, other));
+      while (stream->Read(&response)) {
+      }
+      refused = stream->Finish();
+    });
+    auto results = SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta);
+    hostile.join();
+    EXPECT_EQ(refused.error_code(), c.code) << refused.error_message();
+    EXPECT_THAT(refused.error_message(), HasSubstr(c.names));
+    for (auto& result : results) EXPECT_FALSE(result.ok());
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(std::memcmp(globals[k].data(), global0.data(), values * sizeof(float)), 0);
+    }
+    EXPECT_EQ(Status().run().round(), 0);
+  }
+  auto results = SyncAll({0, 1}, 1, Steps(globals, 2), globals, momenta);
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+  }
+  EXPECT_EQ(std::memcmp(globals[0].data(), globals[1].data(), values * sizeof(float)), 0);
+  EXPECT_EQ(Status().run().round(), 1);
 }
 
 TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {

@@ -34,6 +34,11 @@ constexpr double kDefaultQuorumTimeoutSeconds = 600;
 // (bench/RESULTS.md).
 constexpr int64_t kDefaultStarChunkBytes = 1 << 20;
 constexpr int64_t kDefaultShardedChunkBytes = 256 << 10;
+// A sharded round over more owners costs a stream per owner and member: for small vectors the
+// latency, not the bytes, sets the round's time (bench/RESULTS.md: the MLP's round on 4 leaders
+// took 12-13 ms with four owners, 10-11 ms with one).
+constexpr int64_t kDefaultMinShardBytes = 1 << 20;
+constexpr int64_t kMaxMinShardBytes = int64_t{1} << 30;
 
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
@@ -242,6 +247,10 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("chunk_bytes", spec.chunk_bytes(), kMinChunkBytes, kMaxChunkBytes));
   }
+  if (spec.has_min_shard_bytes()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckInt("min_shard_bytes", spec.min_shard_bytes(), 0, kMaxMinShardBytes));
+  }
   const v1::OuterOptimizerSpec& outer = spec.outer_optimizer();
   if (outer.has_lr()) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("outer_optimizer.lr", outer.lr(), 0, 10, /*lo_open=*/true));
@@ -307,6 +316,7 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
     out.set_chunk_bytes(out.exchange() == v1::EXCHANGE_STAR ? kDefaultStarChunkBytes
                                                             : kDefaultShardedChunkBytes);
   }
+  if (!out.has_min_shard_bytes()) out.set_min_shard_bytes(kDefaultMinShardBytes);
   return out;
 }
 

@@ -56,6 +56,7 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   EXPECT_EQ(spec->min_workers(), 1);
   EXPECT_EQ(spec->codec(), v1::CODEC_FP32);
   EXPECT_EQ(spec->chunk_bytes(), 256 << 10);  // the sharded exchange's default
+  EXPECT_EQ(spec->min_shard_bytes(), 1 << 20);
   EXPECT_DOUBLE_EQ(spec->outer_optimizer().lr(), 1.0);
   EXPECT_TRUE(spec->average_buffers());
   EXPECT_EQ(spec->exchange(), v1::EXCHANGE_SHARDED);
@@ -76,6 +77,9 @@ TEST(RunSpecTest, TheDefaultChunkDependsOnTheExchangeAndAGivenOneIsKept) {
   auto given = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } chunk_bytes: 65536"));
   ASSERT_TRUE(given.ok()) << given.status();
   EXPECT_EQ(given->chunk_bytes(), 65536);
+  auto no_minimum = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } min_shard_bytes: 0"));
+  ASSERT_TRUE(no_minimum.ok()) << no_minimum.status();
+  EXPECT_EQ(no_minimum->min_shard_bytes(), 0);
 }
 
 TEST(RunSpecTest, ScreeningDefaultsToTheStarExchange) {
@@ -139,6 +143,8 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } quorum_timeout_seconds: -5", "spec.quorum_timeout_seconds:"},
       {"model { builtin: \"mlp\" } codec: 42", "spec.codec:"},
       {"model { builtin: \"mlp\" } chunk_bytes: 10", "spec.chunk_bytes:"},
+      {"model { builtin: \"mlp\" } min_shard_bytes: -1", "spec.min_shard_bytes:"},
+      {"model { builtin: \"mlp\" } min_shard_bytes: 2000000000", "spec.min_shard_bytes:"},
       {"model { builtin: \"mlp\" } outer_optimizer { lr: 0 }", "spec.outer_optimizer.lr:"},
       {"model { builtin: \"mlp\" } outer_optimizer { momentum: -0.1 }",
        "spec.outer_optimizer.momentum:"},

@@ -388,6 +388,7 @@ void RoundManager::OpenRound(int64_t number) {
     options.opened = round.opened;
     options.deadline = absl::Seconds(model_.spec.round_deadline_seconds());
     options.min_workers = model_.spec.min_workers();
+    options.min_shard_values = model_.spec.min_shard_bytes() / static_cast<int64_t>(sizeof(float));
     std::vector<ShardedRound::Candidate> candidates;
     for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
       candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});

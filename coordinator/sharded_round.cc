@@ -193,8 +193,11 @@ void ShardedRound::LayOut(absl::Time now) {
     return;
   }
   const int chunks = options_.layout.num_chunks();
-  const int k = std::min<int>(static_cast<int>(owners.size()), chunks);
-  for (int i = 0; i < k; ++i) {
+  int64_t k = std::min<int64_t>(static_cast<int64_t>(owners.size()), chunks);
+  if (options_.min_shard_values > 0) {
+    k = std::min(k, std::max<int64_t>(1, options_.layout.num_values / options_.min_shard_values));
+  }
+  for (int i = 0; i < static_cast<int>(k); ++i) {
     const Member& owner = *std::find_if(expected_.begin(), expected_.end(),
                                         [&](const Member& m) { return m.slot == owners[i]; });
     shards_.push_back(Shard{owners[i], owner.candidate.member_id, owner.candidate.address,

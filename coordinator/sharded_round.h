@@ -19,7 +19,8 @@ namespace localsgd {
 //
 // Gathering: the round waits for a header from every node leader that was live when it
 // opened; one that left, or had not arrived by the deadline, is left out. The layout then
-// assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane.
+// assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane
+// (the first of them in slot order, no more than there are chunks or min_shard_values allow).
 // Exchanging: owners send each averaged chunk of their range once; members say when they hold
 // every chunk. The round commits once every chunk reached the coordinator and every member
 // still in the round has delivered. It aborts when an owner leaves before its range is
@@ -40,6 +41,9 @@ class ShardedRound {
     absl::Time opened;
     absl::Duration deadline = absl::Seconds(60);
     int min_workers = 1;
+    // The least values of the vector one owner averages (RunSpec.min_shard_bytes / 4): a
+    // small vector gets fewer owners than members. 0: a chunk is enough.
+    int64_t min_shard_values = 0;
   };
   struct Shard {
     int owner_slot = -1;  // the owner's position in members()

@@ -24,7 +24,7 @@ class ShardedRoundTest : public ::testing::Test {
   // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
   // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
   ShardedRound Make(int members, int chunks, int min_workers = 1,
-                    std::vector<int> no_address = {}) {
+                    std::vector<int> no_address = {}, int64_t min_shard_values = 0) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
       const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();
@@ -36,6 +36,7 @@ class ShardedRoundTest : public ::testing::Test {
     options.opened = clock_.Now();
     options.deadline = absl::Seconds(10);
     options.min_workers = min_workers;
+    options.min_shard_values = min_shard_values;
     return ShardedRound(options, std::move(candidates));
   }
 
@@ -86,6 +87,26 @@ TEST_F(ShardedRoundTest, MoreOwnersThanChunksLeavesSomeWithoutARange) {
   ASSERT_EQ(round.shards().size(), 2u);
   EXPECT_EQ(round.shards()[0].end_chunk - round.shards()[0].begin_chunk, 1);
   EXPECT_EQ(round.shards()[1].end_chunk, 2);
+}
+
+TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShard) {
+  // 8 chunks (1948 values) over 4 members: at least 600 values an owner leaves room for 3.
+  ShardedRound round = Make(4, 8, 1, {}, 600);
+  ArriveAll(round, 4);
+  ASSERT_EQ(round.shards().size(), 3u);
+  for (const ShardedRound::Shard& shard : round.shards()) {
+    EXPECT_GE(shard.end_chunk - shard.begin_chunk, 2);
+  }
+  EXPECT_EQ(round.shards()[2].end_chunk, 8);
+  EXPECT_THAT(round.members(), ElementsAre("m0", "m1", "m2", "m3"));  // m3 takes part
+  // Below one minimum shard, one owner; a minimum of 0 (or 1 value) lets every member own.
+  ShardedRound tiny = Make(4, 8, 1, {}, 5000);
+  ArriveAll(tiny, 4);
+  ASSERT_EQ(tiny.shards().size(), 1u);
+  EXPECT_EQ(tiny.shards()[0].end_chunk, 8);
+  ShardedRound every = Make(4, 8, 1, {}, 1);
+  ArriveAll(every, 4);
+  EXPECT_EQ(every.shards().size(), 4u);
 }
 
 TEST_F(ShardedRoundTest, MembersWithoutADataPlaneTakePartButOwnNothing) {

@@ -27,7 +27,7 @@ victim=${pids[-1]}
 
 cat > "$WORK/spec.textproto" <<SPEC
 model { builtin: "mlp" } min_workers: 2 total_steps: 1000 round_deadline_seconds: 120
-chunk_bytes: 262144 exchange: ${EXCHANGE}
+chunk_bytes: 262144 min_shard_bytes: 0 exchange: ${EXCHANGE}
 SPEC
 # Rounds need 2 workers; the run is started once all three have joined.
 wait_status 'len(members) == 3' "the three members did not join" 30

@@ -51,6 +51,7 @@ batch_size: 32
 min_workers: 2
 round_deadline_seconds: 5
 chunk_bytes: 65536
+min_shard_bytes: 0
 optimizer {{ lr: 0.05 momentum: 0.9 }}
 """
 

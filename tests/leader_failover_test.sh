@@ -30,6 +30,7 @@ round_deadline_seconds: 5
 optimizer { lr: 0.05 momentum: 0.9 }
 exchange: ${EXCHANGE}
 chunk_bytes: 65536
+min_shard_bytes: 0
 SPEC
 
 wait_status 's["rounds_committed_total"] >= 8' "no 8 rounds before the kill" 90

@@ -113,7 +113,7 @@ class ShardedTest : public ::testing::Test {
   void StartRun(const std::string& spec) {
     v1::StartRunRequest request;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-        absl::StrCat("model { builtin: \"mlp\" } chunk_bytes: 65536 ", spec),
+        absl::StrCat("model { builtin: \"mlp\" } chunk_bytes: 65536 min_shard_bytes: 0 ", spec),
         request.mutable_spec()));
     v1::StartRunResponse response;
     grpc::Status status = coordinator_->StartRun(Ctx().get(), request, &response);

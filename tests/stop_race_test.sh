@@ -28,7 +28,7 @@ for i in $(seq 1 30); do
   done
   start_run <<SPEC
 model { builtin: "mlp" } min_workers: 2 total_steps: 1000000000 round_deadline_seconds: 5
-chunk_bytes: 65536 exchange: $exchange
+chunk_bytes: 65536 min_shard_bytes: 0 exchange: $exchange
 SPEC
   # Let some rounds commit, then stop at a random moment among the next ones (a random
   # delay of 0 to 90 ms: the race this test is about).

@@ -23,8 +23,8 @@ class ShardedRoundTest : public ::testing::Test {
  protected:
   // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
   // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
-  ShardedRound Make(int members, int chunks, int min_workers = 1,
-                    std::vector<int> no_address = {}, int64_t min_shard_values = 0) {
+  ShardedRound Make(int members, int chunks, int min_workers = 1, std::vector<int> no_address = {},
+                    int64_t min_shard_values = 0) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
       const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();

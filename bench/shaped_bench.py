@@ -12,8 +12,8 @@ round time / Gloo.
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
-(--chunk_kb: the run spec's chunk_bytes, one sharded row per size, default the run's own; --no_star: leave the star
-rounds out, which take minutes at N = 8. `aborts`: sharded round attempts that aborted and
+(--chunk_kb: the run spec's chunk_bytes, one sharded row per size, by default the run's own;
+--no_star: leave the star rounds out, which take minutes at N = 8. `aborts`: sharded round attempts that aborted and
 were tried again, warm-up included.)
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
@@ -134,8 +134,8 @@ def main():
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
             for kb, (seconds, aborts) in sharded:
-                print(f"{nodes:>2} {kb or 'default':>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} {gloo:>8.3f} "
-                      f"{star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
+                print(f"{nodes:>2} {kb or 'default':>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} "
+                      f"{gloo:>8.3f} {star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
                       f"{star / gloo:>9.2f} {aborts:>6}", flush=True)
     return 0
 

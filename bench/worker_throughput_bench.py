@@ -25,7 +25,8 @@ def run(bin_dir, work, exchange, steps, workers=4):
         cluster.start(f'model {{ builtin: "mlp" }} dataset {{ synthetic_samples: 16384 }} '
                       f'total_steps: {steps} batch_size: 64 min_workers: {workers} '
                       f'local_sgd_steps: 8 enabled: {"false" if exchange is None else "true"} '
-                      f'exchange: {mode}' + (f' chunk_bytes: {int(chunk_kb) * 1024}' if chunk_kb else ''))
+                      f'exchange: {mode}'
+                      + (f' chunk_bytes: {int(chunk_kb) * 1024}' if chunk_kb else ''))
         return statistics.mean(done_line(out)["samples_per_second"] for out in cluster.wait())
 
 

@@ -13,8 +13,8 @@ round time / Gloo.
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
 (--chunk_kb: the run spec's chunk_bytes, one sharded row per size, by default the run's own;
---no_star: leave the star rounds out, which take minutes at N = 8. `aborts`: sharded round attempts that aborted and
-were tried again, warm-up included.)
+--no_star: leave the star rounds out, which take minutes at N = 8. `aborts`: sharded round
+attempts that aborted and were tried again, warm-up included.)
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse

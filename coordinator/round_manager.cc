@@ -894,12 +894,14 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   v1::Codec codec = v1::CODEC_FP32;
   OuterOptimizer outer;
   absl::Status status;
+  std::string owner_id;
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end() || !sharded()) {
       return absl::FailedPreconditionError("mean: not in a sharded round");
     }
+    owner_id = it->second.member_id;
     // Claims the chunk (its owner, once) before it is decoded.
     status = round_->sharded->AddMean(it->second.member_id, chunk.index());
     if (!status.ok()) {
@@ -941,7 +943,13 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
     if (absl::IsOutOfRange(status)) {
       Abort(std::string(status.message()));
     } else if (!status.ok()) {
-      DropSession(session_id, status);  // a bad range: its owner leaves, the round aborts
+      DropSession(session_id, status);  // the owner leaves ...
+      if (sharded() && round_->next == next) {
+        // ... and the chunk it claimed can never come: the round aborts at once (the owner's
+        // range counted as averaged, so its leaving alone would not abort it).
+        round_->sharded->RefuseMean(owner_id, chunk.index(), std::string(status.message()));
+        AdvanceSharded();
+      }
     } else {
       ++round.means_done;
       const int64_t bytes = static_cast<int64_t>(chunk.data().size());

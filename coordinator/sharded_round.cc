@@ -110,6 +110,12 @@ absl::Status ShardedRound::AddMean(const std::string& member_id, int chunk) {
   return absl::OkStatus();
 }
 
+void ShardedRound::RefuseMean(const std::string& member_id, int chunk, const std::string& reason) {
+  if (phase_ != Phase::kExchanging && phase_ != Phase::kCommitted) return;
+  AbortWith(absl::StrCat("owner ", member_id, " sent an unusable mean of chunk ", chunk, " (",
+                         reason, ")"));
+}
+
 absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::string& owner_id,
                                        const std::string& reason) {
   if (phase_ != Phase::kExchanging) {

@@ -15,6 +15,7 @@ using ::localsgd::testing::FakeClock;
 using ::localsgd::testing::IsOk;
 using ::localsgd::testing::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 using Phase = ShardedRound::Phase;
@@ -107,6 +108,27 @@ TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShar
   ShardedRound every = Make(4, 8, 1, {}, 1);
   ArriveAll(every, 4);
   EXPECT_EQ(every.shards().size(), 4u);
+}
+
+TEST_F(ShardedRoundTest, AnUnusableMeanAbortsTheRoundEvenWhenEveryoneDelivered) {
+  // The mean was accepted (claimed) and then could not be decoded: the owner's range counts as
+  // averaged, so only this tells the round it can never complete.
+  ShardedRound round = Make(2, 4);
+  ArriveAll(round, 2);
+  SendAllMeans(round);
+  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
+  ASSERT_THAT(round.Deliver("m1", clock_.Now()), IsOk());
+  ASSERT_EQ(round.phase(), Phase::kCommitted);  // decided, but the coordinator lacks chunk 3
+  round.RefuseMean("m1", 3, "chunk data: 400 bytes");
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), HasSubstr("m1"));
+  EXPECT_THAT(round.abort_reason(), HasSubstr("chunk 3 (chunk data: 400 bytes)"));
+  // While exchanging, too.
+  ShardedRound open = Make(2, 4);
+  ArriveAll(open, 2);
+  ASSERT_THAT(open.AddMean("m0", 0), IsOk());
+  open.RefuseMean("m0", 0, "bad");
+  EXPECT_EQ(open.phase(), Phase::kAborted);
 }
 
 TEST_F(ShardedRoundTest, MembersWithoutADataPlaneTakePartButOwnNothing) {

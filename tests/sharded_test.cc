@@ -382,6 +382,7 @@ TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt)
     std::function<v1::SyncRequest(int own, int other)> message;
     grpc::StatusCode code;
     std::string names;
+    std::string abort_reason;  // the round's, as the status shows it
   };
   auto mean = [](int index, int64_t floats, float value) {
     v1::SyncRequest request;
@@ -392,23 +393,29 @@ TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt)
   };
   const std::vector<Case> cases = {
       {"a mean of another owner's chunk", [&](int, int other) { return mean(other, 16384, 1); },
-       grpc::StatusCode::INVALID_ARGUMENT, "mean.index: chunk"},
+       grpc::StatusCode::INVALID_ARGUMENT, "mean.index: chunk",
+       "owner node-2/0 left before its range was averaged"},
+      // Accepted for its index, then unusable: the round cannot complete without it.
       {"a mean of the wrong size", [&](int own, int) { return mean(own, 100, 1); },
-       grpc::StatusCode::INVALID_ARGUMENT, "expected 65536"},
+       grpc::StatusCode::INVALID_ARGUMENT, "expected 65536",
+       "owner node-2/0 sent an unusable mean of chunk"},
       {"a star round's delta chunk",
        [&](int own, int) {
-         v1::SyncRequest request = mean(own, 16384, 1);
-         *request.mutable_chunk() = request.mean();
+         const v1::SyncRequest delta = mean(own, 16384, 1);
+         v1::SyncRequest request;
+         *request.mutable_chunk() = delta.mean();
          return request;
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "deltas go to the range owners"},
+       grpc::StatusCode::INVALID_ARGUMENT, "deltas go to the range owners",
+       "owner node-2/0 left before its range was averaged"},
       {"an unreachable report naming a member that owns nothing",
        [&](int, int) {
          v1::SyncRequest request;
          request.mutable_unreachable()->set_owner_id("nobody/0");
          return request;
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "nobody/0 owns no range"},
+       grpc::StatusCode::INVALID_ARGUMENT, "nobody/0 owns no range",
+       "owner node-2/0 left before its range was averaged"},
   };
   Vectors globals(2, global0), momenta(2);
   for (const Case& c : cases) {
@@ -451,7 +458,12 @@ TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt)
     for (int k = 0; k < 2; ++k) {
       EXPECT_EQ(std::memcmp(globals[k].data(), global0.data(), values * sizeof(float)), 0);
     }
-    EXPECT_EQ(Status().run().round(), 0);
+    const v1::CoordinatorStatus status = Status();
+    EXPECT_EQ(status.run().round(), 0);
+    ASSERT_GE(status.recent_rounds_size(), 1);
+    const v1::RoundRecord& aborted = status.recent_rounds(status.recent_rounds_size() - 1);
+    EXPECT_EQ(aborted.outcome(), v1::ROUND_OUTCOME_ABORTED);
+    EXPECT_THAT(aborted.reason(), HasSubstr(c.abort_reason));  // at once, not at the deadline
   }
   auto results = SyncAll({0, 1}, 1, Steps(globals, 2), globals, momenta);
   for (auto& result : results) {

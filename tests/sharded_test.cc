@@ -163,6 +163,21 @@ class ShardedTest : public ::testing::Test {
     return results;
   }
 
+  // node-2's header for `round` of a `values`-long fp32 vector, for tests that play node-2
+  // by hand on a raw Sync stream.
+  v1::SyncRequest Node2Header(int64_t round, int64_t values) const {
+    v1::SyncRequest request;
+    v1::SyncHeader* header = request.mutable_header();
+    header->set_run_id(run_.run_id());
+    header->set_round(round);
+    header->set_member_id("node-2/0");
+    header->set_vector_length(values);
+    header->set_codec(v1::CODEC_FP32);
+    header->set_weight(1);
+    header->set_num_workers(1);
+    return request;
+  }
+
   // params[k] = globals[k] + a small random step of node k in `round`.
   static Vectors Steps(const Vectors& globals, int64_t round) {
     Vectors params = globals;
@@ -318,16 +333,7 @@ TEST_F(ShardedTest, AnOwnerThatDiesMidRoundAbortsItAndTheNextRoundCommitsWithout
   auto context = Ctx();
   auto stream = stub->Sync(context.get());
   std::thread dying([&] {
-    v1::SyncRequest request;
-    v1::SyncHeader* header = request.mutable_header();
-    header->set_run_id(run_.run_id());
-    header->set_round(1);
-    header->set_member_id("node-2/0");
-    header->set_vector_length(values);
-    header->set_codec(v1::CODEC_FP32);
-    header->set_weight(1);
-    header->set_num_workers(1);
-    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Write(Node2Header(1, values)));
     v1::SyncResponse response;
     ASSERT_TRUE(stream->Read(&response));
     EXPECT_TRUE(response.has_header());
@@ -425,16 +431,7 @@ TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt)
     auto stream = stub->Sync(context.get());
     grpc::Status refused;
     std::thread hostile([&] {
-      v1::SyncRequest request;
-      v1::SyncHeader* header = request.mutable_header();
-      header->set_run_id(run_.run_id());
-      header->set_round(1);
-      header->set_member_id("node-2/0");
-      header->set_vector_length(values);
-      header->set_codec(v1::CODEC_FP32);
-      header->set_weight(1);
-      header->set_num_workers(1);
-      ASSERT_TRUE(stream->Write(request));
+      ASSERT_TRUE(stream->Write(Node2Header(1, values)));
       v1::SyncResponse response;
       ASSERT_TRUE(stream->Read(&response));
       ASSERT_TRUE(response.has_header());

@@ -5,7 +5,6 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,7 +23,9 @@ using ::testing::HasSubstr;
 constexpr char kToken[] = "data-plane-token";
 constexpr int64_t kChunkValues = 64;
 
-class CountingSink : public MeanSink {
+// The node's uploader to the coordinator is not under test here: means it would send are
+// dropped.
+class DroppingSink : public MeanSink {
  public:
   void OnMean(int, std::shared_ptr<const OwnerMean>) override {}
   void OnFailure(const absl::Status&) override {}
@@ -75,10 +76,7 @@ class DataPlaneServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<grpc::ClientContext> Context() {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    AddBearerToken(context.get(), kToken);
-    return context;
+    return AuthorizedContext(kToken, absl::Seconds(20));
   }
 
   // Sends `requests`, then closes its side; returns the call's status and the means it got.
@@ -133,7 +131,7 @@ class DataPlaneServerTest : public ::testing::Test {
 
   std::unique_ptr<DataPlaneServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
-  CountingSink sink_;
+  DroppingSink sink_;
 };
 
 TEST_F(DataPlaneServerTest, MalformedStreamsAreRefusedNamingWhatIsWrong) {

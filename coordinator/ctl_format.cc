@@ -115,12 +115,14 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
 
 std::string FormatRound(const v1::RoundRecord& round) {
   std::string line = absl::StrFormat(
-      "round %d %s, %d members, %.3f s (slowest wait %.3f s), %.2f MB in, %.2f MB out, %s x%.2f",
-      round.round(), EnumName(round.outcome()), round.members_size(), round.duration_seconds(),
-      round.slowest_wait_seconds(), round.bytes_received() / 1e6, round.bytes_sent() / 1e6,
-      EnumName(round.codec()), round.compression_ratio());
+      "round %d %s, %d member%s, %.3f s (slowest wait %.3f s), %.2f MB in, %.2f MB out, %s x%.2f",
+      round.round(), EnumName(round.outcome()), round.members_size(),
+      round.members_size() == 1 ? "" : "s", round.duration_seconds(), round.slowest_wait_seconds(),
+      round.bytes_received() / 1e6, round.bytes_sent() / 1e6, EnumName(round.codec()),
+      round.compression_ratio());
   if (round.exchange() == v1::EXCHANGE_SHARDED) {
-    absl::StrAppend(&line, ", SHARDED over ", round.shards_size(), " owners (");
+    absl::StrAppend(&line, ", SHARDED over ", round.shards_size(),
+                    round.shards_size() == 1 ? " owner (" : " owners (");
     for (int i = 0; i < round.shards_size(); ++i) {
       const v1::ShardRecord& shard = round.shards(i);
       absl::StrAppend(&line, i > 0 ? ", " : "",

@@ -78,9 +78,12 @@ TEST(CtlFormatTest, StatusTable) {
   EXPECT_THAT(table, HasSubstr("WORKER"));
   EXPECT_THAT(table, HasSubstr("node-a/1"));
   EXPECT_THAT(table, HasSubstr("0.2500"));
-  EXPECT_THAT(table, HasSubstr("last round: round 3 COMMITTED, 1 members, 0.500 s"));
+  EXPECT_THAT(table, HasSubstr("last round: round 3 COMMITTED, 1 member, 0.500 s"));
   EXPECT_THAT(table, HasSubstr("2.00 MB in, 2.00 MB out, INT8 x3.94"));
   EXPECT_THAT(table, HasSubstr("SHARDED over 2 owners (node-a/0 0.25 MB, node-b/0 0.25 MB)"));
+  v1::CoordinatorStatus one_owner = Sample();
+  one_owner.mutable_recent_rounds(0)->mutable_shards()->RemoveLast();
+  EXPECT_THAT(FormatStatusTable(one_owner), HasSubstr("SHARDED over 1 owner (node-a/0 0.25 MB)"));
   EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
   v1::CoordinatorStatus saved = Sample();

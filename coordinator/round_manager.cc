@@ -885,7 +885,8 @@ void RoundManager::CommitSharded() {
   Publish(included, std::max(model_.global_step, round.sharded->MaxStep()),
           absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
                        round.members.size(), " members (", absl::StrJoin(included, ", "),
-                       "), sharded over ", round.sharded->shards().size(), " owners"));
+                       "), sharded over ", round.sharded->shards().size(),
+                       round.sharded->shards().size() == 1 ? " owner" : " owners"));
 }
 
 absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two nodes x two ranks as real processes on CPU (Gloo inside each node) with a real
 # coordinator: after every round all four ranks hold identical parameters equal to the mean
-# of their pre-sync parameters, the run completes, and training reaches a set loss.
+# of their pre-sync parameters, the run completes (the nodes' rendezvous folders removed), and
+# training reaches a set loss.
 set -euo pipefail
 
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -34,6 +35,9 @@ expect_status 'run["model_path"] == "'"$WORK/model.pt"'" and
                [e["worker_id"] for e in events("model_saved")] == ["node-0/0"]' \
   "the model was not saved by global rank 0 alone"
 [[ -s "$WORK/model.pt" ]] || fail "empty model file"
+# The run has ended: the last rank of each node removed the node's rendezvous folder.
+leftover=$(find "$WORK" -maxdepth 1 -name 'localsgd-*')
+[[ -z "$leftover" ]] || fail "rendezvous folders left behind: $leftover"
 
 /usr/bin/python3 - "$WORK/dump" <<'PY' || fail "parameter check failed"
 import glob, os, sys

@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -74,20 +77,46 @@ std::string ReadSmallFile(const std::string& path) {
   return contents.ok() ? *contents : "";
 }
 
-// Removes g<generation>.* (stores and arrival marks).
-absl::Status RemoveGenerationFiles(const std::string& dir) {
+// The names of the entries in `dir`, "." and ".." left out.
+absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot list ", dir, ": ", strerror(errno)));
   }
+  std::vector<std::string> names;
   while (dirent* entry = readdir(d)) {
     const absl::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  closedir(d);
+  return names;
+}
+
+// Removes g<generation>.* (stores and arrival marks).
+absl::Status RemoveGenerationFiles(const std::string& dir) {
+  LOCALSGD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFolder(dir));
+  for (const std::string& name : names) {
     if (name.size() > 1 && name[0] == 'g' && absl::ascii_isdigit(name[1])) {
       unlink(absl::StrCat(dir, "/", name).c_str());
     }
   }
-  closedir(d);
   return absl::OkStatus();
+}
+
+// Removes `dir` and its files, unless some rank still holds its alive.<rank> there (or the
+// folder cannot be listed).
+void RemoveFolderUnlessInUse(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListFolder(dir);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    int rank = 0;
+    if (absl::StartsWith(name, "alive.") &&
+        absl::SimpleAtoi(absl::string_view(name).substr(6), &rank) && Alive(dir, rank)) {
+      return;
+    }
+  }
+  for (const std::string& name : *names) unlink(absl::StrCat(dir, "/", name).c_str());
+  rmdir(dir.c_str());
 }
 
 // When this rank formed a group in `incarnation` before (it was started again) and other ranks
@@ -122,7 +151,16 @@ NodeGroup::NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duratio
 
 NodeGroup::~NodeGroup() {
   averager_.reset();
+  // Ranks leaving together take turns on the folder's lock and drop their own inside their
+  // turn, so the last of them finds no live rank.
+  const int folder_fd =
+      remove_folder_ ? open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+  if (folder_fd >= 0) flock(folder_fd, LOCK_EX);
   close(lock_fd_);
+  if (folder_fd >= 0) {
+    RemoveFolderUnlessInUse(dir_);
+    close(folder_fd);  // drops the folder's lock
+  }
 }
 
 absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& dir, int local_rank,

@@ -61,6 +61,12 @@ class NodeGroup {
   // died within the timeout; the factory's error when the new group cannot form.
   absl::Status Reform();
 
+  // For when the run has ended: as this rank's group is destroyed, the last rank of the node
+  // to leave removes the node's folder (ranks leaving at once take turns on a lock of the
+  // folder, dropping their own liveness lock inside their turn). Without this call the folder
+  // stays: a rank that exits while its run goes on may be started again and rejoin there.
+  void RemoveFolderOnLeaving() { remove_folder_ = true; }
+
  private:
   NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout, Factory factory);
   absl::Status FormGeneration();
@@ -74,6 +80,7 @@ class NodeGroup {
   std::vector<int> members_;
   int generation_ = 0;
   std::unique_ptr<IntraNodeAverager> averager_;
+  bool remove_folder_ = false;
 };
 
 }  // namespace localsgd

@@ -212,6 +212,50 @@ TEST(NodeGroupTest, FilesOfAnEarlierIncarnationAreNotRead) {
   EXPECT_THAT(groups[0]->members(), ElementsAre(0, 2));
 }
 
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// The end of a run: the node's folder goes with the last rank to leave, however many left
+// before it (or died: a rank gone without being told leaves its lock free too).
+TEST(NodeGroupTest, TheLastRankToLeaveAnEndedRunRemovesTheFolder) {
+  const std::string dir = TestDir("ended");
+  std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(dir, 3, absl::Seconds(10));
+  ASSERT_EQ(groups.size(), 3u);
+  groups[0].reset();  // as if it had died
+  for (auto& group : groups) {
+    if (group != nullptr) group->RemoveFolderOnLeaving();
+  }
+  groups[2].reset();
+  EXPECT_TRUE(Exists(absl::StrCat(dir, "/alive.1")));
+  groups[1].reset();
+  EXPECT_FALSE(Exists(dir));
+}
+
+// Ranks leaving at the same moment take turns: none of them sees the others as still there
+// once they are gone, so the folder never stays behind.
+TEST(NodeGroupTest, RanksLeavingTogetherRemoveTheFolder) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const std::string dir = TestDir(absl::StrCat("together", attempt));
+    std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(dir, 4, absl::Seconds(10));
+    ASSERT_EQ(groups.size(), 4u);
+    std::vector<std::thread> threads;
+    for (auto& group : groups) {
+      group->RemoveFolderOnLeaving();
+      threads.emplace_back([&group] { group.reset(); });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_FALSE(Exists(dir)) << "attempt " << attempt;
+  }
+}
+
+// A run that goes on keeps the folder: a rank may be started again and rejoin there.
+TEST(NodeGroupTest, RanksLeavingARunThatGoesOnKeepTheFolder) {
+  const std::string dir = TestDir("kept");
+  std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(dir, 2, absl::Seconds(10));
+  ASSERT_EQ(groups.size(), 2u);
+  groups.clear();
+  EXPECT_TRUE(Exists(absl::StrCat(dir, "/incarnation")));
+}
+
 // Runs body(rank) in `ranks` forked processes; returns their wait statuses.
 std::vector<int> RunRanks(int ranks, const std::function<int(int)>& body) {
   std::vector<pid_t> children;

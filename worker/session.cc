@@ -23,7 +23,11 @@ namespace localsgd {
 Session::Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator)
     : options_(std::move(options)), coordinator_(std::move(coordinator)) {}
 
-Session::~Session() = default;
+Session::~Session() {
+  // A run that has ended needs its node folder no more; the last of the node's ranks to go
+  // removes it (a run going on keeps it, for a rank started again).
+  if (group_ != nullptr && RunEnded()) group_->RemoveFolderOnLeaving();
+}
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   if (options.local_world_size < 1 || options.local_rank < 0 ||

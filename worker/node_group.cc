@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,6 +120,15 @@ void RemoveFolderUnlessInUse(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
+// Runs `body` holding the lock of the folder `dir` (without it when the folder is gone): ranks
+// leaving together take turns.
+void WithFolderLock(const std::string& dir, const std::function<void()>& body) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) flock(fd, LOCK_EX);
+  body();
+  if (fd >= 0) close(fd);  // drops the lock
+}
+
 // When this rank formed a group in `incarnation` before (it was started again) and other ranks
 // of that incarnation still live, those ranks: they train on in a group without it.
 std::vector<int> RunningWithout(const std::string& dir, int local_rank, int local_world,
@@ -151,16 +161,20 @@ NodeGroup::NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duratio
 
 NodeGroup::~NodeGroup() {
   averager_.reset();
-  // Ranks leaving together take turns on the folder's lock and drop their own inside their
-  // turn, so the last of them finds no live rank.
-  const int folder_fd =
-      remove_folder_ ? open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-  if (folder_fd >= 0) flock(folder_fd, LOCK_EX);
-  close(lock_fd_);
-  if (folder_fd >= 0) {
-    RemoveFolderUnlessInUse(dir_);
-    close(folder_fd);  // drops the folder's lock
+  if (!remove_folder_) {
+    close(lock_fd_);
+    return;
   }
+  // This rank's liveness lock goes inside its turn, so the last of the ranks leaving together
+  // finds none held.
+  WithFolderLock(dir_, [this] {
+    close(lock_fd_);
+    RemoveFolderUnlessInUse(dir_);
+  });
+}
+
+void NodeGroup::RemoveFolderIfUnused(const std::string& dir) {
+  WithFolderLock(dir, [&dir] { RemoveFolderUnlessInUse(dir); });
 }
 
 absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& dir, int local_rank,

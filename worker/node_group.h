@@ -66,6 +66,9 @@ class NodeGroup {
   // folder, dropping their own liveness lock inside their turn). Without this call the folder
   // stays: a rank that exits while its run goes on may be started again and rejoin there.
   void RemoveFolderOnLeaving() { remove_folder_ = true; }
+  // The same for a rank that leaves an ended run without a group (it never formed one): removes
+  // the node folder `dir` unless some rank still holds its liveness lock there.
+  static void RemoveFolderIfUnused(const std::string& dir);
 
  private:
   NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout, Factory factory);

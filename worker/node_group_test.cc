@@ -247,6 +247,21 @@ TEST(NodeGroupTest, RanksLeavingTogetherRemoveTheFolder) {
   }
 }
 
+// A rank that never formed a group (its run ended while it waited for the others) removes
+// the folder only once no rank holds a lock there; a folder already gone is no error.
+TEST(NodeGroupTest, ARankWithoutAGroupRemovesTheFolderOnlyWhenNoRankIsThere) {
+  const std::string dir = TestDir("no-group");
+  std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(dir, 2, absl::Seconds(10));
+  ASSERT_EQ(groups.size(), 2u);
+  groups[0].reset();
+  NodeGroup::RemoveFolderIfUnused(dir);
+  EXPECT_TRUE(Exists(absl::StrCat(dir, "/alive.1")));  // rank 1 is still there
+  groups[1].reset();
+  NodeGroup::RemoveFolderIfUnused(dir);
+  EXPECT_FALSE(Exists(dir));
+  NodeGroup::RemoveFolderIfUnused(dir);
+}
+
 // A run that goes on keeps the folder: a rank may be started again and rejoin there.
 TEST(NodeGroupTest, RanksLeavingARunThatGoesOnKeepTheFolder) {
   const std::string dir = TestDir("kept");

@@ -24,9 +24,16 @@ Session::Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coor
     : options_(std::move(options)), coordinator_(std::move(coordinator)) {}
 
 Session::~Session() {
-  // A run that has ended needs its node folder no more; the last of the node's ranks to go
-  // removes it (a run going on keeps it, for a rank started again).
-  if (group_ != nullptr && RunEnded()) group_->RemoveFolderOnLeaving();
+  // A run that has ended (or that the coordinator has replaced with another) needs its node
+  // folder no more: the last of the node's ranks to go removes it. A run going on keeps it,
+  // for a rank started again.
+  const std::string now = coordinator_->run().run_id();
+  if (!RunEnded() && (now.empty() || now == run_id_)) return;
+  if (group_ != nullptr) {
+    group_->RemoveFolderOnLeaving();
+  } else {
+    NodeGroup::RemoveFolderIfUnused(NodeFolder());
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
@@ -87,6 +94,10 @@ bool Session::RunEnded() const {
   return now.run_id() == run_id_ && (RunHalted() || now.state() == v1::RUN_STATE_COMPLETED);
 }
 
+std::string Session::NodeFolder() const {
+  return absl::StrCat(options_.rendezvous_dir, "/localsgd-", run_id_, "-", options_.node_name);
+}
+
 absl::Status Session::FormNodeGroup() {
   // The node's ranks average with NCCL on GPUs and Gloo on CPUs, meeting in a node-local
   // folder named after the run and the node; they re-form there when one of them dies.
@@ -98,10 +109,9 @@ absl::Status Session::FormNodeGroup() {
                                                std::move(peers_alive))
                             : MakeGlooAverager(store, rank, size, timeout);
   };
-  absl::StatusOr<std::unique_ptr<NodeGroup>> group = NodeGroup::Form(
-      absl::StrCat(options_.rendezvous_dir, "/localsgd-", run_id_, "-", options_.node_name),
-      options_.local_rank, options_.local_world_size, timeout, factory,
-      [this] { return options_.stop() || RunEnded(); });
+  absl::StatusOr<std::unique_ptr<NodeGroup>> group =
+      NodeGroup::Form(NodeFolder(), options_.local_rank, options_.local_world_size, timeout,
+                      factory, [this] { return options_.stop() || RunEnded(); });
   if (!group.ok()) {
     coordinator_->Flush().IgnoreError();  // the run's latest state, for the caller's RunEnded
     if (options_.stop() || RunEnded()) {

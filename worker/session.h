@@ -114,6 +114,8 @@ class Session : public ParameterAverager {
 
  private:
   Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator);
+  // Where the node's ranks meet: a folder per run and node in options.rendezvous_dir.
+  std::string NodeFolder() const;
   // Leads the node from now on, in place of `replaces` (a dead leader's worker id) or "".
   absl::StatusOr<NodeLeader*> TakeLead(const std::string& replaces);
 

@@ -16,7 +16,8 @@ StopRun ends its workers; every rank of a node holds the same parameters after e
 syncs, and two nodes whose syncs at the same step both succeeded (one round: nodes follow the
 run's global step) hold the same parameters;
 the last run completes; every rank in it ends on FetchModel's final model, bit for bit, and
-the saved model names FetchModel's round and global step; no process is left behind.
+the saved model names FetchModel's round and global step, and its nodes' rendezvous folders are
+gone; no process is left behind.
 
 A run that completes before the last fault is followed by a new one (the faults go on). Prints
 one line per fault and a summary; exits 1 naming the invariant that broke.
@@ -522,6 +523,13 @@ class Soak:
                             f"{m.groups()}")
         if not node0_killed and not os.path.exists(f"{self.work}/model-{run}.pt"):
             raise Violation(f"run {run}: no model file")
+        # The last rank of each node to leave removed the node's rendezvous folder (unless the
+        # last fault killed one of them).
+        for node in range(self.args.nodes):
+            folder = f"{self.work}/rdv/localsgd-{run}-node-{node}"
+            if os.path.exists(folder) and not any(
+                    self.ended_workers[(node, r)].pid in self.killed for r in range(self.args.ranks)):
+                raise Violation(f"run {run}: {folder} left behind: {sorted(os.listdir(folder))}")
         checked = self.check_models(run, final)
         self.log(f"run {run} completed at round {m.group(1)}, global step {m.group(2)}: every "
                  f"rank on the final model; {checked} steps compared across nodes")

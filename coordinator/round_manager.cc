@@ -763,7 +763,10 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
       out->set_mean_bytes(mean_bytes);
       out->set_bytes_received(members * static_cast<int64_t>(EncodedBytes(
                                             model_.spec.codec(), out->end() - out->begin())));
-      out->set_bytes_sent((members + 1) * mean_bytes);
+      // To every member but the one relayed through the coordinator, and to the coordinator.
+      const bool relayed = shard.relayed_slot >= 0;
+      out->set_bytes_sent((members + (relayed ? 0 : 1)) * mean_bytes);
+      if (relayed) out->set_relayed_to(decided.members()[shard.relayed_slot]);
     }
     for (const auto& [id, reason] : decided.dropped()) {
       v1::DroppedMember* dropped = record.add_dropped();
@@ -853,12 +856,21 @@ void RoundManager::AdvanceSharded() {
     header->set_chunk_values(layout.chunk_values);
     header->set_exchange(v1::EXCHANGE_SHARDED);
     header->set_attempt(round.attempt);
-    for (const ShardedRound::Shard& shard : decided.shards()) {
+    round.relay_session.assign(decided.shards().size(), -1);
+    for (size_t s = 0; s < decided.shards().size(); ++s) {
+      const ShardedRound::Shard& shard = decided.shards()[s];
       v1::ShardRange* range = header->add_shards();
       range->set_owner_id(shard.owner_id);
       range->set_address(shard.address);
       range->set_begin_chunk(shard.begin_chunk);
       range->set_end_chunk(shard.end_chunk);
+      if (shard.relayed_slot >= 0) {
+        const std::string& relayed = decided.members()[shard.relayed_slot];
+        range->set_relayed_to(relayed);
+        for (const auto& [session_id, session] : sessions_) {
+          if (session.member_id == relayed) round.relay_session[s] = session_id;
+        }
+      }
     }
     round.mean_bytes.assign(decided.shards().size(), 0);
     round.laid_out = true;
@@ -896,6 +908,7 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   OuterOptimizer outer;
   absl::Status status;
   std::string owner_id;
+  int64_t relay_session = -1;
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -908,6 +921,12 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
     if (!status.ok()) {
       DropSession(session_id, status);
     } else {
+      const auto& shards = round_->sharded->shards();
+      for (size_t s = 0; s < shards.size() && s < round_->relay_session.size(); ++s) {
+        if (chunk.index() >= shards[s].begin_chunk && chunk.index() < shards[s].end_chunk) {
+          relay_session = round_->relay_session[s];
+        }
+      }
       next = round_->next;
       engine = model_.engine;
       codec = model_.spec.codec();
@@ -936,6 +955,13 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
       status = absl::OutOfRangeError(absl::StrCat("the update of chunk ", chunk.index(),
                                                   " overflows fp32 (the deltas are too large)"));
     }
+    // The member this range is relayed to gets the owner's bytes as they are (copied outside
+    // the lock).
+    std::shared_ptr<v1::SyncResponse> relayed;
+    if (status.ok() && relay_session != -1) {
+      relayed = std::make_shared<v1::SyncResponse>();
+      *relayed->mutable_update() = chunk;
+    }
     MutexLock lock(&mu_);
     if (!sharded() || round_->next != next) {
       return absl::FailedPreconditionError("mean: the round ended");
@@ -960,6 +986,11 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
         if (chunk.index() >= shards[s].begin_chunk && chunk.index() < shards[s].end_chunk) {
           round.mean_bytes[s] += bytes;
         }
+      }
+      if (auto target = sessions_.find(relay_session); relayed && target != sessions_.end()) {
+        target->second.member->Enqueue(std::move(relayed));
+        Touch(target->second.member);
+        round.bytes_sent += bytes;
       }
       AdvanceSharded();
     }

@@ -148,6 +148,7 @@ class RoundManager {
     std::shared_ptr<NextModel> next;
     int means_done = 0;
     std::vector<int64_t> mean_bytes;
+    std::vector<int64_t> relay_session;  // by shard: the session its means are relayed to, or -1
     uint64_t attempt = 0;
     bool laid_out = false;  // the RoundHeader went out
   };

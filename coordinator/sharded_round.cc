@@ -206,9 +206,11 @@ void ShardedRound::LayOut(absl::Time now) {
   for (int i = 0; i < static_cast<int>(k); ++i) {
     const Member& owner = *std::find_if(expected_.begin(), expected_.end(),
                                         [&](const Member& m) { return m.slot == owners[i]; });
+    const int members = static_cast<int>(members_.size());
     shards_.push_back(Shard{owners[i], owner.candidate.member_id, owner.candidate.address,
                             static_cast<int>(int64_t{i} * chunks / k),
-                            static_cast<int>(int64_t{i + 1} * chunks / k)});
+                            static_cast<int>(int64_t{i + 1} * chunks / k),
+                            members > 1 ? (owners[i] + 1) % members : -1});
   }
   shard_means_.assign(shards_.size(), 0);
   laid_out_pending_ = true;

@@ -80,6 +80,18 @@ TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   EXPECT_EQ(round.shards()[2].begin_chunk, 6);
   EXPECT_EQ(round.shards()[2].end_chunk, 10);
   EXPECT_EQ(round.shards()[1].address, "h:1");
+  // Each range is relayed through the coordinator to the member after its owner, so each
+  // member gets one relayed range.
+  EXPECT_EQ(round.shards()[0].relayed_slot, 1);
+  EXPECT_EQ(round.shards()[1].relayed_slot, 2);
+  EXPECT_EQ(round.shards()[2].relayed_slot, 0);
+}
+
+TEST_F(ShardedRoundTest, AMemberAloneHasNothingRelayed) {
+  ShardedRound round = Make(1, 4);
+  ArriveAll(round, 1);
+  ASSERT_EQ(round.shards().size(), 1u);
+  EXPECT_EQ(round.shards()[0].relayed_slot, -1);
 }
 
 TEST_F(ShardedRoundTest, MoreOwnersThanChunksLeavesSomeWithoutARange) {
@@ -88,6 +100,8 @@ TEST_F(ShardedRoundTest, MoreOwnersThanChunksLeavesSomeWithoutARange) {
   ASSERT_EQ(round.shards().size(), 2u);
   EXPECT_EQ(round.shards()[0].end_chunk - round.shards()[0].begin_chunk, 1);
   EXPECT_EQ(round.shards()[1].end_chunk, 2);
+  EXPECT_EQ(round.shards()[0].relayed_slot, 1);
+  EXPECT_EQ(round.shards()[1].relayed_slot, 2);
 }
 
 TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShard) {

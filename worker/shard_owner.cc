@@ -14,7 +14,8 @@ absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
   const ChunkLayout& layout = assignment.layout;
   if (assignment.begin_chunk < 0 || assignment.begin_chunk >= assignment.end_chunk ||
       assignment.end_chunk > layout.num_chunks() || assignment.members.empty() ||
-      assignment.members.size() != assignment.weights.size()) {
+      assignment.members.size() != assignment.weights.size() || assignment.relayed_slot < -1 ||
+      assignment.relayed_slot >= static_cast<int>(assignment.members.size())) {
     return absl::InvalidArgumentError("shard assignment: bad range or members");
   }
   {
@@ -199,8 +200,10 @@ void ShardOwner::Advance() {
     response.mutable_mean()->set_index(begin_chunk + local);
     *response.mutable_mean()->mutable_data() = engine_->TakeEncodedUpdate(local);
     auto message = std::make_shared<const OwnerMean>(std::move(response));
-    for (int64_t session_id : round_->session_of_slot) {
-      auto it = sessions_.find(session_id);
+    const std::vector<int64_t>& session_of_slot = round_->session_of_slot;
+    for (int slot = 0; slot < static_cast<int>(session_of_slot.size()); ++slot) {
+      if (slot == round_->assignment.relayed_slot) continue;  // the coordinator relays it
+      auto it = sessions_.find(session_of_slot[slot]);
       if (it == sessions_.end()) continue;
       it->second.stream->Enqueue(message);
       touched_.push_back(it->second.stream);

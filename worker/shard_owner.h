@@ -82,6 +82,9 @@ class ShardOwner {
     int begin_chunk = 0;               // this owner's range of chunks
     int end_chunk = 0;
     v1::Codec codec = v1::CODEC_FP32;
+    // The member (slot) that gets the range's means from the coordinator: its stream carries
+    // none and ends once the range is averaged. -1: every member gets them from here.
+    int relayed_slot = -1;
   };
 
   // Starts owning a range in a round; `sink` must outlive the round (until Finish). Streams

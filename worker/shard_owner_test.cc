@@ -134,6 +134,31 @@ TEST_F(ShardOwnerTest, EachChunkIsAveragedOnceEveryMemberSentItAndGoesToEveryone
   EXPECT_TRUE(b->closed);
 }
 
+// The member the coordinator relays the range to gets no mean from the owner (the coordinator
+// gets every one through the sink), and its stream still ends OK once the range is averaged.
+TEST_F(ShardOwnerTest, TheRelayedMemberGetsNoMeanFromTheOwner) {
+  ShardOwner::Assignment assignment = Assignment();
+  assignment.relayed_slot = 1;  // b
+  ASSERT_THAT(owner_.Install(assignment, &sink_), IsOk());
+  auto a = std::make_shared<FakeStream>();
+  auto b = std::make_shared<FakeStream>();
+  const int64_t sa = Attach("a", a);
+  const int64_t sb = Attach("b", b);
+  for (int c : {1, 2}) {
+    ASSERT_THAT(owner_.AddChunk(sa, Fp32Chunk(c, 1.0f)), IsOk());
+    ASSERT_THAT(owner_.AddChunk(sb, Fp32Chunk(c, 5.0f)), IsOk());
+  }
+  EXPECT_EQ(a->sent.size(), 2u);
+  EXPECT_TRUE(b->sent.empty());
+  EXPECT_THAT(sink_.chunks, ::testing::ElementsAre(1, 2));
+  EXPECT_TRUE(b->closed);
+  EXPECT_THAT(b->end, IsOk());
+  ShardOwner other;
+  assignment.relayed_slot = 2;  // not a member
+  EXPECT_THAT(other.Install(assignment, &sink_),
+              StatusIs(absl::StatusCode::kInvalidArgument, "shard assignment"));
+}
+
 TEST_F(ShardOwnerTest, AStreamThatCameBeforeTheLayoutWaitsForIt) {
   auto a = std::make_shared<FakeStream>();
   const int64_t sa = Attach("a", a, /*expect_waiting=*/true);

@@ -233,6 +233,11 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     assignment.begin_chunk = shard.begin_chunk();
     assignment.end_chunk = shard.end_chunk();
     assignment.codec = layout_header.codec();
+    const auto relayed =
+        std::find(assignment.members.begin(), assignment.members.end(), shard.relayed_to());
+    if (!shard.relayed_to().empty() && relayed != assignment.members.end()) {
+      assignment.relayed_slot = static_cast<int>(relayed - assignment.members.begin());
+    }
     if (absl::Status s = options_.owner->Install(std::move(assignment), &uploader); !s.ok()) {
       uploader.Stop();
       context->TryCancel();
@@ -287,6 +292,16 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     if (++received == layout.num_chunks()) uploader.Deliver();
     return absl::OkStatus();
   };
+  // The chunks of each range already here. A range relayed to this member through the
+  // coordinator arrives on the coordinator's stream (read below, after the exchanges start);
+  // its owner's stream then carries no mean.
+  std::vector<std::vector<bool>> got_by_shard;
+  for (const v1::ShardRange& shard : layout_header.shards()) {
+    got_by_shard.emplace_back(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
+  }
+  auto relayed_here = [&](int s) {
+    return layout_header.shards(s).relayed_to() == member.member_id;
+  };
   auto all_got = [](const v1::ShardRange& shard, const std::vector<bool>& got) {
     return std::find(got.begin(), got.end(), false) == got.end()
                ? absl::OkStatus()
@@ -308,7 +323,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
       }
     });
     absl::Status problem;
-    std::vector<bool> got(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
+    std::vector<bool>& got = got_by_shard[s];
     while (std::shared_ptr<const OwnerMean> reply = stream->Next()) {
       problem = take_mean(shard, reply->message().mean(), got);
       if (!problem.ok()) break;
@@ -337,10 +352,13 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
       reduce->WritesDone();
     });
     absl::Status problem;
-    std::vector<bool> got(static_cast<size_t>(shard.end_chunk() - shard.begin_chunk()), false);
+    std::vector<bool>& got = got_by_shard[s];
     v1::ReduceResponse reply;
     while (reduce->Read(&reply)) {
-      problem = take_mean(shard, reply.mean(), got);
+      problem = relayed_here(s)
+                    ? absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
+                                                       " sent a mean the coordinator relays"))
+                    : take_mean(shard, reply.mean(), got);
       if (!problem.ok()) break;
     }
     if (!problem.ok()) shard_context->TryCancel();
@@ -352,7 +370,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
       return absl::Status(error.code(), absl::StrCat("owner ", shard.owner_id(), " at ",
                                                      shard.address(), ": ", error.message()));
     }
-    return all_got(shard, got);
+    return relayed_here(s) ? absl::OkStatus() : all_got(shard, got);
   };
   for (int s = 0; s < shards; ++s) {
     if (owns && layout_header.shards(s).owner_id() == member.member_id) {
@@ -374,8 +392,23 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   // The coordinator's side: drop notices, then the commit (or the end of the round).
   AveragingClient::SyncResult result;
   bool committed = false;
+  absl::Status relay_problem;
   while (stream->Read(&response)) {
-    if (response.has_dropped()) {
+    if (response.has_update()) {
+      // A mean of a range relayed to this member: the owner's bytes, through the coordinator.
+      if (!relay_problem.ok()) continue;  // said once; the round aborts
+      const int index = response.update().index();
+      int s = 0;
+      while (s < shards && index >= layout_header.shards(s).end_chunk()) ++s;
+      relay_problem = s < shards && relayed_here(s)
+                          ? take_mean(layout_header.shards(s), response.update(), got_by_shard[s])
+                          : absl::InternalError(absl::StrCat("the coordinator relayed chunk ",
+                                                             index, ", not relayed here"));
+      if (!relay_problem.ok()) {
+        uploader.Unreachable(layout_header.shards(std::min(s, shards - 1)).owner_id(),
+                             relay_problem);
+      }
+    } else if (response.has_dropped()) {
       if (owns) options_.owner->Drop(response.dropped().member_id());
     } else if (response.has_commit()) {
       result.round = response.commit().round();
@@ -403,6 +436,10 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     // the local weights and sync at the next boundary.
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
       return FromGrpcStatus(status);
+    }
+    if (!relay_problem.ok()) {
+      return absl::AbortedError(absl::StrCat(
+          "round ", layout_header.round(), " aborted for this member: ", relay_problem.message()));
     }
     for (const absl::Status& s : shard_status) {
       if (!s.ok() && !absl::IsCancelled(s)) {

@@ -12,7 +12,7 @@ source "$BIN/tests/testutil/test_helpers.sh"
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
 ctl() { "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" "$@"; }
 worker() { "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" \
-  --node_name=node-0 --connect_timeout=5s "$@"; }
+  --node_name=node-0 --connect_timeout=5s --rendezvous_dir="$WORK" "$@"; }
 
 expect_failure() {  # message, then the spec (or "" for flag checks), then worker flags
   local message=$1 spec=$2; shift 2

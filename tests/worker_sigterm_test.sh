@@ -13,7 +13,8 @@ source "$BIN/tests/testutil/test_helpers.sh"
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
 for node in 0 1; do
   "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
-    --node_rank=$node --num_nodes=2 --log_every=5 >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
+    --node_rank=$node --num_nodes=2 --log_every=5 --rendezvous_dir="$WORK" \
+    >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
   pids+=($!)
 done
 victim=${pids[1]}

@@ -908,6 +908,7 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   OuterOptimizer outer;
   absl::Status status;
   std::string owner_id;
+  int shard = -1;  // whose range holds the chunk
   int64_t relay_session = -1;
   {
     MutexLock lock(&mu_);
@@ -921,11 +922,10 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
     if (!status.ok()) {
       DropSession(session_id, status);
     } else {
-      const auto& shards = round_->sharded->shards();
-      for (size_t s = 0; s < shards.size() && s < round_->relay_session.size(); ++s) {
-        if (chunk.index() >= shards[s].begin_chunk && chunk.index() < shards[s].end_chunk) {
-          relay_session = round_->relay_session[s];
-        }
+      // Accepted, so in the owner's range.
+      shard = round_->sharded->ShardOf(chunk.index());
+      if (shard >= 0 && static_cast<size_t>(shard) < round_->relay_session.size()) {
+        relay_session = round_->relay_session[shard];
       }
       next = round_->next;
       engine = model_.engine;
@@ -981,11 +981,8 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
       ++round.means_done;
       const int64_t bytes = static_cast<int64_t>(chunk.data().size());
       round.bytes_received += bytes;
-      const auto& shards = round.sharded->shards();
-      for (size_t s = 0; s < shards.size(); ++s) {
-        if (chunk.index() >= shards[s].begin_chunk && chunk.index() < shards[s].end_chunk) {
-          round.mean_bytes[s] += bytes;
-        }
+      if (shard >= 0 && static_cast<size_t>(shard) < round.mean_bytes.size()) {
+        round.mean_bytes[shard] += bytes;  // the same round: `next` is unchanged
       }
       if (auto target = sessions_.find(relay_session); relayed && target != sessions_.end()) {
         target->second.member->Enqueue(std::move(relayed));

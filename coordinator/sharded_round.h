@@ -97,6 +97,8 @@ class ShardedRound {
   // Members still in the round (not dropped), in slot order, and the largest step among them.
   std::vector<std::string> Included() const;
   int64_t MaxStep() const;
+  // The shard whose range holds chunk `chunk`, or -1.
+  int ShardOf(int chunk) const;
   // Every member dropped so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
   // From the first member's delivery to the last one's (0 before two deliveries).
@@ -120,7 +122,6 @@ class ShardedRound {
   void Advance(absl::Time now);
   void AbortWith(const std::string& reason);
   bool AllMeans() const { return means_received_ == options_.layout.num_chunks(); }
-  int ShardOf(int chunk) const;
 
   Options options_;
   std::vector<Member> expected_;

@@ -901,7 +901,9 @@ void RoundManager::CommitSharded() {
                        round.sharded->shards().size() == 1 ? " owner" : " owners"));
 }
 
-absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
+absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
+  const int index = chunk->index();
+  const int64_t bytes = static_cast<int64_t>(chunk->data().size());
   std::shared_ptr<NextModel> next;
   std::shared_ptr<AggregatorEngine> engine;
   v1::Codec codec = v1::CODEC_FP32;
@@ -918,12 +920,12 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
     }
     owner_id = it->second.member_id;
     // Claims the chunk (its owner, once) before it is decoded.
-    status = round_->sharded->AddMean(it->second.member_id, chunk.index());
+    status = round_->sharded->AddMean(it->second.member_id, index);
     if (!status.ok()) {
       DropSession(session_id, status);
     } else {
       // Accepted, so in the owner's range.
-      shard = round_->sharded->ShardOf(chunk.index());
+      shard = round_->sharded->ShardOf(index);
       if (shard >= 0 && static_cast<size_t>(shard) < round_->relay_session.size()) {
         relay_session = round_->relay_session[shard];
       }
@@ -939,28 +941,27 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
     // the engine's model does not change before the round commits, which waits for this chunk.
     // The outer step runs here, as the chunks arrive, rather than all at once at the commit.
     const ChunkLayout& layout = engine->layout();
-    const size_t begin = static_cast<size_t>(layout.begin(chunk.index()));
-    const size_t size = static_cast<size_t>(layout.size(chunk.index()));
+    const size_t begin = static_cast<size_t>(layout.begin(index));
+    const size_t size = static_cast<size_t>(layout.size(index));
     absl::Span<float> region = absl::MakeSpan(next->global).subspan(begin, size);
     absl::Span<const float> momentum = engine->momentum();
-    status = Decode(codec, chunk.data(), region);
+    status = Decode(codec, chunk->data(), region);
     if (!status.ok()) {
-      status =
-          absl::InvalidArgumentError(absl::StrCat("mean ", chunk.index(), ": ", status.message()));
+      status = absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
     } else if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
                               momentum.empty() ? momentum : momentum.subspan(begin, size),
                               next->momentum.empty()
                                   ? absl::Span<float>()
                                   : absl::MakeSpan(next->momentum).subspan(begin, size))) {
-      status = absl::OutOfRangeError(absl::StrCat("the update of chunk ", chunk.index(),
+      status = absl::OutOfRangeError(absl::StrCat("the update of chunk ", index,
                                                   " overflows fp32 (the deltas are too large)"));
     }
-    // The member this range is relayed to gets the owner's bytes as they are (copied outside
-    // the lock).
+    // The member this range is relayed to gets the owner's bytes as they are (moved, not
+    // copied).
     std::shared_ptr<v1::SyncResponse> relayed;
     if (status.ok() && relay_session != -1) {
       relayed = std::make_shared<v1::SyncResponse>();
-      *relayed->mutable_update() = chunk;
+      relayed->mutable_update()->Swap(chunk);
     }
     MutexLock lock(&mu_);
     if (!sharded() || round_->next != next) {
@@ -974,12 +975,11 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
       if (sharded() && round_->next == next) {
         // ... and the chunk it claimed can never come: the round aborts at once (the owner's
         // range counted as averaged, so its leaving alone would not abort it).
-        round_->sharded->RefuseMean(owner_id, chunk.index(), std::string(status.message()));
+        round_->sharded->RefuseMean(owner_id, index, std::string(status.message()));
         AdvanceSharded();
       }
     } else {
       ++round.means_done;
-      const int64_t bytes = static_cast<int64_t>(chunk.data().size());
       round.bytes_received += bytes;
       if (shard >= 0 && static_cast<size_t>(shard) < round.mean_bytes.size()) {
         round.mean_bytes[shard] += bytes;  // the same round: `next` is unchanged

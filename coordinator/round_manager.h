@@ -101,8 +101,9 @@ class RoundManager {
   // delivered (sharded), else a Leave.
   void EndOfInput(int64_t session);
   // Sharded rounds: an owner's averaged chunk, and a member's "I hold every chunk". Bad input
-  // drops the member (and closes its stream) as for AddChunk.
-  absl::Status AddMean(int64_t session, const v1::Chunk& chunk);
+  // drops the member (and closes its stream) as for AddChunk. A chunk relayed to a member
+  // moves into that member's message (no copy): `chunk` may be left empty.
+  absl::Status AddMean(int64_t session, v1::Chunk* chunk);
   absl::Status Deliver(int64_t session);
   absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
   // Deadlines, expired leases and the run's state; the server calls it periodically.

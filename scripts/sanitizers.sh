@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The test suite under sanitizers: everything under AddressSanitizer + UBSan (--config=asan;
-# leaks too, with lsan.supp, which says why for each line), and common/ and coordinator/ under ThreadSanitizer (--config=tsan). Under TSan the tests
-# tagged no_tsan are skipped: they run a gRPC server, and Debian's gRPC is not built with TSan,
-# so TSan cannot see how it orders its callback threads and takes each hand-off for a race
-# (suppressing those frames would hide our handlers' code too). Our own locks are annotated
-# for TSan (common/mutex.h). Extra arguments go to both `bazel test` runs.
+# The test suite under sanitizers: every test not tagged no_sanitizers (each such tag says why
+# beside it: timing, or CI's time for code paths covered elsewhere; docs/development.md) under
+# AddressSanitizer + UBSan (--config=asan; leaks too, with lsan.supp, which says why for each
+# line), and common/ and coordinator/ under ThreadSanitizer (--config=tsan). Under TSan the
+# tests tagged no_tsan are also skipped: they run a gRPC server, and Debian's gRPC is not
+# built with TSan, so TSan cannot see how it orders its callback threads and takes each
+# hand-off for a race (suppressing those frames would hide our handlers' code too). Our own
+# locks are annotated for TSan (common/mutex.h). Extra arguments go to both `bazel test` runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/suite_lib.sh

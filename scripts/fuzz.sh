@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets in tests/fuzz with clang (ASan + UBSan) and runs each for
 # FUZZ_SECONDS (default 30) from a copy of its checked-in seed corpus. Fails on any crash,
 # leak or sanitizer report; the input that caused it is kept under $FUZZ_OUT (default a
-# temporary folder) and its path printed.
+# temporary folder, removed when every fuzzer passed) and its path printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-30}
@@ -27,4 +27,6 @@ for name in "${fuzzers[@]}"; do
     status=1
   fi
 done
+# The default folder holds only copies of the corpora and the logs once every fuzzer passed.
+[[ $status == 0 && -z ${FUZZ_OUT:-} ]] && rm -rf "$out"
 exit "$status"

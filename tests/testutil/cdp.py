@@ -97,6 +97,9 @@ class Browser:
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
              f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
              "about:blank"],
+            # Chromium's own temporary folder (org.chromium.Chromium.*) goes in the profile,
+            # which close() removes; in TMPDIR it outlived every run.
+            env=dict(os.environ, TMPDIR=self.profile),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         port = None

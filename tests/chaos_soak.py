@@ -17,7 +17,7 @@ syncs, and two nodes whose syncs at the same step both succeeded (one round: nod
 run's global step) hold the same parameters;
 the last run completes; every rank in it ends on FetchModel's final model, bit for bit, and
 the saved model names FetchModel's round and global step, and its nodes' rendezvous folders are
-gone; no process is left behind.
+gone, and so are those that killed ranks of earlier runs left; no process is left behind.
 
 A run that completes before the last fault is followed by a new one (the faults go on). Prints
 one line per fault and a summary; exits 1 naming the invariant that broke.
@@ -530,6 +530,12 @@ class Soak:
             if os.path.exists(folder) and not any(
                     self.ended_workers[(node, r)].pid in self.killed for r in range(self.args.ranks)):
                 raise Violation(f"run {run}: {folder} left behind: {sorted(os.listdir(folder))}")
+        # Folders that killed ranks of earlier runs left behind are gone: each node's ranks
+        # removed them as they formed their group in this run.
+        earlier = sorted(f for f in os.listdir(f"{self.work}/rdv")
+                         if f.startswith("localsgd-") and not f.startswith(f"localsgd-{run}-"))
+        if earlier:
+            raise Violation(f"run {run}: earlier runs' rendezvous folders left behind: {earlier}")
         checked = self.check_models(run, final)
         self.log(f"run {run} completed at round {m.group(1)}, global step {m.group(2)}: every "
                  f"rank on the final model; {checked} steps compared across nodes")

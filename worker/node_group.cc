@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -129,6 +130,51 @@ void WithFolderLock(const std::string& dir, const std::function<void()>& body) {
   if (fd >= 0) close(fd);  // drops the lock
 }
 
+// Opens alive.<rank> in `dir` and takes its lock, holding the folder's lock meanwhile: a rank
+// removing an unused folder holds that lock too, so it never removes a folder that a rank is
+// joining. The folder may be removed just before this rank gets its lock: it is made again.
+absl::StatusOr<int> HoldAliveLock(const std::string& dir, int local_rank) {
+  const std::string lock_path = AlivePath(dir, local_rank);
+  const absl::Time give_up_at = absl::Now() + absl::Seconds(5);
+  while (true) {
+    if (absl::Status made = MakeDirectories(dir); !made.ok()) {
+      if (absl::IsNotFound(made) && absl::Now() < give_up_at) continue;  // removed meanwhile
+      return made;
+    }
+    const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int fd =
+        dir_fd < 0 || flock(dir_fd, LOCK_EX) != 0
+            ? -1
+            : openat(dir_fd, absl::StrCat("alive.", local_rank).c_str(),
+                     O_RDWR | O_CREAT | O_CLOEXEC, 0600);  // ENOENT once the folder is gone
+    const int open_errno = errno;
+    if (fd < 0) {
+      if (dir_fd >= 0) close(dir_fd);
+      if (open_errno == ENOENT && absl::Now() < give_up_at) continue;
+      return absl::UnavailableError(
+          absl::StrCat("cannot open ", lock_path, ": ", strerror(open_errno)));
+    }
+    // Another rank's liveness probe holds the lock for microseconds: retry for a while.
+    const absl::Time lock_until = absl::Now() + absl::Seconds(1);
+    bool locked = true;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (absl::Now() > lock_until) {
+        locked = false;
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    close(dir_fd);  // drops the folder's lock
+    if (!locked) {
+      close(fd);
+      return absl::AlreadyExistsError(absl::StrCat("local rank ", local_rank,
+                                                   " already runs on this node (", lock_path,
+                                                   " is locked by a live process)"));
+    }
+    return fd;
+  }
+}
+
 // When this rank formed a group in `incarnation` before (it was started again) and other ranks
 // of that incarnation still live, those ranks: they train on in a group without it.
 std::vector<int> RunningWithout(const std::string& dir, int local_rank, int local_world,
@@ -177,11 +223,30 @@ void NodeGroup::RemoveFolderIfUnused(const std::string& dir) {
   WithFolderLock(dir, [&dir] { RemoveFolderUnlessInUse(dir); });
 }
 
+void NodeGroup::RemoveUnusedFolders(const std::string& parent, absl::string_view prefix,
+                                    absl::string_view suffix, absl::string_view keep) {
+  absl::StatusOr<std::vector<std::string>> names = ListFolder(parent);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    if (name == keep || name.size() < prefix.size() + suffix.size() ||
+        !absl::StartsWith(name, prefix) || !absl::EndsWith(name, suffix)) {
+      continue;
+    }
+    // Only a node folder: one where some rank once held its liveness lock.
+    const std::string dir = absl::StrCat(parent, "/", name);
+    absl::StatusOr<std::vector<std::string>> entries = ListFolder(dir);
+    if (entries.ok() && std::any_of(entries->begin(), entries->end(), [](const std::string& e) {
+          return absl::StartsWith(e, "alive.");
+        })) {
+      RemoveFolderIfUnused(dir);
+    }
+  }
+}
+
 absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& dir, int local_rank,
                                                            int local_world, absl::Duration timeout,
                                                            Factory factory,
                                                            std::function<bool()> give_up) {
-  LOCALSGD_RETURN_IF_ERROR(MakeDirectories(dir));
   const std::string incarnation = absl::StrCat(dir, "/incarnation");
   // A rank started again while others of its node train on in a group without it cannot join
   // that group (groups only shrink): it says so instead of breaking the group's files.
@@ -199,21 +264,7 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
   // Before rank 0 holds its lock, no incarnation file may name a live rank 0 (see below).
   if (local_rank == 0) unlink(incarnation.c_str());
   const std::string lock_path = AlivePath(dir, local_rank);
-  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot open ", lock_path, ": ", strerror(errno)));
-  }
-  // Another rank's liveness probe holds the lock for microseconds: retry for a while.
-  const absl::Time lock_until = absl::Now() + absl::Seconds(1);
-  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (absl::Now() > lock_until) {
-      close(fd);
-      return absl::AlreadyExistsError(absl::StrCat("local rank ", local_rank,
-                                                   " already runs on this node (", lock_path,
-                                                   " is locked by a live process)"));
-    }
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  LOCALSGD_ASSIGN_OR_RETURN(const int fd, HoldAliveLock(dir, local_rank));
   // This process's mark in alive.<rank>: unique per start (threads of one process too).
   const std::string pid = absl::StrCat(getpid(), "-", absl::ToUnixNanos(absl::Now()));
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "worker/intra_node_averager.h"
 
@@ -69,6 +70,12 @@ class NodeGroup {
   // The same for a rank that leaves an ended run without a group (it never formed one): removes
   // the node folder `dir` unless some rank still holds its liveness lock there.
   static void RemoveFolderIfUnused(const std::string& dir);
+  // The node folders in `parent` named `prefix`...`suffix`, other than `keep`, that no rank
+  // uses any more: those of ended runs whose last ranks were killed, so that none was left to
+  // remove them. Each is removed as above, unless some rank still holds its liveness lock
+  // there; a folder without any alive.<rank> (not a node folder) is left alone.
+  static void RemoveUnusedFolders(const std::string& parent, absl::string_view prefix,
+                                  absl::string_view suffix, absl::string_view keep);
 
  private:
   NodeGroup(std::string dir, int local_rank, int lock_fd, absl::Duration timeout, Factory factory);

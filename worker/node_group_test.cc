@@ -12,11 +12,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
@@ -260,6 +263,50 @@ TEST(NodeGroupTest, ARankWithoutAGroupRemovesTheFolderOnlyWhenNoRankIsThere) {
   NodeGroup::RemoveFolderIfUnused(dir);
   EXPECT_FALSE(Exists(dir));
   NodeGroup::RemoveFolderIfUnused(dir);
+}
+
+// The folders of ended runs whose last ranks were all killed (none was left to remove them):
+// a rank of the same node joining another run removes them, but not a folder where a rank
+// still lives, its own run's, another node's, or a folder that is not a node folder.
+TEST(NodeGroupTest, UnusedFoldersOfOtherRunsAreRemoved) {
+  const std::string parent = TestDir("sweep");
+  const auto folder = [&parent](const std::string& run, const std::string& node) {
+    return absl::StrCat(parent, "/localsgd-", run, "-", node);
+  };
+  for (const auto& [run, node] :
+       {std::pair<std::string, std::string>{"a", "n"}, {"c", "n"}, {"a", "other"}}) {
+    ASSERT_EQ(FormAll(folder(run, node), 2, absl::Seconds(10)).size(), 2u);  // left, as if killed
+  }
+  auto live = NodeGroup::Form(folder("b", "n"), 0, 1, absl::Seconds(10), FakeFactory());
+  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_TRUE(MakeDirectories(folder("d", "n")).ok());
+  std::ofstream(absl::StrCat(folder("d", "n"), "/data")) << "not a node folder";
+
+  NodeGroup::RemoveUnusedFolders(parent, "localsgd-", "-n", "localsgd-c-n");
+  EXPECT_FALSE(Exists(folder("a", "n")));
+  EXPECT_TRUE(Exists(absl::StrCat(folder("b", "n"), "/alive.0")));
+  EXPECT_TRUE(Exists(absl::StrCat(folder("c", "n"), "/incarnation")));
+  EXPECT_TRUE(Exists(absl::StrCat(folder("a", "other"), "/incarnation")));
+  EXPECT_TRUE(Exists(absl::StrCat(folder("d", "n"), "/data")));
+}
+
+// A rank joining a folder while another removes it as unused (it holds no lock yet) ends up
+// holding its lock in a folder that exists: it never keeps a lock on a removed file.
+TEST(NodeGroupTest, ARankJoiningWhileItsFolderIsRemovedKeepsAFolder) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const std::string dir = TestDir(absl::StrCat("joining", attempt));
+    ASSERT_EQ(FormAll(dir, 1, absl::Seconds(10)).size(), 1u);  // an unused folder
+    std::atomic<bool> formed{false};
+    std::thread remover([&] {
+      while (!formed) NodeGroup::RemoveFolderIfUnused(dir);
+    });
+    auto group = NodeGroup::Form(dir, 0, 1, absl::Seconds(10), FakeFactory());
+    formed = true;
+    remover.join();
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_FALSE(LockFree(absl::StrCat(dir, "/alive.0"))) << "attempt " << attempt;
+    EXPECT_TRUE(Exists(absl::StrCat(dir, "/incarnation"))) << "attempt " << attempt;
+  }
 }
 
 // A run that goes on keeps the folder: a rank may be started again and rejoin there.

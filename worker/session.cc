@@ -19,6 +19,14 @@
 #include "worker/sharded_client.h"
 
 namespace localsgd {
+namespace {
+
+// The folder, in --rendezvous_dir, where a node's ranks meet for one run.
+std::string NodeFolderName(const std::string& run_id, const std::string& node_name) {
+  return absl::StrCat("localsgd-", run_id, "-", node_name);
+}
+
+}  // namespace
 
 Session::Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator)
     : options_(std::move(options)), coordinator_(std::move(coordinator)) {}
@@ -95,7 +103,7 @@ bool Session::RunEnded() const {
 }
 
 std::string Session::NodeFolder() const {
-  return absl::StrCat(options_.rendezvous_dir, "/localsgd-", run_id_, "-", options_.node_name);
+  return absl::StrCat(options_.rendezvous_dir, "/", NodeFolderName(run_id_, options_.node_name));
 }
 
 absl::Status Session::FormNodeGroup() {
@@ -109,6 +117,11 @@ absl::Status Session::FormNodeGroup() {
                                                std::move(peers_alive))
                             : MakeGlooAverager(store, rank, size, timeout);
   };
+  // This node's folders of earlier runs that no rank uses any more: their last ranks were
+  // killed, so none removed them on leaving.
+  NodeGroup::RemoveUnusedFolders(options_.rendezvous_dir, "localsgd-",
+                                 absl::StrCat("-", options_.node_name),
+                                 NodeFolderName(run_id_, options_.node_name));
   absl::StatusOr<std::unique_ptr<NodeGroup>> group =
       NodeGroup::Form(NodeFolder(), options_.local_rank, options_.local_world_size, timeout,
                       factory, [this] { return options_.stop() || RunEnded(); });

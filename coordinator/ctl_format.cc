@@ -121,8 +121,8 @@ std::string FormatRound(const v1::RoundRecord& round) {
       round.bytes_received() / 1e6, round.bytes_sent() / 1e6, EnumName(round.codec()),
       round.compression_ratio());
   if (round.exchange() == v1::EXCHANGE_SHARDED) {
-    absl::StrAppend(&line, ", SHARDED over ", round.shards_size(),
-                    round.shards_size() == 1 ? " owner (" : " owners (");
+    absl::StrAppend(&line, round.ring() ? ", SHARDED ring over " : ", SHARDED over ",
+                    round.shards_size(), round.shards_size() == 1 ? " owner (" : " owners (");
     for (int i = 0; i < round.shards_size(); ++i) {
       const v1::ShardRecord& shard = round.shards(i);
       absl::StrAppend(&line, i > 0 ? ", " : "",

@@ -84,6 +84,9 @@ TEST(CtlFormatTest, StatusTable) {
   v1::CoordinatorStatus one_owner = Sample();
   one_owner.mutable_recent_rounds(0)->mutable_shards()->RemoveLast();
   EXPECT_THAT(FormatStatusTable(one_owner), HasSubstr("SHARDED over 1 owner (node-a/0 0.25 MB)"));
+  v1::CoordinatorStatus ring = Sample();
+  ring.mutable_recent_rounds(0)->set_ring(true);
+  EXPECT_THAT(FormatStatusTable(ring), HasSubstr("SHARDED ring over 2 owners"));
   EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
   v1::CoordinatorStatus saved = Sample();

@@ -750,6 +750,7 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   if (round.sharded.has_value()) {
     const ShardedRound& decided = *round.sharded;
     for (const std::string& id : decided.Included()) record.add_members(id);
+    record.set_ring(decided.ring());
     const int64_t members = static_cast<int64_t>(decided.members().size());
     const ChunkLayout& layout = model_.engine->layout();
     for (size_t s = 0; s < decided.shards().size(); ++s) {
@@ -761,11 +762,15 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
       out->set_end(layout.begin(shard.end_chunk - 1) + layout.size(shard.end_chunk - 1));
       const int64_t mean_bytes = s < round.mean_bytes.size() ? round.mean_bytes[s] : 0;
       out->set_mean_bytes(mean_bytes);
-      out->set_bytes_received(members * static_cast<int64_t>(EncodedBytes(
-                                            model_.spec.codec(), out->end() - out->begin())));
-      // To every member but the one relayed through the coordinator, and to the coordinator.
+      const int64_t range = out->end() - out->begin();
+      // A ring's owner gets one fp32 running sum of its range and sends its mean only to the
+      // coordinator; otherwise it gets every member's delta and sends its mean to every
+      // member but the one relayed through the coordinator, and to the coordinator.
       const bool relayed = shard.relayed_slot >= 0;
-      out->set_bytes_sent((members + (relayed ? 0 : 1)) * mean_bytes);
+      out->set_bytes_received(decided.ring() ? range * static_cast<int64_t>(sizeof(float))
+                                             : members * static_cast<int64_t>(EncodedBytes(
+                                                             model_.spec.codec(), range)));
+      out->set_bytes_sent(decided.ring() ? mean_bytes : (members + (relayed ? 0 : 1)) * mean_bytes);
       if (relayed) out->set_relayed_to(decided.members()[shard.relayed_slot]);
     }
     for (const auto& [id, reason] : decided.dropped()) {
@@ -856,6 +861,7 @@ void RoundManager::AdvanceSharded() {
     header->set_chunk_values(layout.chunk_values);
     header->set_exchange(v1::EXCHANGE_SHARDED);
     header->set_attempt(round.attempt);
+    header->set_ring(decided.ring());
     round.relay_session.assign(decided.shards().size(), -1);
     for (size_t s = 0; s < decided.shards().size(); ++s) {
       const ShardedRound::Shard& shard = decided.shards()[s];

@@ -212,6 +212,9 @@ void ShardedRound::LayOut(absl::Time now) {
                             static_cast<int>(int64_t{i + 1} * chunks / k),
                             members > 1 ? (owners[i] + 1) % members : -1});
   }
+  // Owners are the members with a data plane, in slot order: with one range each, the ring's
+  // member i owns range i.
+  ring_ = members_.size() >= 3 && shards_.size() == members_.size();
   shard_means_.assign(shards_.size(), 0);
   laid_out_pending_ = true;
 }

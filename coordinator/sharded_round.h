@@ -94,6 +94,9 @@ class ShardedRound {
   const std::vector<std::string>& members() const { return members_; }
   const std::vector<double>& weights() const { return weights_; }
   const std::vector<Shard>& shards() const { return shards_; }
+  // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): 3 or more members,
+  // each the owner of one range, shards()[i] being members()[i]'s.
+  bool ring() const { return ring_; }
   // Members still in the round (not dropped), in slot order, and the largest step among them.
   std::vector<std::string> Included() const;
   int64_t MaxStep() const;
@@ -131,6 +134,7 @@ class ShardedRound {
   std::string abort_reason_;
   std::vector<std::string> members_;
   std::vector<double> weights_;
+  bool ring_ = false;
   std::vector<Shard> shards_;
   std::vector<bool> mean_received_;  // by chunk
   std::vector<int> shard_means_;     // by shard: chunks received

@@ -87,6 +87,26 @@ TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   EXPECT_EQ(round.shards()[2].relayed_slot, 0);
 }
 
+// The ring schedule needs 3 or more members, each owning one range (with 2, the ring and
+// the all-to-all exchange are the same).
+TEST_F(ShardedRoundTest, RingsOnlyWhenThreeOrMoreMembersOwnOneRangeEach) {
+  ShardedRound three = Make(3, 10);
+  ArriveAll(three, 3);
+  EXPECT_TRUE(three.ring());
+  ShardedRound two = Make(2, 10);
+  ArriveAll(two, 2);
+  EXPECT_FALSE(two.ring());
+  ShardedRound few_chunks = Make(4, 2);  // two owners for four members
+  ArriveAll(few_chunks, 4);
+  EXPECT_FALSE(few_chunks.ring());
+  ShardedRound small = Make(4, 8, 1, {}, 600);  // three owners
+  ArriveAll(small, 4);
+  EXPECT_FALSE(small.ring());
+  ShardedRound no_data_plane = Make(4, 10, 1, {2});
+  ArriveAll(no_data_plane, 4);
+  EXPECT_FALSE(no_data_plane.ring());
+}
+
 TEST_F(ShardedRoundTest, AMemberAloneHasNothingRelayed) {
   ShardedRound round = Make(1, 4);
   ArriveAll(round, 1);

@@ -388,7 +388,8 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
         r.reason().empty() ? absl::StrJoin(left, "; ") : Esc(r.reason()),
         Fixed(r.duration_seconds(), 3), Fixed(r.slowest_wait_seconds(), 3),
         Bytes(static_cast<double>(r.bytes_received())), Bytes(static_cast<double>(r.bytes_sent())),
-        EnumName(r.codec()), Fixed(r.compression_ratio(), 2), EnumName(r.exchange()));
+        EnumName(r.codec()), Fixed(r.compression_ratio(), 2),
+        absl::StrCat(EnumName(r.exchange()), r.ring() ? " (ring)" : ""));
   }
   return out + "</tbody></table></section>";
 }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -90,15 +91,16 @@ class ShardedTest : public ::testing::Test {
     v1::JoinResponse response;
     grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
-    leader.client = MakeClient(serve ? leader.server->owner() : nullptr);
+    leader.client = MakeClient(serve ? leader.server.get() : nullptr);
   }
 
-  // A leader's client of the current coordinator, owning ranges in `owner` (null: none).
-  std::unique_ptr<ShardedClient> MakeClient(ShardOwner* owner) {
+  // A leader's client of the current coordinator, owning ranges on `server` (null: none).
+  std::unique_ptr<ShardedClient> MakeClient(DataPlaneServer* server) {
     ShardedClient::Options options;
     options.coordinator = Channel();
     options.token = kToken;
-    options.owner = owner;
+    options.owner = server != nullptr ? server->owner() : nullptr;
+    options.inbox = server != nullptr ? server->inbox() : nullptr;
     return std::make_unique<ShardedClient>(options);
   }
 
@@ -238,22 +240,25 @@ class ShardedEquivalenceTest : public ShardedTest {
 
 TEST_F(ShardedEquivalenceTest, ShardedGivesTheStarsModelAndEveryCopyIsBitIdentical) {
   // 70,001 values in chunks of 16,384: 5 chunks, the last one short, over 2, 3 and 4 owners
-  // (4 owners of 5 chunks: ranges of 1, 1, 1 and 2 chunks).
-  constexpr int64_t kValues = 70'001;
-  for (int nodes : {2, 3, 4}) {
-    SCOPED_TRACE(absl::StrCat(nodes, " node leaders"));
-    std::vector<Vectors> star = Run(false, nodes, kValues, 3);
-    std::vector<Vectors> sharded = Run(true, nodes, kValues, 3);
+  // (4 owners of 5 chunks: ranges of 1, 1, 1 and 2 chunks). With 3 and 4 each leader owns a
+  // range, so those rounds go round the ring; 4 leaders over 40,000 values (3 chunks) leave
+  // one without a range, so those rounds are all-to-all.
+  for (auto [nodes, values] :
+       std::vector<std::pair<int, int64_t>>{{2, 70'001}, {3, 70'001}, {4, 70'001}, {4, 40'000}}) {
+    const bool ring = nodes >= 3 && values > 3 * 16384;
+    SCOPED_TRACE(absl::StrCat(nodes, " node leaders, ", values, " values"));
+    std::vector<Vectors> star = Run(false, nodes, values, 3);
+    std::vector<Vectors> sharded = Run(true, nodes, values, 3);
     ASSERT_EQ(sharded.size(), 3u);
     for (int round = 0; round < 3; ++round) {
       for (int k = 0; k < nodes; ++k) {
-        EXPECT_EQ(std::memcmp(sharded[round][k].data(), sharded[round][0].data(),
-                              kValues * sizeof(float)),
-                  0)
+        EXPECT_EQ(
+            std::memcmp(sharded[round][k].data(), sharded[round][0].data(), values * sizeof(float)),
+            0)
             << "member " << k << " differs after round " << round + 1;
       }
       double max_diff = 0;
-      for (int64_t i = 0; i < kValues; ++i) {
+      for (int64_t i = 0; i < values; ++i) {
         max_diff = std::max<double>(max_diff, std::fabs(sharded[round][0][i] - star[round][0][i]));
       }
       EXPECT_LE(max_diff, 1e-6) << "round " << round + 1;
@@ -262,24 +267,24 @@ TEST_F(ShardedEquivalenceTest, ShardedGivesTheStarsModelAndEveryCopyIsBitIdentic
     auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
     ASSERT_THAT(fetched, IsOk());
     EXPECT_EQ(fetched->round, 3);
-    EXPECT_EQ(std::memcmp(fetched->values.data(), sharded[2][0].data(), kValues * sizeof(float)),
-              0);
-    ASSERT_EQ(fetched->momentum.size(), static_cast<size_t>(kValues));
+    EXPECT_EQ(std::memcmp(fetched->values.data(), sharded[2][0].data(), values * sizeof(float)), 0);
+    ASSERT_EQ(fetched->momentum.size(), static_cast<size_t>(values));
     // The round's record says how it went.
     v1::CoordinatorStatus status = Status();
     const v1::RoundRecord& record = status.recent_rounds(status.recent_rounds_size() - 1);
     EXPECT_EQ(record.exchange(), v1::EXCHANGE_SHARDED);
+    EXPECT_EQ(record.ring(), ring);
     EXPECT_EQ(record.members_size(), nodes);
-    ASSERT_EQ(record.shards_size(), std::min(nodes, 5));
+    ASSERT_EQ(record.shards_size(), std::min<int>(nodes, Layout(values).num_chunks()));
     int64_t covered = 0;
     for (const v1::ShardRecord& shard : record.shards()) {
       EXPECT_EQ(shard.begin(), covered);
       covered = shard.end();
       EXPECT_EQ(shard.mean_bytes(), (shard.end() - shard.begin()) * 4);
     }
-    EXPECT_EQ(covered, kValues);
+    EXPECT_EQ(covered, values);
     // The coordinator received one model's bytes, whatever the number of members.
-    EXPECT_EQ(record.bytes_received(), kValues * 4);
+    EXPECT_EQ(record.bytes_received(), values * 4);
   }
 }
 
@@ -572,7 +577,7 @@ TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
   server_->Shutdown();
   server_.reset();
   ASSERT_THAT(StartServer(), IsOk());  // members and the data-plane addresses are restored
-  for (auto& [i, leader] : leaders_) leader.client = MakeClient(leader.server->owner());
+  for (auto& [i, leader] : leaders_) leader.client = MakeClient(leader.server.get());
   EXPECT_EQ(Status().members(0).data_address(), leaders_[0].server->address());
   for (auto& result : SyncAll({0, 1}, 2, Steps(globals, 2), globals, momenta)) {
     ASSERT_THAT(result, IsOk());

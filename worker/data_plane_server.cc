@@ -165,18 +165,82 @@ class ReduceReactor : public ReduceReactorBase {
   int64_t session_ = 0;
 };
 
-class DataPlaneService final
-    : public v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service> {
+// A ring round's stream from the member before this one (DataPlane.Pass): the header, then
+// each message handed to the inbox as it arrives; always reading on (a sender sends at most
+// about one model's bytes a round), so the sender never waits on this member's round.
+class PassReactor : public grpc::ServerReadReactor<v1::PassRequest> {
  public:
-  DataPlaneService(ShardOwner* owner, std::string token)
-      : owner_(owner), token_(std::move(token)) {}
+  PassReactor(RingInbox* inbox, const absl::Status& auth) : inbox_(inbox) {
+    if (!auth.ok()) {
+      Finish(ToGrpcStatus(auth));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The sender finished, or the stream broke: then the member sees what is missing.
+      if (id_ == 0) {
+        Finish(ToGrpcStatus(absl::InvalidArgumentError("the stream ended before a header")));
+        return;
+      }
+      inbox_->Close(id_, absl::OkStatus());
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status status;
+    if (id_ == 0) {
+      absl::StatusOr<int64_t> id =
+          request_.has_header() ? inbox_->Open(request_.header())
+                                : absl::InvalidArgumentError("the first message must be a header");
+      if (id.ok()) id_ = *id;
+      status = id.status();
+    } else if (request_.has_header()) {
+      status = absl::InvalidArgumentError("header sent twice; only sums and means may follow it");
+    } else {
+      status = inbox_->Add(id_, std::move(request_));
+    }
+    if (!status.ok()) {
+      if (id_ != 0) inbox_->Close(id_, status);
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    request_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnCancel() override {
+    if (id_ != 0) inbox_->Close(id_, absl::CancelledError("the member before this one left"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  RingInbox* const inbox_;
+  v1::PassRequest request_;
+  int64_t id_ = 0;
+};
+
+class DataPlaneService final
+    : public v1::DataPlane::WithCallbackMethod_Pass<
+          v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service>> {
+ public:
+  DataPlaneService(ShardOwner* owner, RingInbox* inbox, std::string token)
+      : owner_(owner), inbox_(inbox), token_(std::move(token)) {}
 
   ReduceReactorBase* Reduce(grpc::CallbackServerContext* context) override {
     return new ReduceReactor(owner_, CheckBearerToken(context->client_metadata(), token_));
   }
 
+  grpc::ServerReadReactor<v1::PassRequest>* Pass(grpc::CallbackServerContext* context,
+                                                 v1::PassResponse*) override {
+    return new PassReactor(inbox_, CheckBearerToken(context->client_metadata(), token_));
+  }
+
  private:
   ShardOwner* const owner_;
+  RingInbox* const inbox_;
   const std::string token_;
 };
 
@@ -187,7 +251,7 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(Options 
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             MakeServerCredentials(options.tls));
   std::unique_ptr<DataPlaneServer> self(new DataPlaneServer());
-  self->service_ = std::make_unique<DataPlaneService>(&self->owner_, options.token);
+  self->service_ = std::make_unique<DataPlaneService>(&self->owner_, &self->inbox_, options.token);
   grpc::ServerBuilder builder;
   UseStreamingArguments(&builder);
   int port = 0;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/tls.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
+#include "worker/ring_inbox.h"
 #include "worker/shard_owner.h"
 
 namespace localsgd {
@@ -31,6 +32,8 @@ class DataPlaneServer {
   ~DataPlaneServer();
 
   ShardOwner* owner() { return &owner_; }
+  // What ring rounds' streams from the member before this one bring.
+  RingInbox* inbox() { return &inbox_; }
   // The address it listens on, with the port it got ("127.0.0.1:43127", "0.0.0.0:43127").
   const std::string& address() const { return address_; }
   // Stops serving; open streams end. Idempotent.
@@ -40,6 +43,7 @@ class DataPlaneServer {
   DataPlaneServer() = default;
 
   ShardOwner owner_;
+  RingInbox inbox_;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

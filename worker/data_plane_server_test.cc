@@ -236,5 +236,69 @@ TEST_F(DataPlaneServerTest, ShutdownEndsStreamsStillWaitingForTheLayout) {
   EXPECT_FALSE(status_a.ok());
 }
 
+// DataPlane.Pass, a ring round's stream from the member before this one: the token is
+// required, a header must come first and only once, and what a well-formed stream brings
+// waits in the inbox until this member follows its round, then ends cleanly.
+class PassTest : public DataPlaneServerTest {
+ protected:
+  grpc::Status Pass(std::unique_ptr<grpc::ClientContext> context,
+                    const std::vector<v1::PassRequest>& requests) {
+    v1::PassResponse response;
+    auto stream = v1::DataPlane::NewStub(channel_)->Pass(context.get(), &response);
+    for (const v1::PassRequest& request : requests) {
+      if (!stream->Write(request)) break;
+    }
+    stream->WritesDone();
+    return stream->Finish();
+  }
+  static v1::PassRequest PassHeader(int64_t round, uint64_t attempt) {
+    v1::PassRequest request;
+    *request.mutable_header() = Header("a").header();
+    request.mutable_header()->set_round(round);
+    request.mutable_header()->set_attempt(attempt);
+    return request;
+  }
+  static v1::PassRequest Sum(int index) {
+    v1::PassRequest request;
+    *request.mutable_sum() = Chunk(index, 1).chunk();
+    return request;
+  }
+};
+
+TEST_F(PassTest, RefusesAMissingOrWrongTokenAndMalformedStreams) {
+  grpc::Status status = Pass(std::make_unique<grpc::ClientContext>(), {PassHeader(4, 9)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  status = Pass(AuthorizedContext("wrong", absl::Seconds(20)), {PassHeader(4, 9)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  status = Pass(Context(), {Sum(0)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("the first message must be a header"));
+  status = Pass(Context(), {});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("ended before a header"));
+  status = Pass(Context(), {PassHeader(4, 9), PassHeader(4, 9)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("header sent twice"));
+  // This member follows attempt 10 by now: attempt 9's streams are over.
+  server_->inbox()->Follow("run-1", 4, 10, "a");
+  status = Pass(Context(), {PassHeader(4, 9), Sum(0)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  server_->inbox()->Stop();
+}
+
+TEST_F(PassTest, AStreamBeforeTheLayoutWaitsInTheInbox) {
+  ASSERT_TRUE(Pass(Context(), {PassHeader(5, 1), Sum(0), Sum(1)}).ok());
+  server_->inbox()->Follow("run-1", 5, 1, "a");
+  for (int index : {0, 1}) {
+    absl::StatusOr<std::optional<v1::PassRequest>> next = server_->inbox()->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_TRUE(next->has_value());
+    EXPECT_EQ((*next)->sum().index(), index);
+  }
+  absl::StatusOr<std::optional<v1::PassRequest>> end = server_->inbox()->Next();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_FALSE(end->has_value());  // the stream ended cleanly
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -180,6 +180,7 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
     sharded_options.token = options_.token;
     sharded_options.peer_credentials = credentials_;
     sharded_options.owner = data_plane_ != nullptr ? data_plane_->owner() : nullptr;
+    sharded_options.inbox = data_plane_ != nullptr ? data_plane_->inbox() : nullptr;
     sharded_ = std::make_unique<ShardedClient>(sharded_options);
     const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
     leader_->UseShardedExchange(sharded_.get(),

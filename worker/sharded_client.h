@@ -16,6 +16,7 @@
 #include "common/mutex.h"
 #include "common/outer_step.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
+#include "worker/ring_inbox.h"
 #include "worker/shard_owner.h"
 
 namespace localsgd {
@@ -38,6 +39,8 @@ class ShardedClient {
     std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
     // This node's data plane; null when it serves none (it then owns no range).
     ShardOwner* owner = nullptr;
+    // This node's ring inbox (the same data plane's); null when it serves none.
+    RingInbox* inbox = nullptr;
   };
 
   explicit ShardedClient(Options options);

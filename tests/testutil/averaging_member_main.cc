@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
   sharded_options.coordinator = channel;
   sharded_options.token = token;
   sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
+  sharded_options.inbox = data_plane != nullptr ? data_plane->inbox() : nullptr;
   localsgd::ShardedClient sharded_client(sharded_options);
   // The "training" between rounds is a fixed random step, drawn once: drawing it anew each
   // round would keep this member's CPU busy while the others are already in the round.

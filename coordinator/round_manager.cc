@@ -389,6 +389,7 @@ void RoundManager::OpenRound(int64_t number) {
     options.deadline = absl::Seconds(model_.spec.round_deadline_seconds());
     options.min_workers = model_.spec.min_workers();
     options.min_shard_values = model_.spec.min_shard_bytes() / static_cast<int64_t>(sizeof(float));
+    options.lossless = model_.spec.codec() == v1::CODEC_FP32;
     std::vector<ShardedRound::Candidate> candidates;
     for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
       candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});

@@ -45,6 +45,10 @@ class ShardedRound {
     // The least values of the vector one owner averages (RunSpec.min_shard_bytes / 4): a
     // small vector gets fewer owners than members. 0: a chunk is enough.
     int64_t min_shard_values = 0;
+    // Whether the run's codec is lossless (fp32). A ring passes its running sums in fp32, so
+    // with a lossy codec the all-to-all exchange, whose deltas travel encoded, moves fewer
+    // bytes: only fp32 rounds go round the ring.
+    bool lossless = true;
   };
   struct Shard {
     int owner_slot = -1;  // the owner's position in members()
@@ -94,8 +98,8 @@ class ShardedRound {
   const std::vector<std::string>& members() const { return members_; }
   const std::vector<double>& weights() const { return weights_; }
   const std::vector<Shard>& shards() const { return shards_; }
-  // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): 3 or more members,
-  // each the owner of one range, shards()[i] being members()[i]'s.
+  // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): a lossless codec and
+  // 3 or more members, each the owner of one range, shards()[i] being members()[i]'s.
   bool ring() const { return ring_; }
   // Members still in the round (not dropped), in slot order, and the largest step among them.
   std::vector<std::string> Included() const;

@@ -25,7 +25,7 @@ class ShardedRoundTest : public ::testing::Test {
   // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
   // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
   ShardedRound Make(int members, int chunks, int min_workers = 1, std::vector<int> no_address = {},
-                    int64_t min_shard_values = 0) {
+                    int64_t min_shard_values = 0, bool lossless = true) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
       const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();
@@ -38,6 +38,7 @@ class ShardedRoundTest : public ::testing::Test {
     options.deadline = absl::Seconds(10);
     options.min_workers = min_workers;
     options.min_shard_values = min_shard_values;
+    options.lossless = lossless;
     return ShardedRound(options, std::move(candidates));
   }
 
@@ -88,7 +89,7 @@ TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
 }
 
 // The ring schedule needs 3 or more members, each owning one range (with 2, the ring and
-// the all-to-all exchange are the same).
+// the all-to-all exchange are the same), and a lossless codec.
 TEST_F(ShardedRoundTest, RingsOnlyWhenThreeOrMoreMembersOwnOneRangeEach) {
   ShardedRound three = Make(3, 10);
   ArriveAll(three, 3);
@@ -105,6 +106,9 @@ TEST_F(ShardedRoundTest, RingsOnlyWhenThreeOrMoreMembersOwnOneRangeEach) {
   ShardedRound no_data_plane = Make(4, 10, 1, {2});
   ArriveAll(no_data_plane, 4);
   EXPECT_FALSE(no_data_plane.ring());
+  ShardedRound lossy = Make(3, 10, 1, {}, 0, /*lossless=*/false);  // the deltas travel encoded
+  ArriveAll(lossy, 3);
+  EXPECT_FALSE(lossy.ring());
 }
 
 TEST_F(ShardedRoundTest, AMemberAloneHasNothingRelayed) {

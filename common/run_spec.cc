@@ -28,12 +28,12 @@ constexpr double kDefaultAdamWLr = 1e-3;
 constexpr double kDefaultRoundDeadlineSeconds = 60;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
 // Star rounds: every chunk passes through the coordinator, which handles fewer, larger
-// messages best. Sharded rounds: after an owner's last delta chunk arrives it still sends that
-// chunk's mean to every other member, so the round's tail grows with N times the chunk; at
-// 8 nodes on 200 Mbit/s links 256 KiB chunks make the round 12 % shorter than 1 MiB chunks
+// messages best. Sharded rounds: a ring round's pipeline is 2 (N - 1) hops deep, each hop a
+// chunk's transfer, and an all-to-all round ends with N chunks through the owner's link; on
+// 200 Mbit/s links 128 KiB chunks made ring rounds 4-9 % shorter than 256 KiB at N = 4 and 8
 // (bench/RESULTS.md).
 constexpr int64_t kDefaultStarChunkBytes = 1 << 20;
-constexpr int64_t kDefaultShardedChunkBytes = 256 << 10;
+constexpr int64_t kDefaultShardedChunkBytes = 128 << 10;
 // A sharded round over more owners costs a stream per owner and member: for small vectors the
 // latency, not the bytes, sets the round's time (bench/RESULTS.md: the MLP's round on 4 leaders
 // took 12-13 ms with four owners, 10-11 ms with one).

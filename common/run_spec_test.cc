@@ -55,7 +55,7 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   EXPECT_EQ(spec->total_steps(), 1000);
   EXPECT_EQ(spec->min_workers(), 1);
   EXPECT_EQ(spec->codec(), v1::CODEC_FP32);
-  EXPECT_EQ(spec->chunk_bytes(), 256 << 10);  // the sharded exchange's default
+  EXPECT_EQ(spec->chunk_bytes(), 128 << 10);  // the sharded exchange's default
   EXPECT_EQ(spec->min_shard_bytes(), 1 << 20);
   EXPECT_DOUBLE_EQ(spec->outer_optimizer().lr(), 1.0);
   EXPECT_TRUE(spec->average_buffers());

@@ -177,9 +177,9 @@ class RingMember {
 
   explicit RingMember(Setup setup) : setup_(std::move(setup)) {
     const v1::RoundHeader& header = *setup_.header;
-    n_ = header.members_size();
-    pred_ = (setup_.self + n_ - 1) % n_;
-    succ_ = (setup_.self + 1) % n_;
+    const int n = header.members_size();
+    pred_ = (setup_.self + n - 1) % n;
+    succ_ = (setup_.self + 1) % n;
     double total = 0;
     for (double w : header.weights()) total += w;
     weight_ = static_cast<float>(header.weights(setup_.self));
@@ -344,25 +344,19 @@ class RingMember {
       Send(std::move(pass));
       return absl::OkStatus();
     }
-    // The sum of this member's own range is complete: its mean, encoded once.
+    // The sum of this member's own range is complete: its mean, encoded once (rings are fp32;
+    // a mean past fp32's range is refused by the coordinator, which aborts the round).
     for (float& v : incoming) v *= inverse_total_;
     v1::ReduceResponse response;
     response.mutable_mean()->set_index(c);
-    Encode(setup_.header->codec(), incoming, response.mutable_mean()->mutable_data());
-    if (setup_.header->codec() != v1::CODEC_FP32 &&
-        !Decode(setup_.header->codec(), response.mean().data(), absl::MakeSpan(incoming)).ok()) {
-      const absl::Status unfit = absl::OutOfRangeError(absl::StrCat(
-          "the mean of chunk ", c, " does not fit ", CodecName(setup_.header->codec())));
-      setup_.uploader->OnFailure(unfit);
-      return absl::CancelledError(unfit.message());  // the coordinator hears of it as a failure
-    }
+    Encode(v1::CODEC_FP32, incoming, response.mutable_mean()->mutable_data());
     auto mean = std::make_shared<const OwnerMean>(std::move(response));
     setup_.uploader->OnMean(c, mean);
     return setup_.take_mean(setup_.self, mean->message().mean());
   }
 
   Setup setup_;
-  int n_ = 0, pred_ = 0, succ_ = 0;
+  int pred_ = 0, succ_ = 0;
   float weight_ = 0, inverse_total_ = 0;
   std::vector<int> shard_of_;    // by chunk
   int expected_in_ = 0;          // messages from pred
@@ -406,8 +400,8 @@ absl::Status CheckLayout(const v1::RoundHeader& header, const std::string& membe
 // A ring layout: member i owns range i, whose mean the coordinator relays to member i + 1.
 absl::Status CheckRing(const v1::RoundHeader& header) {
   const int n = header.members_size();
-  if (n < 3 || header.shards_size() != n) {
-    return absl::InternalError("the ring's layout does not give each member one range");
+  if (n < 3 || header.shards_size() != n || header.codec() != v1::CODEC_FP32) {
+    return absl::InternalError("the ring's layout does not give each member one fp32 range");
   }
   for (int i = 0; i < n; ++i) {
     if (header.shards(i).owner_id() != header.members(i) ||

@@ -49,6 +49,11 @@ PageData Sample() {
     point->set_slowest_wait_seconds(0.2);
     point->set_bytes_received(1000);
   }
+  v1::RoundRecord* round = data.status.add_recent_rounds();
+  round->set_round(6);
+  round->set_outcome(v1::ROUND_OUTCOME_COMMITTED);
+  round->set_exchange(v1::EXCHANGE_SHARDED);
+  round->set_ring(true);
   data.runs.push_back(*run);
   return data;
 }
@@ -65,6 +70,7 @@ TEST(StatusPageTest, ShowsProgressNumbersChartsMembersAndFailures) {
   EXPECT_THAT(page, HasSubstr("<span id=\"elapsed\">1 min 10 s</span>"));
   EXPECT_THAT(page, HasSubstr("codec INT8"));
   EXPECT_THAT(page, HasSubstr("exchange SHARDED"));
+  EXPECT_THAT(page, HasSubstr("<td>SHARDED (ring)</td>"));  // the round's schedule
   EXPECT_THAT(page, HasSubstr("id=\"chart-loss\" data-points=\"3\""));
   EXPECT_THAT(page, HasSubstr("id=\"chart-round-time\" data-points=\"3\""));
   EXPECT_THAT(page, HasSubstr("id=\"chart-accuracy\" data-points=\"0\""));

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
-#include <functional>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "common/grpc_channel.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "worker/ring_member.h"
 
 namespace localsgd {
 namespace {
@@ -146,226 +146,6 @@ class LocalReduceStream : public ReduceStream {
   std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
-
-// This member's part of a ring round (docs/design.md, "Ring rounds"): member i of N owns
-// range i and passes to member i + 1 (`succ`) over one DataPlane.Pass stream (a) the running
-// sums: its own weighted delta for the range of member i - 1 (`pred`, whose chain starts
-// here), and for every other range but its own, the sum that came from pred plus its own
-// weighted delta; and (b) every averaged chunk it gets, except those of succ's own range.
-// A sum of its own range that arrives is complete: its mean goes to the coordinator (which
-// relays it to succ) and into this member's update. A writer thread owns the outgoing
-// stream; a reader thread takes pred's stream from the inbox; the Sync stream's reader hands
-// in pred's range as the coordinator relays it. Errors are told to the coordinator, which
-// aborts the round.
-class RingMember {
- public:
-  using TakeMean = std::function<absl::Status(int shard, const v1::Chunk& mean)>;
-  struct Setup {
-    const v1::RoundHeader* header;
-    v1::ReduceHeader pass_header;  // names this member and the attempt
-    const ChunkLayout* layout;
-    int self;  // this member's slot
-    absl::Span<const float> params, global;
-    v1::Codec delta_codec;
-    std::shared_ptr<grpc::Channel> succ_channel;
-    std::unique_ptr<grpc::ClientContext> context;  // the Pass stream's
-    RingInbox* inbox;
-    Uploader* uploader;
-    TakeMean take_mean;
-  };
-
-  explicit RingMember(Setup setup) : setup_(std::move(setup)) {
-    const v1::RoundHeader& header = *setup_.header;
-    const int n = header.members_size();
-    pred_ = (setup_.self + n - 1) % n;
-    succ_ = (setup_.self + 1) % n;
-    double total = 0;
-    for (double w : header.weights()) total += w;
-    weight_ = static_cast<float>(header.weights(setup_.self));
-    inverse_total_ = static_cast<float>(1.0 / total);
-    shard_of_.resize(static_cast<size_t>(setup_.layout->num_chunks()));
-    for (int s = 0; s < header.shards_size(); ++s) {
-      for (int c = header.shards(s).begin_chunk(); c < header.shards(s).end_chunk(); ++c) {
-        shard_of_[c] = s;
-      }
-    }
-    const auto size = [&header](int s) {
-      return header.shards(s).end_chunk() - header.shards(s).begin_chunk();
-    };
-    const int chunks = setup_.layout->num_chunks();
-    expected_in_ = (chunks - size(pred_)) + (chunks - size(pred_) - size(setup_.self));
-    expected_out_ = (chunks - size(setup_.self)) + (chunks - size(setup_.self) - size(succ_));
-    sums_seen_.assign(static_cast<size_t>(chunks), false);
-    writer_ = std::thread([this] { Write(); });
-    reader_ = std::thread([this] { Read(); });
-  }
-  ~RingMember() { Stop(); }
-
-  // A mean of pred's range that the coordinator relayed here (and that was taken): passed on.
-  void PassOn(const v1::Chunk& mean) {
-    v1::PassRequest pass;
-    *pass.mutable_mean() = mean;
-    Send(std::move(pass));
-  }
-
-  // The round is over (committed or not): ends both streams and waits for the threads.
-  void Stop() {
-    {
-      MutexLock lock(&mu_);
-      stopped_ = true;
-    }
-    setup_.context->TryCancel();
-    setup_.inbox->Stop();
-    if (writer_.joinable()) writer_.join();
-    if (reader_.joinable()) reader_.join();
-  }
-
- private:
-  const std::string& Id(int slot) const { return setup_.header->members(slot); }
-
-  void Fail(int slot, const absl::Status& status) {
-    {
-      MutexLock lock(&mu_);
-      if (stopped_) return;  // the round ended: cancelled streams say nothing
-    }
-    setup_.uploader->Unreachable(Id(slot), status);
-  }
-
-  void Send(v1::PassRequest message) {
-    MutexLock lock(&mu_);
-    outgoing_.push_back(std::move(message));
-  }
-
-  // This member's weighted delta over chunk `c`, as the codec lets the others see it.
-  void OwnDelta(int c, std::vector<float>* out) const {
-    v1::Chunk encoded;
-    EncodeDeltaChunk(setup_.delta_codec, *setup_.layout, c, setup_.params, setup_.global, &encoded);
-    out->resize(static_cast<size_t>(setup_.layout->size(c)));
-    Decode(setup_.delta_codec, encoded.data(), absl::MakeSpan(*out)).IgnoreError();  // own bytes
-    for (float& v : *out) v *= weight_;
-  }
-
-  void Write() {
-    v1::PassResponse response;
-    auto stub = v1::DataPlane::NewStub(setup_.succ_channel);
-    std::unique_ptr<grpc::ClientWriter<v1::PassRequest>> stream =
-        stub->Pass(setup_.context.get(), &response);
-    v1::PassRequest first;
-    *first.mutable_header() = setup_.pass_header;
-    bool ok = stream->Write(first);
-    int sent = 0;
-    while (ok && sent < expected_out_) {
-      v1::PassRequest message;
-      {
-        MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](RingMember* m)
-                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->stopped_ || !m->outgoing_.empty(); },
-            this));
-        if (stopped_) break;
-        message = std::move(outgoing_.front());
-        outgoing_.pop_front();
-      }
-      ok = stream->Write(message);
-      ++sent;
-    }
-    if (ok && sent == expected_out_) stream->WritesDone();
-    const grpc::Status status = stream->Finish();
-    if (!status.ok() || !ok) {
-      Fail(succ_,
-           status.ok() ? absl::UnavailableError("the stream broke") : FromGrpcStatus(status));
-    }
-  }
-
-  void Read() {
-    // The chain of pred's range starts here.
-    const v1::ShardRange& first = setup_.header->shards(pred_);
-    std::vector<float> values;
-    for (int c = first.begin_chunk(); c < first.end_chunk(); ++c) {
-      OwnDelta(c, &values);
-      v1::PassRequest pass;
-      pass.mutable_sum()->set_index(c);
-      Encode(v1::CODEC_FP32, values, pass.mutable_sum()->mutable_data());
-      Send(std::move(pass));
-    }
-    absl::Status status;
-    for (int taken = 0; status.ok() && taken < expected_in_; ++taken) {
-      absl::StatusOr<std::optional<v1::PassRequest>> next = setup_.inbox->Next();
-      if (!next.ok()) {
-        status = next.status();
-      } else if (!next->has_value()) {
-        status = absl::UnavailableError(
-            absl::StrCat("its stream ended after ", taken, " of ", expected_in_, " messages"));
-      } else {
-        status = Take(**next, &values);
-      }
-    }
-    if (!status.ok() && !absl::IsCancelled(status)) Fail(pred_, status);
-  }
-
-  absl::Status Take(const v1::PassRequest& message, std::vector<float>* values) {
-    const bool sum = message.has_sum();
-    const v1::Chunk& chunk = sum ? message.sum() : message.mean();
-    const int c = chunk.index();
-    if (!sum && !message.has_mean()) return absl::InvalidArgumentError("neither sum nor mean");
-    if (c < 0 || c >= setup_.layout->num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", c, " is out of range"));
-    }
-    const int s = shard_of_[c];
-    if (!sum) {
-      if (s == setup_.self || s == pred_) {
-        return absl::InvalidArgumentError(absl::StrCat("a mean of chunk ", c, " came on the ring"));
-      }
-      LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(s, chunk));
-      if (s != succ_) {
-        v1::PassRequest pass;
-        *pass.mutable_mean() = chunk;
-        Send(std::move(pass));
-      }
-      return absl::OkStatus();
-    }
-    if (s == pred_ || sums_seen_[c]) {
-      return absl::InvalidArgumentError(absl::StrCat("an unexpected sum of chunk ", c));
-    }
-    sums_seen_[c] = true;
-    const size_t n = static_cast<size_t>(setup_.layout->size(c));
-    std::vector<float> incoming(n);
-    LOCALSGD_RETURN_IF_ERROR(Decode(v1::CODEC_FP32, chunk.data(), absl::MakeSpan(incoming)));
-    if (!AllFinite(incoming)) {
-      return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, " is not finite"));
-    }
-    OwnDelta(c, values);
-    for (size_t k = 0; k < n; ++k) incoming[k] += (*values)[k];
-    if (s != setup_.self) {
-      v1::PassRequest pass;
-      pass.mutable_sum()->set_index(c);
-      Encode(v1::CODEC_FP32, incoming, pass.mutable_sum()->mutable_data());
-      Send(std::move(pass));
-      return absl::OkStatus();
-    }
-    // The sum of this member's own range is complete: its mean, encoded once (rings are fp32;
-    // a mean past fp32's range is refused by the coordinator, which aborts the round).
-    for (float& v : incoming) v *= inverse_total_;
-    v1::ReduceResponse response;
-    response.mutable_mean()->set_index(c);
-    Encode(v1::CODEC_FP32, incoming, response.mutable_mean()->mutable_data());
-    auto mean = std::make_shared<const OwnerMean>(std::move(response));
-    setup_.uploader->OnMean(c, mean);
-    return setup_.take_mean(setup_.self, mean->message().mean());
-  }
-
-  Setup setup_;
-  int pred_ = 0, succ_ = 0;
-  float weight_ = 0, inverse_total_ = 0;
-  std::vector<int> shard_of_;    // by chunk
-  int expected_in_ = 0;          // messages from pred
-  int expected_out_ = 0;         // messages to succ
-  std::vector<bool> sums_seen_;  // by chunk; the reader's
-  Mutex mu_;
-  std::deque<v1::PassRequest> outgoing_ ABSL_GUARDED_BY(mu_);
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread writer_, reader_;
 };
 
 // The layout in a RoundHeader, checked against this member's vector.
@@ -643,7 +423,10 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     setup.succ_channel = PeerChannel(layout_header.shards((self + 1) % shards).address());
     setup.context = AuthorizedContext(options_.token, timeout);
     setup.inbox = options_.inbox;
-    setup.uploader = &uploader;
+    setup.sink = &uploader;
+    setup.unreachable = [&uploader](const std::string& id, const absl::Status& why) {
+      uploader.Unreachable(id, why);
+    };
     setup.take_mean = [&](int s, const v1::Chunk& mean) {
       return take_mean(layout_header.shards(s), mean, got_by_shard[s]);
     };

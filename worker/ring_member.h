@@ -1,0 +1,90 @@
+#ifndef LOCALSGD_WORKER_RING_MEMBER_H_
+#define LOCALSGD_WORKER_RING_MEMBER_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/chunking.h"
+#include "common/mutex.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+#include "worker/ring_inbox.h"
+#include "worker/shard_owner.h"
+
+namespace localsgd {
+
+// A node leader's part of a ring round (docs/design.md, "Ring rounds"), on flat float vectors
+// (no LibTorch). Member i of N owns range i and passes to member i + 1 (`succ`) over one
+// DataPlane.Pass stream (a) the running sums: its own weighted delta for the range of member
+// i - 1 (`pred`, whose chain starts here), and for every other range but its own, the sum that
+// came from pred plus its own weighted delta; and (b) every averaged chunk it gets, except
+// those of succ's own range. A sum of its own range that arrives is complete: its mean goes
+// to the sink (the uploader to the coordinator, which relays it to succ) and into this
+// member's update. A writer thread owns the outgoing stream and a reader thread takes pred's
+// stream from the inbox, from construction until Stop; the caller hands in pred's range as
+// the coordinator relays it (PassOn). Errors name the neighbour through `unreachable`.
+// Thread-safe.
+class RingMember {
+ public:
+  // Takes averaged chunk `mean` of range `shard` into the member's update.
+  using TakeMean = std::function<absl::Status(int shard, const v1::Chunk& mean)>;
+  struct Setup {
+    const v1::RoundHeader* header = nullptr;  // a ring layout (fp32, one range per member)
+    v1::ReduceHeader pass_header;             // names this member and the attempt
+    const ChunkLayout* layout = nullptr;
+    int self = 0;  // this member's slot
+    absl::Span<const float> params, global;
+    v1::Codec delta_codec = v1::CODEC_FP32;
+    std::shared_ptr<grpc::Channel> succ_channel;
+    std::unique_ptr<grpc::ClientContext> context;  // the Pass stream's
+    RingInbox* inbox = nullptr;                    // this node's; followed by the caller
+    MeanSink* sink = nullptr;                      // where this member's own means go
+    TakeMean take_mean;
+    // The round cannot complete: the neighbour `member_id` broke its stream or sent what the
+    // ring does not expect. Not called once Stop began.
+    std::function<void(const std::string& member_id, const absl::Status& why)> unreachable;
+  };
+
+  explicit RingMember(Setup setup);
+  ~RingMember();
+  RingMember(const RingMember&) = delete;
+  RingMember& operator=(const RingMember&) = delete;
+
+  // A mean of pred's range that the coordinator relayed here (and that was taken): passed on.
+  void PassOn(const v1::Chunk& mean);
+  // The round is over (committed or not): ends both streams and waits for the threads.
+  void Stop();
+
+ private:
+  void Fail(int slot, const absl::Status& status);
+  void Send(v1::PassRequest message);
+  // This member's weighted delta over chunk `c`, as the codec lets the others see it.
+  void OwnDelta(int c, std::vector<float>* out) const;
+  void Write();
+  void Read();
+  absl::Status Take(const v1::PassRequest& message, std::vector<float>* values);
+
+  Setup setup_;
+  int pred_ = 0, succ_ = 0;
+  float weight_ = 0, inverse_total_ = 0;
+  std::vector<int> shard_of_;    // by chunk
+  int expected_in_ = 0;          // messages from pred
+  int expected_out_ = 0;         // messages to succ
+  std::vector<bool> sums_seen_;  // by chunk; the reader's
+  Mutex mu_;
+  std::deque<v1::PassRequest> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_, reader_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_RING_MEMBER_H_

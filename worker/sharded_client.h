@@ -25,7 +25,8 @@ namespace localsgd {
 // vectors (no LibTorch). Per round: the header to the coordinator; the layout back; as an
 // owner, the range installed in this node's ShardOwner, whose averaged chunks an uploader
 // thread sends to the coordinator; one Reduce stream per owner carrying this member's delta
-// for that owner's range while the averaged chunks come back; "delivered" once every chunk is
+// for that owner's range while the averaged chunks come back (in a ring round instead, a
+// RingMember passing sums and means to the next leader); "delivered" once every chunk is
 // here; and only on the coordinator's commit, the outer step applied to global (and momentum)
 // with exactly the arithmetic every other copy uses.
 // Thread-compatible: one Sync at a time.

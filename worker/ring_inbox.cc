@@ -6,13 +6,20 @@
 #include "absl/strings/str_cat.h"
 
 namespace localsgd {
+namespace {
+
+// Whether (round, attempt) comes before (other_round, other_attempt).
+bool Before(int64_t round, uint64_t attempt, int64_t other_round, uint64_t other_attempt) {
+  return round < other_round || (round == other_round && attempt < other_attempt);
+}
+
+}  // namespace
 
 absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
   MutexLock lock(&mu_);
   const Key key{header.run_id(), header.round(), header.attempt()};
   if (followed_.has_value() && followed_->run_id == key.run_id &&
-      (key.round < followed_->round ||
-       (key.round == followed_->round && key.attempt < followed_->attempt))) {
+      Before(key.round, key.attempt, followed_->round, followed_->attempt)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "round ", key.round, " attempt ", key.attempt, " is over here (this member follows round ",
         followed_->round, " attempt ", followed_->attempt, ")"));
@@ -59,8 +66,7 @@ void RingInbox::Follow(const std::string& run_id, int64_t round, uint64_t attemp
   // Streams of this attempt or a newer one may already be here; the others are over.
   for (auto it = streams_.begin(); it != streams_.end();) {
     const Key& key = it->second.key;
-    const bool kept = key.run_id == run_id &&
-                      (key.round > round || (key.round == round && key.attempt >= attempt));
+    const bool kept = key.run_id == run_id && !Before(key.round, key.attempt, round, attempt);
     it = kept ? std::next(it) : streams_.erase(it);
   }
 }

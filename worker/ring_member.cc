@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/averaging_client.h"
 #include "common/codec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
@@ -70,11 +69,13 @@ void RingMember::Send(v1::PassRequest message) {
 }
 
 void RingMember::OwnDelta(int c, std::vector<float>* out) const {
-  v1::Chunk encoded;
-  EncodeDeltaChunk(setup_.delta_codec, *setup_.layout, c, setup_.params, setup_.global, &encoded);
-  out->resize(static_cast<size_t>(setup_.layout->size(c)));
-  Decode(setup_.delta_codec, encoded.data(), absl::MakeSpan(*out)).IgnoreError();  // own bytes
-  for (float& v : *out) v *= weight_;
+  // Rings are fp32: the delta as the others would see it is params - global itself.
+  const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
+  const size_t n = static_cast<size_t>(setup_.layout->size(c));
+  out->resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    (*out)[k] = weight_ * (setup_.params[begin + k] - setup_.global[begin + k]);
+  }
 }
 
 void RingMember::Write() {

@@ -42,7 +42,6 @@ class RingMember {
     const ChunkLayout* layout = nullptr;
     int self = 0;  // this member's slot
     absl::Span<const float> params, global;
-    v1::Codec delta_codec = v1::CODEC_FP32;
     std::shared_ptr<grpc::Channel> succ_channel;
     std::unique_ptr<grpc::ClientContext> context;  // the Pass stream's
     RingInbox* inbox = nullptr;                    // this node's; followed by the caller
@@ -66,7 +65,7 @@ class RingMember {
  private:
   void Fail(int slot, const absl::Status& status);
   void Send(v1::PassRequest message);
-  // This member's weighted delta over chunk `c`, as the codec lets the others see it.
+  // This member's weighted delta over chunk `c`.
   void OwnDelta(int c, std::vector<float>* out) const;
   void Write();
   void Read();

@@ -419,7 +419,6 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     setup.self = self;
     setup.params = params;
     setup.global = global;
-    setup.delta_codec = member.codec;
     setup.succ_channel = PeerChannel(layout_header.shards((self + 1) % shards).address());
     setup.context = AuthorizedContext(options_.token, timeout);
     setup.inbox = options_.inbox;

@@ -138,7 +138,7 @@ name: "page-test"
 model {{ builtin: "mlp" }}
 dataset {{ kind: DATASET_KIND_FASHION_MNIST path: "{FMNIST}" }}
 local_sgd_steps: 16
-total_steps: 1600
+total_steps: 800
 batch_size: 64
 min_workers: 2
 eval_every_rounds: 5
@@ -179,7 +179,7 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
         self.promtool("during")
         # The screenshot half-way, with evaluations charted too (or at the end).
         wait_for("half of the run", lambda: (
-            lambda n: n["step"] >= 800 or n["state"] != "RUNNING")(
+            lambda n: n["step"] >= 400 or n["state"] != "RUNNING")(
                 self.page_numbers(browser)), 300)
         before = self.status()
         halfway = self.page_numbers(browser, fresh=True)

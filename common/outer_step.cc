@@ -25,4 +25,17 @@ bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next
   return finite;
 }
 
+void OuterStepInPlace(const OuterOptimizer& outer, absl::Span<const float> mean,
+                      absl::Span<float> global, absl::Span<float> momentum) {
+  const size_t n = global.size();
+  if (outer.momentum == 0) {
+    for (size_t i = 0; i < n; ++i)
+      global[i] = global[i] + OuterUpdate(outer, mean[i], 0.0f, nullptr);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    global[i] = global[i] + OuterUpdate(outer, mean[i], momentum[i], &momentum[i]);
+  }
+}
+
 }  // namespace localsgd

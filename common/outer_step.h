@@ -33,6 +33,11 @@ bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next
                    absl::Span<const float> global, absl::Span<const float> momentum,
                    absl::Span<float> next_momentum);
 
+// The same step in place, as a member installs a committed round: global += update(mean) and
+// `momentum` advanced (empty without outer momentum); bit-identical to OuterStepInto.
+void OuterStepInPlace(const OuterOptimizer& outer, absl::Span<const float> mean,
+                      absl::Span<float> global, absl::Span<float> momentum);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COMMON_OUTER_STEP_H_

@@ -1,5 +1,6 @@
 #include "common/outer_step.h"
 
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -46,6 +47,24 @@ TEST(OuterStepTest, OverflowIsReported) {
   std::vector<float> global = {big, 0}, momentum;
   EXPECT_FALSE(Step({1, 0, false}, {big, 1}, global, momentum));
   EXPECT_EQ(global[0], big);  // nothing installed
+}
+
+TEST(OuterStepTest, InPlaceIsBitIdenticalToInto) {
+  for (const OuterOptimizer& outer : {OuterOptimizer{1, 0, false}, OuterOptimizer{0.7, 0.9, true},
+                                      OuterOptimizer{0.5, 0.8, false}}) {
+    std::vector<float> global = {0.1f, -3.7f, 1e-8f, 12345.678f};
+    std::vector<float> momentum = {0.3f, -0.01f, 2.5f, -7.125f};
+    if (outer.momentum == 0) momentum.clear();
+    const std::vector<float> mean = {1.0f / 3, -0.2f, 7e-9f, -0.0078125f};
+    std::vector<float> in_place = global, in_place_momentum = momentum;
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_TRUE(Step(outer, mean, global, momentum));
+      OuterStepInPlace(outer, mean, absl::MakeSpan(in_place), absl::MakeSpan(in_place_momentum));
+      EXPECT_EQ(0, std::memcmp(in_place.data(), global.data(), global.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(in_place_momentum.data(), momentum.data(),
+                               momentum.size() * sizeof(float)));
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "worker/ring_member.h"
 
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -38,9 +39,9 @@ RingMember::RingMember(Setup setup) : setup_(std::move(setup)) {
 
 RingMember::~RingMember() { Stop(); }
 
-void RingMember::PassOn(const v1::Chunk& mean) {
+void RingMember::PassOn(v1::Chunk mean) {
   v1::PassRequest pass;
-  *pass.mutable_mean() = mean;
+  *pass.mutable_mean() = std::move(mean);
   Send(std::move(pass));
 }
 
@@ -68,13 +69,29 @@ void RingMember::Send(v1::PassRequest message) {
   outgoing_.push_back(std::move(message));
 }
 
-void RingMember::OwnDelta(int c, std::vector<float>* out) const {
-  // Rings are fp32: the delta as the others would see it is params - global itself.
+void RingMember::AddOwnDelta(int c, bool first, std::string* data, float scale) const {
+  // Rings are fp32: the delta as the others would see it is params - global itself, and the
+  // sum travels as little-endian floats, updated where it lies (memcpy: the bytes may be
+  // unaligned; the loops vectorise).
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
   const size_t n = static_cast<size_t>(setup_.layout->size(c));
-  out->resize(n);
+  const float* params = setup_.params.data() + begin;
+  const float* global = setup_.global.data() + begin;
+  if (first) {
+    data->resize(n * sizeof(float));
+    char* bytes = data->data();
+    for (size_t k = 0; k < n; ++k) {
+      const float delta = weight_ * (params[k] - global[k]) * scale;
+      std::memcpy(bytes + k * sizeof(float), &delta, sizeof(float));
+    }
+    return;
+  }
+  char* bytes = data->data();
   for (size_t k = 0; k < n; ++k) {
-    (*out)[k] = weight_ * (setup_.params[begin + k] - setup_.global[begin + k]);
+    float sum;
+    std::memcpy(&sum, bytes + k * sizeof(float), sizeof(float));
+    sum = (sum + weight_ * (params[k] - global[k])) * scale;
+    std::memcpy(bytes + k * sizeof(float), &sum, sizeof(float));
   }
 }
 
@@ -112,12 +129,10 @@ void RingMember::Write() {
 void RingMember::Read() {
   // The chain of pred's range starts here.
   const v1::ShardRange& first = setup_.header->shards(pred_);
-  std::vector<float> values;
   for (int c = first.begin_chunk(); c < first.end_chunk(); ++c) {
-    OwnDelta(c, &values);
     v1::PassRequest pass;
     pass.mutable_sum()->set_index(c);
-    Encode(v1::CODEC_FP32, values, pass.mutable_sum()->mutable_data());
+    AddOwnDelta(c, /*first=*/true, pass.mutable_sum()->mutable_data(), 1.0f);
     Send(std::move(pass));
   }
   absl::Status status;
@@ -129,17 +144,17 @@ void RingMember::Read() {
       status = absl::UnavailableError(
           absl::StrCat("its stream ended after ", taken, " of ", expected_in_, " messages"));
     } else {
-      status = Take(**next, &values);
+      status = Take(std::move(**next));
     }
   }
   if (!status.ok() && !absl::IsCancelled(status)) Fail(pred_, status);
 }
 
-absl::Status RingMember::Take(const v1::PassRequest& message, std::vector<float>* values) {
+absl::Status RingMember::Take(v1::PassRequest message) {
   const bool sum = message.has_sum();
-  const v1::Chunk& chunk = sum ? message.sum() : message.mean();
-  const int c = chunk.index();
   if (!sum && !message.has_mean()) return absl::InvalidArgumentError("neither sum nor mean");
+  v1::Chunk& chunk = sum ? *message.mutable_sum() : *message.mutable_mean();
+  const int c = chunk.index();
   if (c < 0 || c >= setup_.layout->num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", c, " is out of range"));
   }
@@ -149,38 +164,27 @@ absl::Status RingMember::Take(const v1::PassRequest& message, std::vector<float>
       return absl::InvalidArgumentError(absl::StrCat("a mean of chunk ", c, " came on the ring"));
     }
     LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(s, chunk));
-    if (s != succ_) {
-      v1::PassRequest pass;
-      *pass.mutable_mean() = chunk;
-      Send(std::move(pass));
-    }
+    if (s != succ_) Send(std::move(message));  // the same bytes, passed on
     return absl::OkStatus();
   }
   if (s == pred_ || sums_seen_[c]) {
     return absl::InvalidArgumentError(absl::StrCat("an unexpected sum of chunk ", c));
   }
   sums_seen_[c] = true;
-  const size_t n = static_cast<size_t>(setup_.layout->size(c));
-  std::vector<float> incoming(n);
-  LOCALSGD_RETURN_IF_ERROR(Decode(v1::CODEC_FP32, chunk.data(), absl::MakeSpan(incoming)));
-  if (!AllFinite(incoming)) {
-    return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, " is not finite"));
+  if (absl::Status valid = CheckFp32(chunk.data(), static_cast<size_t>(setup_.layout->size(c)));
+      !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", valid.message()));
   }
-  OwnDelta(c, values);
-  for (size_t k = 0; k < n; ++k) incoming[k] += (*values)[k];
   if (s != setup_.self) {
-    v1::PassRequest pass;
-    pass.mutable_sum()->set_index(c);
-    Encode(v1::CODEC_FP32, incoming, pass.mutable_sum()->mutable_data());
-    Send(std::move(pass));
+    AddOwnDelta(c, /*first=*/false, chunk.mutable_data(), 1.0f);
+    Send(std::move(message));  // the sum goes on in the message it came in
     return absl::OkStatus();
   }
-  // The sum of this member's own range is complete: its mean, encoded once (rings are fp32;
-  // a mean past fp32's range is refused by the coordinator, which aborts the round).
-  for (float& v : incoming) v *= inverse_total_;
+  // The sum of this member's own range is complete: its mean, in the same bytes (rings are
+  // fp32; a mean past fp32's range is refused by the coordinator, which aborts the round).
+  AddOwnDelta(c, /*first=*/false, chunk.mutable_data(), inverse_total_);
   v1::ReduceResponse response;
-  response.mutable_mean()->set_index(c);
-  Encode(v1::CODEC_FP32, incoming, response.mutable_mean()->mutable_data());
+  *response.mutable_mean() = std::move(chunk);
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
   setup_.sink->OnMean(c, mean);
   return setup_.take_mean(setup_.self, mean->message().mean());

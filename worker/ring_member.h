@@ -57,19 +57,23 @@ class RingMember {
   RingMember(const RingMember&) = delete;
   RingMember& operator=(const RingMember&) = delete;
 
-  // A mean of pred's range that the coordinator relayed here (and that was taken): passed on.
-  void PassOn(const v1::Chunk& mean);
+  // A mean of pred's range that the coordinator relayed here (and that was taken): passed on
+  // (moved, not copied).
+  void PassOn(v1::Chunk mean);
   // The round is over (committed or not): ends both streams and waits for the threads.
   void Stop();
 
  private:
   void Fail(int slot, const absl::Status& status);
   void Send(v1::PassRequest message);
-  // This member's weighted delta over chunk `c`.
-  void OwnDelta(int c, std::vector<float>* out) const;
+  // Sets the fp32 bytes `data` of chunk `c` to (data + this member's weighted delta) * scale,
+  // in place; `first`: no sum yet (`data` is resized to the chunk and holds the delta).
+  void AddOwnDelta(int c, bool first, std::string* data, float scale) const;
   void Write();
   void Read();
-  absl::Status Take(const v1::PassRequest& message, std::vector<float>* values);
+  // One message from pred, handled where it lies: a sum goes on (or becomes a mean) and a
+  // mean is taken and passed on in the message it came in.
+  absl::Status Take(v1::PassRequest message);
 
   Setup setup_;
   int pred_ = 0, succ_ = 0;

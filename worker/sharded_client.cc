@@ -281,16 +281,14 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   }
 
   // One exchange per owner: a writer sends this member's delta for the owner's range while a
-  // reader takes the averaged chunks. Each goes through the outer step as it arrives, into
-  // `next` (and the advanced momentum into `next_momentum`); the commit installs them. Reused
+  // reader takes the averaged chunks. Each is decoded into `averaged` as it arrives; the
+  // commit steps `global` and `momentum` by it in place (one pass, no model-sized copy). Reused
   // round after round: a fresh model-sized buffer costs a page fault per 4 KiB. (A
-  // thread_local is not captured by the lambdas below: they name the buffers through these
-  // spans.)
-  thread_local std::vector<float> next_buffer, next_momentum_buffer;
-  next_buffer.resize(params.size());
-  next_momentum_buffer.resize(momentum.size());
-  const absl::Span<float> next = absl::MakeSpan(next_buffer);
-  const absl::Span<float> next_momentum = absl::MakeSpan(next_momentum_buffer);
+  // thread_local is not captured by the lambdas below: they name the buffer through this
+  // span.)
+  thread_local std::vector<float> averaged_buffer;
+  averaged_buffer.resize(params.size());
+  const absl::Span<float> averaged = absl::MakeSpan(averaged_buffer);
   const int shards = layout_header.shards_size();
   std::atomic<int> received{0};
   std::vector<absl::Status> shard_status(static_cast<size_t>(shards));
@@ -304,8 +302,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   reduce_header.set_round(layout_header.round());
   reduce_header.set_member_id(member.member_id);
   reduce_header.set_attempt(layout_header.attempt());
-  // Decodes one averaged chunk of `shard` and steps it into `next`; `got` marks the chunks
-  // already here.
+  // Decodes one averaged chunk of `shard` into `averaged`; `got` marks the chunks already here.
   auto take_mean = [&](const v1::ShardRange& shard, const v1::Chunk& chunk,
                        std::vector<bool>& got) -> absl::Status {
     const int c = chunk.index();
@@ -315,12 +312,8 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     }
     const size_t begin = static_cast<size_t>(layout.begin(c));
     const size_t size = static_cast<size_t>(layout.size(c));
-    absl::Span<float> region = next.subspan(begin, size);
-    LOCALSGD_RETURN_IF_ERROR(Decode(layout_header.codec(), chunk.data(), region));
-    // Not finite: the coordinator, which computes the same, aborts the round.
-    OuterStepInto(outer, region, absl::MakeConstSpan(global).subspan(begin, size),
-                  momentum.empty() ? absl::Span<const float>() : momentum.subspan(begin, size),
-                  next_momentum.empty() ? next_momentum : next_momentum.subspan(begin, size));
+    LOCALSGD_RETURN_IF_ERROR(
+        Decode(layout_header.codec(), chunk.data(), averaged.subspan(begin, size)));
     got[c - shard.begin_chunk()] = true;
     if (++received == layout.num_chunks()) uploader.Deliver();
     return absl::OkStatus();
@@ -460,7 +453,9 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
                           ? take_mean(layout_header.shards(s), response.update(), got_by_shard[s])
                           : absl::InternalError(absl::StrCat("the coordinator relayed chunk ",
                                                              index, ", not relayed here"));
-      if (relay_problem.ok() && ring_member != nullptr) ring_member->PassOn(response.update());
+      if (relay_problem.ok() && ring_member != nullptr) {
+        ring_member->PassOn(std::move(*response.mutable_update()));
+      }
       if (!relay_problem.ok()) {
         uploader.Unreachable(layout_header.shards(std::min(s, shards - 1)).owner_id(),
                              relay_problem);
@@ -512,8 +507,9 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     // The coordinator committed without this member (it was dropped): it adopts the model.
     return absl::AbortedError("the round committed without this member's whole update");
   }
-  std::copy(next.begin(), next.end(), global.begin());
-  std::copy(next_momentum.begin(), next_momentum.end(), momentum.begin());
+  // The coordinator committed the same step computed from the same bytes (finite, or it
+  // would have aborted the round).
+  OuterStepInPlace(outer, averaged, global, momentum);
   return result;
 }
 

@@ -3,7 +3,9 @@
 against the same worker with local_sgd_steps = 8, each in a 4-worker run (4 nodes x 1 rank,
 real coordinator and worker processes on loopback, the embedded synthetic task and the MLP).
 samples/s covers the whole training, sync rounds included. Ratio = K=8 / disabled; target
->= 0.95. The K=8 runs use each --exchanges mode (sharded and star by default), interleaved;
+>= 0.95. Each worker trains with one thread (--threads=1): the 4 simulated nodes share this
+machine's cores, where on a cluster each would have its own (the automatic setting would give
+each all of them, and 4 times as many threads as cores spin against each other). The K=8 runs use each --exchanges mode (sharded and star by default), interleaved;
 a mode may name its chunk size, e.g. EXCHANGE_SHARDED:1024 (KiB; default: the run's own).
 
 Usage: /usr/bin/python3 bench/worker_throughput_bench.py [--steps 400] [--repeats 2]
@@ -21,7 +23,7 @@ def run(bin_dir, work, exchange, steps, workers=4):
     """exchange None: averaging disabled; "MODE:KB" sets chunk_bytes."""
     mode, _, chunk_kb = (exchange or "EXCHANGE_SHARDED").partition(":")
     with Cluster(bin_dir, work) as cluster:
-        cluster.workers(workers)
+        cluster.workers(workers, "--threads=1")
         cluster.start(f'model {{ builtin: "mlp" }} dataset {{ synthetic_samples: 16384 }} '
                       f'total_steps: {steps} batch_size: 64 min_workers: {workers} '
                       f'local_sgd_steps: 8 enabled: {"false" if exchange is None else "true"} '

@@ -36,7 +36,8 @@ expect_failure() {  # message, then the spec (or "" for flag checks), then worke
 }
 
 # Flag errors are usage errors: exit 2.
-for flags in "--device=cuda:7" "--local_rank=2 --local_world_size=2" "--no_such_flag"; do
+for flags in "--device=cuda:7" "--local_rank=2 --local_world_size=2" "--no_such_flag" \
+  "--threads=-1"; do
   rc=0
   # shellcheck disable=SC2086
   out=$(worker $flags 2>&1) || rc=$?
@@ -50,6 +51,7 @@ grep -qF -- "--tls_ca" <<<"$out" || fail "worker --help does not show the TLS fl
 expect_failure "--device: cuda:7 does not exist" "" --device=cuda:7
 expect_failure "--device: \"tpu\" is not a device" "" --device=tpu
 expect_failure "--local_rank must be in" "" --local_rank=2 --local_world_size=2
+expect_failure "--threads must be 0 (automatic) or more" "" --threads=-1
 expect_failure "model.torchscript_path: cannot open /nonexistent/net.pt" \
   'model { torchscript_path: "/nonexistent/net.pt" }'
 echo "not a module" > "$WORK/garbage.pt"

@@ -4,13 +4,17 @@
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -37,6 +41,10 @@ ABSL_FLAG(int, local_rank, 0,
           "live rank takes over).");
 ABSL_FLAG(int, local_world_size, 1, "Processes (ranks) on this node.");
 ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu or cuda:N.");
+ABSL_FLAG(int, threads, 0,
+          "Threads for one training step on the CPU (LibTorch's intra-op threads). 0: "
+          "OMP_NUM_THREADS when set, else this machine's cores divided by --local_world_size "
+          "(at least 1), so that the node's ranks do not oversubscribe its cores.");
 ABSL_FLAG(std::string, rendezvous_dir, "/tmp",
           "Node-local folder where the node's ranks meet (a folder per run and node).");
 ABSL_FLAG(int, log_every, 10, "Print a progress line every this many optimizer steps.");
@@ -83,6 +91,18 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+// --threads, resolved: the flag, else OMP_NUM_THREADS (LibTorch's own default reads it too),
+// else the machine's cores shared among the node's ranks.
+int TrainingThreads(int flag, int local_world) {
+  if (flag > 0) return flag;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr) {
+    int n = 0;
+    if (absl::SimpleAtoi(omp, &n) && n > 0) return n;
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::max(1, static_cast<int>(cores) / local_world);
+}
+
 }  // namespace
 
 int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
@@ -107,6 +127,9 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   if (num_nodes < 1 || node_rank < 0 || node_rank >= num_nodes) {
     return UsageError("--node_rank must be in [0, --num_nodes)");
   }
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0) return UsageError("--threads must be 0 (automatic) or more");
+  torch::set_num_threads(TrainingThreads(threads, local_world));
   torch::Device device(torch::kCPU);
   try {
     device = torch::Device(absl::GetFlag(FLAGS_device));

@@ -5,8 +5,9 @@ real coordinator and worker processes on loopback, the embedded synthetic task a
 samples/s covers the whole training, sync rounds included. Ratio = K=8 / disabled; target
 >= 0.95. Each worker trains with one thread (--threads=1): the 4 simulated nodes share this
 machine's cores, where on a cluster each would have its own (the automatic setting would give
-each all of them, and 4 times as many threads as cores spin against each other). The K=8 runs use each --exchanges mode (sharded and star by default), interleaved;
-a mode may name its chunk size, e.g. EXCHANGE_SHARDED:1024 (KiB; default: the run's own).
+each all of them, and 4 times as many threads as cores spin against each other). The K=8 runs
+use each --exchanges mode (sharded and star by default), interleaved; a mode may name its
+chunk size, e.g. EXCHANGE_SHARDED:1024 (KiB; default: the run's own).
 
 Usage: /usr/bin/python3 bench/worker_throughput_bench.py [--steps 400] [--repeats 2]
        [--exchanges EXCHANGE_SHARDED EXCHANGE_STAR]

@@ -29,8 +29,9 @@ void OuterStepInPlace(const OuterOptimizer& outer, absl::Span<const float> mean,
                       absl::Span<float> global, absl::Span<float> momentum) {
   const size_t n = global.size();
   if (outer.momentum == 0) {
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < n; ++i) {
       global[i] = global[i] + OuterUpdate(outer, mean[i], 0.0f, nullptr);
+    }
     return;
   }
   for (size_t i = 0; i < n; ++i) {

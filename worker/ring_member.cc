@@ -69,29 +69,33 @@ void RingMember::Send(v1::PassRequest message) {
   outgoing_.push_back(std::move(message));
 }
 
-void RingMember::AddOwnDelta(int c, bool first, std::string* data, float scale) const {
-  // Rings are fp32: the delta as the others would see it is params - global itself, and the
-  // sum travels as little-endian floats, updated where it lies (memcpy: the bytes may be
-  // unaligned; the loops vectorise).
+// Rings are fp32: the delta as the others would see it is params - global itself, and a sum
+// travels as little-endian floats, updated where it lies (memcpy: the bytes may be unaligned;
+// the loops vectorise).
+void RingMember::WriteOwnDelta(int c, std::string* data) const {
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
   const size_t n = static_cast<size_t>(setup_.layout->size(c));
   const float* params = setup_.params.data() + begin;
   const float* global = setup_.global.data() + begin;
-  if (first) {
-    data->resize(n * sizeof(float));
-    char* bytes = data->data();
-    for (size_t k = 0; k < n; ++k) {
-      const float delta = weight_ * (params[k] - global[k]) * scale;
-      std::memcpy(bytes + k * sizeof(float), &delta, sizeof(float));
-    }
-    return;
-  }
+  data->resize(n * sizeof(float));
   char* bytes = data->data();
   for (size_t k = 0; k < n; ++k) {
-    float sum;
-    std::memcpy(&sum, bytes + k * sizeof(float), sizeof(float));
-    sum = (sum + weight_ * (params[k] - global[k])) * scale;
-    std::memcpy(bytes + k * sizeof(float), &sum, sizeof(float));
+    const float delta = weight_ * (params[k] - global[k]);
+    std::memcpy(bytes + k * sizeof(float), &delta, sizeof(float));
+  }
+}
+
+void RingMember::AddOwnDelta(int c, std::string* sum, float scale) const {
+  const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
+  const size_t n = static_cast<size_t>(setup_.layout->size(c));
+  const float* params = setup_.params.data() + begin;
+  const float* global = setup_.global.data() + begin;
+  char* bytes = sum->data();
+  for (size_t k = 0; k < n; ++k) {
+    float value;
+    std::memcpy(&value, bytes + k * sizeof(float), sizeof(float));
+    value = (value + weight_ * (params[k] - global[k])) * scale;
+    std::memcpy(bytes + k * sizeof(float), &value, sizeof(float));
   }
 }
 
@@ -132,7 +136,7 @@ void RingMember::Read() {
   for (int c = first.begin_chunk(); c < first.end_chunk(); ++c) {
     v1::PassRequest pass;
     pass.mutable_sum()->set_index(c);
-    AddOwnDelta(c, /*first=*/true, pass.mutable_sum()->mutable_data(), 1.0f);
+    WriteOwnDelta(c, pass.mutable_sum()->mutable_data());
     Send(std::move(pass));
   }
   absl::Status status;
@@ -176,13 +180,13 @@ absl::Status RingMember::Take(v1::PassRequest message) {
     return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", valid.message()));
   }
   if (s != setup_.self) {
-    AddOwnDelta(c, /*first=*/false, chunk.mutable_data(), 1.0f);
+    AddOwnDelta(c, chunk.mutable_data(), 1.0f);
     Send(std::move(message));  // the sum goes on in the message it came in
     return absl::OkStatus();
   }
   // The sum of this member's own range is complete: its mean, in the same bytes (rings are
   // fp32; a mean past fp32's range is refused by the coordinator, which aborts the round).
-  AddOwnDelta(c, /*first=*/false, chunk.mutable_data(), inverse_total_);
+  AddOwnDelta(c, chunk.mutable_data(), inverse_total_);
   v1::ReduceResponse response;
   *response.mutable_mean() = std::move(chunk);
   auto mean = std::make_shared<const OwnerMean>(std::move(response));

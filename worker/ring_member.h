@@ -66,9 +66,11 @@ class RingMember {
  private:
   void Fail(int slot, const absl::Status& status);
   void Send(v1::PassRequest message);
-  // Sets the fp32 bytes `data` of chunk `c` to (data + this member's weighted delta) * scale,
-  // in place; `first`: no sum yet (`data` is resized to the chunk and holds the delta).
-  void AddOwnDelta(int c, bool first, std::string* data, float scale) const;
+  // Sets `data` to this member's weighted delta over chunk `c`, in fp32: a sum's start.
+  void WriteOwnDelta(int c, std::string* data) const;
+  // Sets the fp32 sum `sum` of chunk `c` to (sum + this member's weighted delta) * scale, in
+  // place (checked by the caller: one float per value of the chunk).
+  void AddOwnDelta(int c, std::string* sum, float scale) const;
   void Write();
   void Read();
   // One message from pred, handled where it lies: a sum goes on (or becomes a mean) and a

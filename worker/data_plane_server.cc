@@ -2,7 +2,6 @@
 
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/slice.h>
 
 #include <chrono>
 #include <utility>
@@ -11,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/address.h"
 #include "common/auth.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_channel.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
@@ -20,20 +20,9 @@
 namespace localsgd {
 namespace {
 
-// The raw form of DataPlane.Reduce: requests are parsed here, responses go out as the bytes
-// an OwnerMean serialised once for every member.
+// The raw form of DataPlane.Reduce: requests are parsed here, and each response goes out in
+// the bytes of the OwnerMean every member shares (ChunkMessageBuffer: no copy).
 using ReduceReactorBase = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
-
-// `mean`'s wire form as a buffer that shares its bytes (no copy) and keeps it alive for as
-// long as gRPC holds them.
-grpc::ByteBuffer WireBuffer(std::shared_ptr<const OwnerMean> mean) {
-  const std::string& wire = mean->Wire();
-  auto* owner = new std::shared_ptr<const OwnerMean>(std::move(mean));
-  grpc::Slice slice(
-      const_cast<char*>(wire.data()), wire.size(),
-      [](void* owner) { delete static_cast<std::shared_ptr<const OwnerMean>*>(owner); }, owner);
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 // The ReduceStream side of a Reduce call: messages go out through an outbox into the reactor.
 // Resume may come from another thread at any time, so it and OnDone meet under a lock.
@@ -45,7 +34,8 @@ class ReduceStreamAdapter : public ReduceStream {
         outbox_(
             [this, reactor](const std::shared_ptr<const OwnerMean>& m) {
               // One write in flight at a time (the outbox's rule): this buffer is its own.
-              in_flight_ = WireBuffer(m);
+              in_flight_ =
+                  ChunkMessageBuffer(v1::ReduceResponse::kMeanFieldNumber, m->message().mean(), m);
               reactor->StartWrite(&in_flight_);
             },
             [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}

@@ -1,10 +1,15 @@
 #include "worker/ring_member.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include <cstring>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/chunk_wire.h"
 #include "common/codec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
@@ -100,13 +105,21 @@ void RingMember::AddOwnDelta(int c, std::string* sum, float scale) const {
 }
 
 void RingMember::Write() {
-  v1::PassResponse response;
-  auto stub = v1::DataPlane::NewStub(setup_.succ_channel);
-  std::unique_ptr<grpc::ClientWriter<v1::PassRequest>> stream =
-      stub->Pass(setup_.context.get(), &response);
+  // A Pass stream of raw buffers, so that each chunk goes out in the bytes it lies in
+  // (ChunkMessageBuffer) where the generated stub's serialiser would copy it. The same call
+  // the stub makes.
+  const grpc::internal::RpcMethod pass(
+      kDataPlanePassMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, setup_.succ_channel);
+  grpc::ByteBuffer response;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> stream(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          setup_.succ_channel.get(), pass, setup_.context.get(), &response));
   v1::PassRequest first;
   *first.mutable_header() = setup_.pass_header;
-  bool ok = stream->Write(first);
+  grpc::ByteBuffer wire;
+  bool own = false;
+  bool ok = grpc::SerializationTraits<v1::PassRequest>::Serialize(first, &wire, &own).ok() &&
+            stream->Write(wire);
   int sent = 0;
   while (ok && sent < expected_out_) {
     v1::PassRequest message;
@@ -120,7 +133,10 @@ void RingMember::Write() {
       message = std::move(outgoing_.front());
       outgoing_.pop_front();
     }
-    ok = stream->Write(message);
+    ok = stream->Write(message.has_sum() ? ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber,
+                                                              std::move(*message.mutable_sum()))
+                                         : ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber,
+                                                              std::move(*message.mutable_mean())));
     ++sent;
   }
   if (ok && sent == expected_out_) stream->WritesDone();

@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/aggregator.h"
@@ -21,22 +20,15 @@
 namespace localsgd {
 
 // An averaged chunk as an owner sends it: one message shared by every member's stream and the
-// coordinator's, serialised at most once (docs/design.md, "Sharded rounds": the data plane
-// sends these same bytes to every member).
+// coordinator's (docs/design.md, "Sharded rounds": the data plane sends its bytes to every
+// member without copying them).
 class OwnerMean {
  public:
   explicit OwnerMean(v1::ReduceResponse message) : message_(std::move(message)) {}
   const v1::ReduceResponse& message() const { return message_; }
-  // The message's wire form, made by the first caller. Thread-safe.
-  const std::string& Wire() const {
-    absl::call_once(serialised_, [this] { message_.SerializeToString(&wire_); });
-    return wire_;
-  }
 
  private:
   const v1::ReduceResponse message_;
-  mutable absl::once_flag serialised_;
-  mutable std::string wire_;
 };
 
 // One member's DataPlane.Reduce stream as the owner sees it (the gRPC adapter implements it).

@@ -97,19 +97,6 @@ class ShardOwnerTest : public ::testing::Test {
   FakeSink sink_;
 };
 
-TEST(OwnerMeanTest, WireIsTheSerialisedMessageMadeOnce) {
-  v1::ReduceResponse response;
-  response.mutable_mean()->set_index(7);
-  response.mutable_mean()->set_data(std::string(1000, 'x'));
-  const OwnerMean mean(response);
-  const std::string& wire = mean.Wire();
-  EXPECT_EQ(&wire, &mean.Wire());  // made once, the same bytes for every stream
-  v1::ReduceResponse parsed;
-  ASSERT_TRUE(parsed.ParseFromString(wire));
-  EXPECT_EQ(parsed.mean().index(), 7);
-  EXPECT_EQ(parsed.mean().data(), response.mean().data());
-}
-
 TEST_F(ShardOwnerTest, EachChunkIsAveragedOnceEveryMemberSentItAndGoesToEveryone) {
   ASSERT_THAT(owner_.Install(Assignment(), &sink_), IsOk());
   auto a = std::make_shared<FakeStream>();

@@ -1,5 +1,9 @@
 #include "worker/sharded_client.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -10,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/chunk_wire.h"
 #include "common/codec.h"
 #include "common/grpc_channel.h"
 #include "common/status_macros.h"
@@ -364,27 +369,48 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   auto exchange = [&](int s) -> absl::Status {
     const v1::ShardRange& shard = layout_header.shards(s);
     if (local_streams[s] != nullptr) return exchange_locally(s);
-    auto data_plane = v1::DataPlane::NewStub(PeerChannel(shard.address()));
+    std::shared_ptr<grpc::Channel> channel = PeerChannel(shard.address());
     grpc::ClientContext* shard_context = shard_contexts[s].get();
-    auto reduce = data_plane->Reduce(shard_context);
+    // A Reduce stream of raw buffers, so that each delta chunk goes out in the bytes it was
+    // encoded into (ChunkMessageBuffer) where the generated stub's serialiser would copy it.
+    const grpc::internal::RpcMethod method(kDataPlaneReduceMethod,
+                                           grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> reduce(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel.get(), method, shard_context));
     std::thread writer([&] {
       v1::ReduceRequest request;
       *request.mutable_header() = reduce_header;
-      if (!reduce->Write(request)) return;
+      grpc::ByteBuffer wire;
+      bool own = false;
+      if (!grpc::SerializationTraits<v1::ReduceRequest>::Serialize(request, &wire, &own).ok() ||
+          !reduce->Write(wire)) {
+        return;
+      }
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
-        EncodeDeltaChunk(member.codec, layout, c, params, global, request.mutable_chunk());
-        if (!reduce->Write(request)) return;
+        v1::Chunk chunk;
+        EncodeDeltaChunk(member.codec, layout, c, params, global, &chunk);
+        if (!reduce->Write(
+                ChunkMessageBuffer(v1::ReduceRequest::kChunkFieldNumber, std::move(chunk)))) {
+          return;
+        }
       }
       reduce->WritesDone();
     });
     absl::Status problem;
     std::vector<bool>& got = got_by_shard[s];
+    grpc::ByteBuffer wire;
     v1::ReduceResponse reply;
-    while (reduce->Read(&reply)) {
-      problem = relayed_here(s)
-                    ? absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
-                                                       " sent a mean the coordinator relays"))
-                    : take_mean(shard, reply.mean(), got);
+    while (reduce->Read(&wire)) {
+      if (!grpc::SerializationTraits<v1::ReduceResponse>::Deserialize(&wire, &reply).ok()) {
+        problem = absl::InternalError(
+            absl::StrCat("owner ", shard.owner_id(), " sent what does not parse as a mean"));
+      } else {
+        problem = relayed_here(s)
+                      ? absl::InternalError(absl::StrCat("owner ", shard.owner_id(),
+                                                         " sent a mean the coordinator relays"))
+                      : take_mean(shard, reply.mean(), got);
+      }
       if (!problem.ok()) break;
     }
     if (!problem.ok()) shard_context->TryCancel();

@@ -1,0 +1,32 @@
+#ifndef LOCALSGD_COMMON_CHUNK_WIRE_H_
+#define LOCALSGD_COMMON_CHUNK_WIRE_H_
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <memory>
+
+#include "proto/localsgd/v1/averaging.pb.h"
+
+namespace localsgd {
+
+// A message whose one set field is `field`, a Chunk, in the wire form gRPC sends, without
+// copying the chunk's bytes (docs/design.md, "Copies"): one small slice with the tags, the
+// index and the lengths, then a slice over the chunk's data itself. Protobuf's serialiser
+// would copy the data into a new buffer; this is what a parser reads as the same message
+// (e.g. PassRequest{sum: chunk} for field 2).
+//
+// This form shares `chunk`'s bytes, which must not change while gRPC may still send them:
+// `keepalive` owns them and is released when gRPC lets go of the buffer.
+grpc::ByteBuffer ChunkMessageBuffer(int field, const v1::Chunk& chunk,
+                                    std::shared_ptr<const void> keepalive);
+// This form takes the chunk.
+grpc::ByteBuffer ChunkMessageBuffer(int field, v1::Chunk chunk);
+
+// The full names of DataPlane's methods, for raw calls that send such buffers (what the
+// generated stub calls them).
+inline constexpr char kDataPlanePassMethod[] = "/localsgd.v1.DataPlane/Pass";
+inline constexpr char kDataPlaneReduceMethod[] = "/localsgd.v1.DataPlane/Reduce";
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_CHUNK_WIRE_H_

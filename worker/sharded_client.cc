@@ -95,11 +95,16 @@ class Uploader : public MeanSink {
         }
       }
       if (mean != nullptr) {
-        *request.mutable_mean() = mean->message().mean();
-      } else if (deliver) {
-        request.mutable_delivered();
-      }                                      // else: a report, copied above
-      if (!stream_->Write(request)) return;  // the stream ended: the reader sees why
+        // The owner's chunk itself, lent to the request for this write and taken back after
+        // it (its bytes are copied only by the serialiser, not into the request first).
+        request.unsafe_arena_set_allocated_mean(const_cast<v1::Chunk*>(&mean->message().mean()));
+        const bool written = stream_->Write(request);
+        request.unsafe_arena_release_mean();
+        if (!written) return;  // the stream ended: the reader sees why
+        continue;
+      }
+      if (deliver) request.mutable_delivered();  // else: a report, copied above
+      if (!stream_->Write(request)) return;
     }
   }
 

@@ -43,6 +43,17 @@ v1::Chunk MakeChunk(int32_t index, size_t bytes) {
   return chunk;
 }
 
+// `Message` with only its field `field` set, to `chunk`: protobuf's bytes and ours agree.
+template <typename Message>
+void ExpectProtobufsWireForm(int field, const v1::Chunk& chunk) {
+  Message message;
+  message.GetReflection()
+      ->MutableMessage(&message, Message::descriptor()->FindFieldByNumber(field))
+      ->CopyFrom(chunk);
+  EXPECT_EQ(Bytes(ChunkMessageBuffer(field, chunk)), message.SerializeAsString())
+      << Message::descriptor()->name() << " field " << field;
+}
+
 // The same bytes as protobuf's serialiser, for every message that carries a chunk and every
 // index and size the wire form treats differently (defaults left out, multi-byte varints, a
 // negative index).
@@ -51,23 +62,11 @@ TEST(ChunkWireTest, IsProtobufsOwnWireForm) {
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{1} << 20}) {
       SCOPED_TRACE(testing::Message() << "index " << index << ", " << bytes << " bytes");
       const v1::Chunk chunk = MakeChunk(index, bytes);
-
-      v1::PassRequest sum;
-      *sum.mutable_sum() = chunk;
-      EXPECT_EQ(Bytes(ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, chunk)),
-                sum.SerializeAsString());
-      v1::PassRequest mean;
-      *mean.mutable_mean() = chunk;
-      EXPECT_EQ(Bytes(ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber, chunk)),
-                mean.SerializeAsString());
-      v1::ReduceResponse response;
-      *response.mutable_mean() = chunk;
-      EXPECT_EQ(Bytes(ChunkMessageBuffer(v1::ReduceResponse::kMeanFieldNumber, chunk)),
-                response.SerializeAsString());
-      v1::ReduceRequest request;
-      *request.mutable_chunk() = chunk;
-      EXPECT_EQ(Bytes(ChunkMessageBuffer(v1::ReduceRequest::kChunkFieldNumber, chunk)),
-                request.SerializeAsString());
+      ExpectProtobufsWireForm<v1::PassRequest>(v1::PassRequest::kSumFieldNumber, chunk);
+      ExpectProtobufsWireForm<v1::PassRequest>(v1::PassRequest::kMeanFieldNumber, chunk);
+      ExpectProtobufsWireForm<v1::ReduceRequest>(v1::ReduceRequest::kChunkFieldNumber, chunk);
+      ExpectProtobufsWireForm<v1::ReduceResponse>(v1::ReduceResponse::kMeanFieldNumber, chunk);
+      ExpectProtobufsWireForm<v1::SyncRequest>(v1::SyncRequest::kMeanFieldNumber, chunk);
     }
   }
 }

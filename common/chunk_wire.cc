@@ -52,6 +52,12 @@ grpc::ByteBuffer ChunkMessageBuffer(int field, const v1::Chunk& chunk,
   return grpc::ByteBuffer(slices, 2);
 }
 
+grpc::ByteBuffer SerializedBuffer(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.ByteSizeLong());
+  message.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 grpc::ByteBuffer ChunkMessageBuffer(int field, v1::Chunk chunk) {
   auto owned = std::make_shared<const v1::Chunk>(std::move(chunk));
   return ChunkMessageBuffer(field, *owned, owned);

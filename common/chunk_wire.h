@@ -1,6 +1,7 @@
 #ifndef LOCALSGD_COMMON_CHUNK_WIRE_H_
 #define LOCALSGD_COMMON_CHUNK_WIRE_H_
 
+#include <google/protobuf/message_lite.h>
 #include <grpcpp/support/byte_buffer.h>
 
 #include <memory>
@@ -21,6 +22,10 @@ grpc::ByteBuffer ChunkMessageBuffer(int field, const v1::Chunk& chunk,
                                     std::shared_ptr<const void> keepalive);
 // This form takes the chunk.
 grpc::ByteBuffer ChunkMessageBuffer(int field, v1::Chunk chunk);
+
+// Any message in protobuf's wire form (serialised, so copied: for small ones such as headers),
+// for the same raw calls.
+grpc::ByteBuffer SerializedBuffer(const google::protobuf::MessageLite& message);
 
 // The full names of DataPlane's methods, for raw calls that send such buffers (what the
 // generated stub calls them).

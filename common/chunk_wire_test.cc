@@ -115,6 +115,18 @@ TEST(ChunkWireTest, TakesAChunkByValueWithoutCopyingIt) {
   EXPECT_EQ(Parse<v1::PassRequest>(buffer).mean().data(), expected);
 }
 
+TEST(ChunkWireTest, SerializedBufferIsTheMessage) {
+  v1::ReduceRequest request;
+  request.mutable_header()->set_run_id("run-1");
+  request.mutable_header()->set_round(12);
+  request.mutable_header()->set_attempt(3);
+  grpc::ByteBuffer buffer = SerializedBuffer(request);
+  EXPECT_EQ(Bytes(buffer), request.SerializeAsString());
+  const v1::ReduceRequest parsed = Parse<v1::ReduceRequest>(buffer);
+  EXPECT_EQ(parsed.header().run_id(), "run-1");
+  EXPECT_EQ(parsed.header().attempt(), 3u);
+}
+
 TEST(ChunkWireTest, MethodNamesAreTheStubs) {
   EXPECT_EQ(std::string(kDataPlanePassMethod),
             "/" + std::string(v1::DataPlane::service_full_name()) + "/Pass");

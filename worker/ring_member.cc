@@ -1,6 +1,5 @@
 #include "worker/ring_member.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/sync_stream.h>
 
@@ -45,9 +44,7 @@ RingMember::RingMember(Setup setup) : setup_(std::move(setup)) {
 RingMember::~RingMember() { Stop(); }
 
 void RingMember::PassOn(v1::Chunk mean) {
-  v1::PassRequest pass;
-  *pass.mutable_mean() = std::move(mean);
-  Send(std::move(pass));
+  Send(v1::PassRequest::kMeanFieldNumber, std::move(mean));
 }
 
 void RingMember::Stop() {
@@ -69,7 +66,10 @@ void RingMember::Fail(int slot, const absl::Status& status) {
   setup_.unreachable(setup_.header->members(slot), status);
 }
 
-void RingMember::Send(v1::PassRequest message) {
+void RingMember::Send(int field, v1::Chunk chunk) {
+  // The chunk goes out in the bytes it lies in (ChunkMessageBuffer), where the generated
+  // stub's serialiser would copy it.
+  grpc::ByteBuffer message = ChunkMessageBuffer(field, std::move(chunk));
   MutexLock lock(&mu_);
   outgoing_.push_back(std::move(message));
 }
@@ -105,9 +105,7 @@ void RingMember::AddOwnDelta(int c, std::string* sum, float scale) const {
 }
 
 void RingMember::Write() {
-  // A Pass stream of raw buffers, so that each chunk goes out in the bytes it lies in
-  // (ChunkMessageBuffer) where the generated stub's serialiser would copy it. The same call
-  // the stub makes.
+  // A Pass stream of raw buffers (see Send): the same call the generated stub makes.
   const grpc::internal::RpcMethod pass(
       kDataPlanePassMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, setup_.succ_channel);
   grpc::ByteBuffer response;
@@ -116,13 +114,10 @@ void RingMember::Write() {
           setup_.succ_channel.get(), pass, setup_.context.get(), &response));
   v1::PassRequest first;
   *first.mutable_header() = setup_.pass_header;
-  grpc::ByteBuffer wire;
-  bool own = false;
-  bool ok = grpc::SerializationTraits<v1::PassRequest>::Serialize(first, &wire, &own).ok() &&
-            stream->Write(wire);
+  bool ok = stream->Write(SerializedBuffer(first));
   int sent = 0;
   while (ok && sent < expected_out_) {
-    v1::PassRequest message;
+    grpc::ByteBuffer message;
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -133,10 +128,7 @@ void RingMember::Write() {
       message = std::move(outgoing_.front());
       outgoing_.pop_front();
     }
-    ok = stream->Write(message.has_sum() ? ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber,
-                                                              std::move(*message.mutable_sum()))
-                                         : ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber,
-                                                              std::move(*message.mutable_mean())));
+    ok = stream->Write(message);
     ++sent;
   }
   if (ok && sent == expected_out_) stream->WritesDone();
@@ -150,10 +142,10 @@ void RingMember::Read() {
   // The chain of pred's range starts here.
   const v1::ShardRange& first = setup_.header->shards(pred_);
   for (int c = first.begin_chunk(); c < first.end_chunk(); ++c) {
-    v1::PassRequest pass;
-    pass.mutable_sum()->set_index(c);
-    WriteOwnDelta(c, pass.mutable_sum()->mutable_data());
-    Send(std::move(pass));
+    v1::Chunk sum;
+    sum.set_index(c);
+    WriteOwnDelta(c, sum.mutable_data());
+    Send(v1::PassRequest::kSumFieldNumber, std::move(sum));
   }
   absl::Status status;
   for (int taken = 0; status.ok() && taken < expected_in_; ++taken) {
@@ -184,7 +176,7 @@ absl::Status RingMember::Take(v1::PassRequest message) {
       return absl::InvalidArgumentError(absl::StrCat("a mean of chunk ", c, " came on the ring"));
     }
     LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(s, chunk));
-    if (s != succ_) Send(std::move(message));  // the same bytes, passed on
+    if (s != succ_) Send(v1::PassRequest::kMeanFieldNumber, std::move(chunk));  // passed on
     return absl::OkStatus();
   }
   if (s == pred_ || sums_seen_[c]) {
@@ -197,7 +189,7 @@ absl::Status RingMember::Take(v1::PassRequest message) {
   }
   if (s != setup_.self) {
     AddOwnDelta(c, chunk.mutable_data(), 1.0f);
-    Send(std::move(message));  // the sum goes on in the message it came in
+    Send(v1::PassRequest::kSumFieldNumber, std::move(chunk));  // in the bytes it came in
     return absl::OkStatus();
   }
   // The sum of this member's own range is complete: its mean, in the same bytes (rings are

@@ -3,6 +3,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <deque>
 #include <functional>
@@ -65,7 +66,8 @@ class RingMember {
 
  private:
   void Fail(int slot, const absl::Status& status);
-  void Send(v1::PassRequest message);
+  // Queues chunk `chunk` for succ as PassRequest field `field` (sum or mean).
+  void Send(int field, v1::Chunk chunk);
   // Sets `data` to this member's weighted delta over chunk `c`, in fp32: a sum's start.
   void WriteOwnDelta(int c, std::string* data) const;
   // Sets the fp32 sum `sum` of chunk `c` to (sum + this member's weighted delta) * scale, in
@@ -85,7 +87,7 @@ class RingMember {
   int expected_out_ = 0;         // messages to succ
   std::vector<bool> sums_seen_;  // by chunk; the reader's
   Mutex mu_;
-  std::deque<v1::PassRequest> outgoing_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_, reader_;
 };

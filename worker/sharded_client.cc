@@ -386,12 +386,7 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     std::thread writer([&] {
       v1::ReduceRequest request;
       *request.mutable_header() = reduce_header;
-      grpc::ByteBuffer wire;
-      bool own = false;
-      if (!grpc::SerializationTraits<v1::ReduceRequest>::Serialize(request, &wire, &own).ok() ||
-          !reduce->Write(wire)) {
-        return;
-      }
+      if (!reduce->Write(SerializedBuffer(request))) return;
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
         v1::Chunk chunk;
         EncodeDeltaChunk(member.codec, layout, c, params, global, &chunk);

@@ -37,6 +37,9 @@ RingMember::RingMember(Setup setup) : setup_(std::move(setup)) {
   expected_in_ = (chunks - size(pred_)) + (chunks - size(pred_) - size(setup_.self));
   expected_out_ = (chunks - size(setup_.self)) + (chunks - size(setup_.self) - size(succ_));
   sums_seen_.assign(static_cast<size_t>(chunks), false);
+  chain_begin_ = header.shards(pred_).begin_chunk();
+  chain_end_ = header.shards(pred_).end_chunk();
+  chain_next_ = chain_begin_;
   writer_ = std::thread([this] { Write(); });
   reader_ = std::thread([this] { Read(); });
 }
@@ -71,7 +74,19 @@ void RingMember::Send(int field, v1::Chunk chunk) {
   // stub's serialiser would copy it.
   grpc::ByteBuffer message = ChunkMessageBuffer(field, std::move(chunk));
   MutexLock lock(&mu_);
-  outgoing_.push_back(std::move(message));
+  (field == v1::PassRequest::kMeanFieldNumber ? means_out_ : sums_out_)
+      .push_back(std::move(message));
+}
+
+// The chain's lead: a sum from pred is one of N - 1 per chain this member starts, so starting
+// at most kChainLead chunks more than 1 / (N - 1) of the sums in keeps the chains moving
+// together (every range's means complete from early on, while the sums still flow), where
+// starting the whole chain at once would put it in the socket's buffers ahead of every sum to
+// pass on, and the means would all complete at the end.
+bool RingMember::ReadyToWrite() const {
+  if (stopped_ || !means_out_.empty() || !sums_out_.empty()) return true;
+  const int others = setup_.header->members_size() - 1;
+  return chain_next_ < chain_end_ && chain_next_ - chain_begin_ < kChainLead + sums_in_ / others;
 }
 
 // Rings are fp32: the delta as the others would see it is params - global itself, and a sum
@@ -118,15 +133,24 @@ void RingMember::Write() {
   int sent = 0;
   while (ok && sent < expected_out_) {
     grpc::ByteBuffer message;
+    int start = -1;  // a chunk of pred's range whose chain starts with this message
     {
       MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](RingMember* m)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->stopped_ || !m->outgoing_.empty(); },
-          this));
+      mu_.Await(absl::Condition(this, &RingMember::ReadyToWrite));
       if (stopped_) break;
-      message = std::move(outgoing_.front());
-      outgoing_.pop_front();
+      std::deque<grpc::ByteBuffer>& queue = means_out_.empty() ? sums_out_ : means_out_;
+      if (!queue.empty()) {
+        message = std::move(queue.front());
+        queue.pop_front();
+      } else {
+        start = chain_next_++;
+      }
+    }
+    if (start >= 0) {
+      v1::Chunk sum;
+      sum.set_index(start);
+      WriteOwnDelta(start, sum.mutable_data());
+      message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, std::move(sum));
     }
     ok = stream->Write(message);
     ++sent;
@@ -139,14 +163,6 @@ void RingMember::Write() {
 }
 
 void RingMember::Read() {
-  // The chain of pred's range starts here.
-  const v1::ShardRange& first = setup_.header->shards(pred_);
-  for (int c = first.begin_chunk(); c < first.end_chunk(); ++c) {
-    v1::Chunk sum;
-    sum.set_index(c);
-    WriteOwnDelta(c, sum.mutable_data());
-    Send(v1::PassRequest::kSumFieldNumber, std::move(sum));
-  }
   absl::Status status;
   for (int taken = 0; status.ok() && taken < expected_in_; ++taken) {
     absl::StatusOr<std::optional<v1::PassRequest>> next = setup_.inbox->Next();
@@ -186,6 +202,10 @@ absl::Status RingMember::Take(v1::PassRequest message) {
   if (absl::Status valid = CheckFp32(chunk.data(), static_cast<size_t>(setup_.layout->size(c)));
       !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", valid.message()));
+  }
+  {
+    MutexLock lock(&mu_);
+    ++sums_in_;  // lets the writer start one more chunk of pred's chain every N - 1 sums
   }
   if (s != setup_.self) {
     AddOwnDelta(c, chunk.mutable_data(), 1.0f);

@@ -32,7 +32,8 @@ namespace localsgd {
 // member's update. A writer thread owns the outgoing stream and a reader thread takes pred's
 // stream from the inbox, from construction until Stop; the caller hands in pred's range as
 // the coordinator relays it (PassOn). Errors name the neighbour through `unreachable`.
-// Thread-safe.
+// The writer sends means first, then sums to pass on, and starts a chain only within a few
+// chunks of what came from pred (see "Ring rounds", the schedule). Thread-safe.
 class RingMember {
  public:
   // Takes averaged chunk `mean` of range `shard` into the member's update.
@@ -53,6 +54,10 @@ class RingMember {
     std::function<void(const std::string& member_id, const absl::Status& why)> unreachable;
   };
 
+  // How many chunks of its chain a member starts more than 1 / (N - 1) of the sums that came
+  // from pred (docs/design.md, "Ring rounds", the schedule).
+  static constexpr int kChainLead = 4;
+
   explicit RingMember(Setup setup);
   ~RingMember();
   RingMember(const RingMember&) = delete;
@@ -68,6 +73,9 @@ class RingMember {
   void Fail(int slot, const absl::Status& status);
   // Queues chunk `chunk` for succ as PassRequest field `field` (sum or mean).
   void Send(int field, v1::Chunk chunk);
+  // Whether the writer has something to send: a queued message, or the start of the next
+  // chunk of pred's chain within its allowance.
+  bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `data` to this member's weighted delta over chunk `c`, in fp32: a sum's start.
   void WriteOwnDelta(int c, std::string* data) const;
   // Sets the fp32 sum `sum` of chunk `c` to (sum + this member's weighted delta) * scale, in
@@ -82,12 +90,17 @@ class RingMember {
   Setup setup_;
   int pred_ = 0, succ_ = 0;
   float weight_ = 0, inverse_total_ = 0;
-  std::vector<int> shard_of_;    // by chunk
-  int expected_in_ = 0;          // messages from pred
-  int expected_out_ = 0;         // messages to succ
-  std::vector<bool> sums_seen_;  // by chunk; the reader's
+  std::vector<int> shard_of_;            // by chunk
+  int expected_in_ = 0;                  // messages from pred
+  int expected_out_ = 0;                 // messages to succ
+  std::vector<bool> sums_seen_;          // by chunk; the reader's
+  int chain_begin_ = 0, chain_end_ = 0;  // the chunks of pred's range: the chain started here
   Mutex mu_;
-  std::deque<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
+  // Means and sums to pass on, each sent in the order they came.
+  std::deque<grpc::ByteBuffer> means_out_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> sums_out_ ABSL_GUARDED_BY(mu_);
+  int chain_next_ ABSL_GUARDED_BY(mu_) = 0;  // the next chunk of pred's range to start
+  int sums_in_ ABSL_GUARDED_BY(mu_) = 0;     // sums that came from pred
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_, reader_;
 };

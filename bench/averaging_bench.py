@@ -6,9 +6,11 @@ member processes (//tests/testutil:averaging_member, each serving its own data p
 round, once per codec and exchange mode (star: every delta through the coordinator; sharded:
 the leaders average among themselves, each owning a range); then, in the same run, N
 torch.distributed processes with the Gloo backend doing all_reduce + divide on the same S MB
-(what Accelerate's LocalSGD does on CPUs). Round time is the slowest member's, median over the
-measured rounds (the first is a warm-up). Ratios are round time / Gloo round time (lower is
-better).
+(what Accelerate's LocalSGD does on CPUs). Round times are medians over the measured rounds
+(the first is a warm-up) of two figures (localsgd_cluster.member_round_times): `X s`, the
+slowest member's own round, waiting for the others to arrive included; `X@ready s`, from the
+last member's arrival to the last member's return, which is how the Gloo figure is timed
+(after a barrier). Ratios are round time / Gloo round time (lower is better).
 
 Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 100] [--rounds 5]
        [--codecs CODEC_FP32 ...] [--exchanges EXCHANGE_STAR EXCHANGE_SHARDED] [--chunk_kb 256]
@@ -16,13 +18,12 @@ Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 10
 """
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from localsgd_cluster import build, gloo_worker, start_coordinator
+from localsgd_cluster import build, gloo_worker, member_round_times, start_coordinator
 
 CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
@@ -47,15 +48,13 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
-        per_round = {}
+        outputs = []
         for member in members:
             out, err = member.communicate(timeout=1800)
             if member.returncode != 0:
                 raise RuntimeError(f"member failed: {err}")
-            for r, t in re.findall(r"round (\d+) seconds ([\d.]+)", out):
-                per_round.setdefault(int(r), []).append(float(t))
-        slowest = [max(per_round[r]) for r in sorted(per_round) if r > 1]
-        return statistics.median(slowest)
+            outputs.append(out)
+        return member_round_times(outputs)
     finally:
         coordinator.terminate()
         coordinator.wait()
@@ -87,18 +86,20 @@ def main():
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     names = [e[len("EXCHANGE_"):].lower() for e in args.exchanges]
-    print(f"{'N':>2} {'MB':>6} {'codec':<6} " + " ".join(f"{n + ' s':>10}" for n in names) +
-          f" {'gloo s':>9} " + " ".join(f"{n + '/gloo':>12}" for n in names))
+    columns = [c for n in names for c in (n, n + "@ready")]
+    print(f"{'N':>2} {'MB':>6} {'codec':<6} " + " ".join(f"{c + ' s':>16}" for c in columns) +
+          f" {'gloo s':>9} " + " ".join(f"{c + '/gloo':>18}" for c in columns))
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             for size_mb in args.sizes_mb:
                 gloo = gloo_round_seconds(work, nodes, size_mb, args.rounds)
                 for codec in args.codecs:
-                    times = [round_seconds(bin_dir, work, nodes, size_mb, codec, exchange,
-                                           args.rounds, args.chunk_kb) for exchange in args.exchanges]
+                    times = [t for exchange in args.exchanges
+                             for t in round_seconds(bin_dir, work, nodes, size_mb, codec, exchange,
+                                                    args.rounds, args.chunk_kb)]
                     print(f"{nodes:>2} {size_mb:>6g} {codec[6:].lower():<6} " +
-                          " ".join(f"{t:>10.4f}" for t in times) + f" {gloo:>9.4f} " +
-                          " ".join(f"{t / gloo:>12.2f}" for t in times), flush=True)
+                          " ".join(f"{t:>16.4f}" for t in times) + f" {gloo:>9.4f} " +
+                          " ".join(f"{t / gloo:>18.2f}" for t in times), flush=True)
 
 
 if __name__ == "__main__":

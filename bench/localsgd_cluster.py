@@ -1,8 +1,10 @@
 """A local localsgd cluster for the benchmarks: builds the binaries (-c opt), starts a real
 coordinator and worker processes (optionally each inside a network namespace), starts a run
 through localsgdctl and collects the workers' output."""
+import collections
 import os
 import re
+import statistics
 import subprocess
 
 TARGETS = ["//coordinator", "//coordinator:localsgdctl", "//worker"]
@@ -60,6 +62,26 @@ def gloo_worker(rank, nodes, numel, rounds, master, out_path, ifname=None):
             for r in range(1, rounds):
                 f.write(f"{max(g[r] for g in gathered)}\n")
     dist.destroy_process_group()
+
+
+RoundTimes = collections.namedtuple("RoundTimes", ["slowest", "ready"])
+
+
+def member_round_times(outputs):
+    """Round times from averaging_member outputs ("round R seconds T from S to E"), medians over
+    the measured rounds (the first is a warm-up). `slowest`: the slowest member's own round, from
+    its Sync call to its return, so it includes waiting for the members still finishing the
+    round before. `ready`: from the moment the last member called Sync to the moment the last
+    one returned, which is what the Gloo figure measures (timed after a barrier)."""
+    per_round = {}
+    for out in outputs:
+        for r, t, start, end in re.findall(
+                r"round (\d+) seconds ([\d.]+) from ([\d.]+) to ([\d.]+)", out):
+            per_round.setdefault(int(r), []).append((float(t), float(start), float(end)))
+    measured = [per_round[r] for r in sorted(per_round) if r > 1]
+    return RoundTimes(
+        statistics.median(max(t for t, _, _ in m) for m in measured),
+        statistics.median(max(e for _, _, e in m) - max(s for _, s, _ in m) for m in measured))
 
 
 class Cluster:

@@ -6,9 +6,11 @@ bridge, every link shaped with tc tbf to --rate in both directions): the coordin
 and one node leader (//tests/testutil:averaging_member) in each of hosts 1..N, which syncs S MB of fp32
 per round in the star mode and in the sharded mode; then, in the same namespaces, N
 torch.distributed processes with the Gloo backend doing all_reduce + divide on the same S MB.
-Round time is the slowest member's, median over the measured rounds (the first is a warm-up).
-`bound` is the ring's lower bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and
-round time / Gloo.
+Round times are medians over the measured rounds (the first is a warm-up) of two figures
+(localsgd_cluster.member_round_times): `X s`, the slowest member's own round, waiting for the
+others to arrive included; `X@ready s`, from the last member's arrival to the last member's
+return, which is how the Gloo figure is timed (after a barrier). `bound` is the ring's lower
+bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and round time / Gloo.
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
@@ -25,7 +27,8 @@ import subprocess
 import sys
 import tempfile
 
-from localsgd_cluster import build, gloo_worker, start_coordinator
+from localsgd_cluster import (RoundTimes, build, gloo_worker, member_round_times,
+                             start_coordinator)
 
 PREFIX = "lsgds"
 
@@ -60,17 +63,14 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chun
                                   f"--coordinator={address(0)}:50051",
                                   f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
-        per_round = {}
-        aborts = 0
+        outputs = []
         for member in members:
             out, err = member.communicate(timeout=3600)
             if member.returncode != 0:
                 raise RuntimeError(f"member failed: {err}")
-            for r, t in re.findall(r"round (\d+) seconds ([\d.]+)", out):
-                per_round.setdefault(int(r), []).append(float(t))
-            aborts = max(aborts, len(re.findall(r"round \d+ aborted", out)))
-        seconds = statistics.median(max(per_round[r]) for r in sorted(per_round) if r > 1)
-        return seconds, aborts
+            outputs.append(out)
+        aborts = max(len(re.findall(r"round \d+ aborted", out)) for out in outputs)
+        return member_round_times(outputs), aborts
     finally:
         coordinator.terminate()
         coordinator.wait()
@@ -114,16 +114,18 @@ def main():
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     bandwidth = rate_bytes_per_second(args.rate)
-    print(f"{'N':>2} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'sharded s':>9} {'gloo s':>8} "
-          f"{'star/bound':>10} {'sharded/bound':>13} {'sharded/gloo':>12} {'star/gloo':>9} "
-          f"{'aborts':>6}")
+    print(f"{'N':>2} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'star@ready s':>12} "
+          f"{'sharded s':>9} {'sharded@ready s':>15} {'gloo s':>8} {'sharded/bound':>13} "
+          f"{'@ready/bound':>12} {'sharded/gloo':>12} {'@ready/gloo':>11} "
+          f"{'star@ready/gloo':>15} {'aborts':>6}")
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             hosts = nodes + 1
             subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(hosts), args.rate],
                            check=True)
             try:
-                star = (float("nan") if args.no_star else
+                nan = float("nan")
+                star = (RoundTimes(nan, nan) if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
                                                "EXCHANGE_STAR", args.rounds)[0])
                 sharded = [(kb, exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
@@ -133,10 +135,12 @@ def main():
             finally:
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
-            for kb, (seconds, aborts) in sharded:
-                print(f"{nodes:>2} {kb or 'default':>9} {bound:>8.3f} {star:>8.3f} {seconds:>9.3f} "
-                      f"{gloo:>8.3f} {star / bound:>10.2f} {seconds / bound:>13.2f} {seconds / gloo:>12.2f} "
-                      f"{star / gloo:>9.2f} {aborts:>6}", flush=True)
+            for kb, (times, aborts) in sharded:
+                print(f"{nodes:>2} {kb or 'default':>9} {bound:>8.3f} {star.slowest:>8.3f} "
+                      f"{star.ready:>12.3f} {times.slowest:>9.3f} {times.ready:>15.3f} "
+                      f"{gloo:>8.3f} {times.slowest / bound:>13.2f} {times.ready / bound:>12.2f} "
+                      f"{times.slowest / gloo:>12.2f} {times.ready / gloo:>11.2f} "
+                      f"{star.ready / gloo:>15.2f} {aborts:>6}", flush=True)
     return 0
 
 

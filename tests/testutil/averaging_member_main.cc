@@ -1,7 +1,8 @@
 // One node leader for bench/averaging_bench.py: serves a sharded data plane, joins the
 // coordinator, waits for the run, uploads (node 0) or fetches the initial model, then syncs
 // --rounds rounds of a random delta in the run's exchange mode and prints one line per round:
-// "round R seconds T" (an aborted round is tried again: "round R aborted: ...").
+// "round R seconds T from S to E", T the seconds from calling Sync to its return, S and E
+// those moments in Unix seconds (an aborted round is tried again: "round R aborted: ...").
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <unistd.h>
@@ -209,8 +210,11 @@ int main(int argc, char** argv) {
       heartbeat.join();
       return Fail(absl::StrCat("round ", round), result.status());
     }
-    std::printf("round %lld seconds %.6f\n", static_cast<long long>(round),
-                absl::ToDoubleSeconds(absl::Now() - start));
+    const absl::Time end = absl::Now();
+    std::printf("round %lld seconds %.6f from %.6f to %.6f\n", static_cast<long long>(round),
+                absl::ToDoubleSeconds(end - start),
+                absl::ToDoubleSeconds(start - absl::UnixEpoch()),
+                absl::ToDoubleSeconds(end - absl::UnixEpoch()));
     std::fflush(stdout);
   }
   stop.store(true);

@@ -1,9 +1,11 @@
 #include "worker/data_plane_server.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/byte_buffer.h>
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "common/chunk_wire.h"
 #include "common/grpc_channel.h"
 #include "common/mutex.h"
+#include "common/received_chunk.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "common/stream_outbox.h"
@@ -157,15 +160,19 @@ class ReduceReactor : public ReduceReactorBase {
 
 // A ring round's stream from the member before this one (DataPlane.Pass): the header, then
 // each message handed to the inbox as it arrives; always reading on (a sender sends at most
-// about one model's bytes a round), so the sender never waits on this member's round.
-class PassReactor : public grpc::ServerReadReactor<v1::PassRequest> {
+// about one model's bytes a round), so the sender never waits on this member's round. Raw
+// buffers: a sum or a mean is read where gRPC received it (ReceivedChunk), not copied out by
+// a typed parse (docs/design.md, "Copies").
+class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  PassReactor(RingInbox* inbox, const absl::Status& auth) : inbox_(inbox) {
+  PassReactor(RingInbox* inbox, const absl::Status& auth, grpc::ByteBuffer* response)
+      : inbox_(inbox) {
+    *response = SerializedBuffer(v1::PassResponse());  // the answer, once the stream ended
     if (!auth.ok()) {
       Finish(ToGrpcStatus(auth));
       return;
     }
-    StartRead(&request_);
+    StartRead(&wire_);
   }
 
   void OnReadDone(bool ok) override {
@@ -179,25 +186,14 @@ class PassReactor : public grpc::ServerReadReactor<v1::PassRequest> {
       Finish(grpc::Status::OK);
       return;
     }
-    absl::Status status;
-    if (id_ == 0) {
-      absl::StatusOr<int64_t> id =
-          request_.has_header() ? inbox_->Open(request_.header())
-                                : absl::InvalidArgumentError("the first message must be a header");
-      if (id.ok()) id_ = *id;
-      status = id.status();
-    } else if (request_.has_header()) {
-      status = absl::InvalidArgumentError("header sent twice; only sums and means may follow it");
-    } else {
-      status = inbox_->Add(id_, std::move(request_));
-    }
+    absl::Status status = id_ == 0 ? Open() : Add();
     if (!status.ok()) {
       if (id_ != 0) inbox_->Close(id_, status);
       Finish(ToGrpcStatus(status));
       return;
     }
-    request_.Clear();
-    StartRead(&request_);
+    wire_.Clear();
+    StartRead(&wire_);
   }
 
   void OnCancel() override {
@@ -207,13 +203,52 @@ class PassReactor : public grpc::ServerReadReactor<v1::PassRequest> {
   void OnDone() override { delete this; }
 
  private:
+  // The first message: the header.
+  absl::Status Open() {
+    v1::PassRequest request;
+    if (!grpc::SerializationTraits<v1::PassRequest>::Deserialize(&wire_, &request).ok()) {
+      return absl::InvalidArgumentError("the first message does not parse as a PassRequest");
+    }
+    if (!request.has_header())
+      return absl::InvalidArgumentError("the first message must be a header");
+    LOCALSGD_ASSIGN_OR_RETURN(id_, inbox_->Open(request.header()));
+    return absl::OkStatus();
+  }
+
+  // A sum or a mean, read in place when it is in the form senders write, else parsed.
+  absl::Status Add() {
+    std::optional<ReceivedChunk> chunk = ReceivedChunk::Read(wire_);
+    if (!chunk.has_value() || (chunk->field() != v1::PassRequest::kSumFieldNumber &&
+                               chunk->field() != v1::PassRequest::kMeanFieldNumber)) {
+      v1::PassRequest request;
+      if (!grpc::SerializationTraits<v1::PassRequest>::Deserialize(&wire_, &request).ok()) {
+        return absl::InvalidArgumentError("a message does not parse as a PassRequest");
+      }
+      switch (request.kind_case()) {
+        case v1::PassRequest::kSum:
+          chunk = ReceivedChunk::Of(v1::PassRequest::kSumFieldNumber,
+                                    std::move(*request.mutable_sum()));
+          break;
+        case v1::PassRequest::kMean:
+          chunk = ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber,
+                                    std::move(*request.mutable_mean()));
+          break;
+        case v1::PassRequest::kHeader:
+          return absl::InvalidArgumentError("header sent twice; only sums and means may follow it");
+        default:
+          return absl::InvalidArgumentError("a message with neither a sum nor a mean");
+      }
+    }
+    return inbox_->Add(id_, std::move(*chunk));
+  }
+
   RingInbox* const inbox_;
-  v1::PassRequest request_;
+  grpc::ByteBuffer wire_;
   int64_t id_ = 0;
 };
 
 class DataPlaneService final
-    : public v1::DataPlane::WithCallbackMethod_Pass<
+    : public v1::DataPlane::WithRawCallbackMethod_Pass<
           v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service>> {
  public:
   DataPlaneService(ShardOwner* owner, RingInbox* inbox, std::string token)
@@ -223,9 +258,9 @@ class DataPlaneService final
     return new ReduceReactor(owner_, CheckBearerToken(context->client_metadata(), token_));
   }
 
-  grpc::ServerReadReactor<v1::PassRequest>* Pass(grpc::CallbackServerContext* context,
-                                                 v1::PassResponse*) override {
-    return new PassReactor(inbox_, CheckBearerToken(context->client_metadata(), token_));
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Pass(grpc::CallbackServerContext* context,
+                                                  grpc::ByteBuffer* response) override {
+    return new PassReactor(inbox_, CheckBearerToken(context->client_metadata(), token_), response);
   }
 
  private:

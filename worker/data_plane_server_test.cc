@@ -4,20 +4,24 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/auth.h"
 #include "common/codec.h"
+#include "common/received_chunk.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace localsgd {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 constexpr char kToken[] = "data-plane-token";
@@ -263,6 +267,34 @@ class PassTest : public DataPlaneServerTest {
     *request.mutable_sum() = Chunk(index, 1).chunk();
     return request;
   }
+  // A Pass stream of messages in the bytes given (as a sender that is not ours might write
+  // them).
+  grpc::Status PassBytes(const std::vector<std::string>& messages) {
+    std::unique_ptr<grpc::ClientContext> context = Context();
+    const grpc::internal::RpcMethod method("/localsgd.v1.DataPlane/Pass",
+                                           grpc::internal::RpcMethod::CLIENT_STREAMING, channel_);
+    grpc::ByteBuffer response;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> stream(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), method,
+                                                                      context.get(), &response));
+    for (const std::string& bytes : messages) {
+      grpc::Slice slice(bytes);
+      if (!stream->Write(grpc::ByteBuffer(&slice, 1))) break;
+    }
+    stream->WritesDone();
+    return stream->Finish();
+  }
+  // The next message in the inbox: a sum of chunk `index` holding `data`.
+  void ExpectSum(int index, const std::string& data) {
+    absl::StatusOr<std::optional<ReceivedChunk>> next = server_->inbox()->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_TRUE(next->has_value());
+    EXPECT_EQ((*next)->field(), v1::PassRequest::kSumFieldNumber);
+    EXPECT_EQ((*next)->index(), index);
+    std::string got;
+    for (absl::string_view piece : (*next)->data()) got.append(piece.data(), piece.size());
+    EXPECT_EQ(got, data);
+  }
 };
 
 TEST_F(PassTest, RefusesAMissingOrWrongTokenAndMalformedStreams) {
@@ -289,15 +321,37 @@ TEST_F(PassTest, RefusesAMissingOrWrongTokenAndMalformedStreams) {
 TEST_F(PassTest, AStreamBeforeTheLayoutWaitsInTheInbox) {
   ASSERT_TRUE(Pass(Context(), {PassHeader(5, 1), Sum(0), Sum(1)}).ok());
   server_->inbox()->Follow("run-1", 5, 1, "a");
-  for (int index : {0, 1}) {
-    absl::StatusOr<std::optional<v1::PassRequest>> next = server_->inbox()->Next();
-    ASSERT_TRUE(next.ok()) << next.status();
-    ASSERT_TRUE(next->has_value());
-    EXPECT_EQ((*next)->sum().index(), index);
-  }
-  absl::StatusOr<std::optional<v1::PassRequest>> end = server_->inbox()->Next();
+  for (int index : {0, 1}) ExpectSum(index, Sum(index).sum().data());
+  absl::StatusOr<std::optional<ReceivedChunk>> end = server_->inbox()->Next();
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_FALSE(end->has_value());  // the stream ended cleanly
+}
+
+// A message in another valid form than ours (here the chunk's data before its index) is
+// parsed; one with neither a sum nor a mean, or that is not protobuf, ends the stream.
+TEST_F(PassTest, OtherFormsAreParsedAndMessagesWithoutAChunkRefused) {
+  const std::string data = Sum(3).sum().data();
+  const auto length_delimited = [](char tag, const std::string& bytes) {
+    std::string out(1, tag);
+    for (size_t n = bytes.size();; n >>= 7) {  // the length, a varint
+      out.push_back(static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0)));
+      if (n < 0x80) break;
+    }
+    return out + bytes;
+  };
+  const std::string reordered =
+      length_delimited('\x12', length_delimited('\x12', data) + std::string("\x08\x03"));
+  ASSERT_TRUE(PassBytes({PassHeader(6, 1).SerializeAsString(), reordered}).ok());
+  server_->inbox()->Follow("run-1", 6, 1, "a");
+  ExpectSum(3, data);
+  server_->inbox()->Stop();
+  int64_t round = 7;  // a stream of its own for each
+  for (const std::string& bad : {std::string(), std::string("\x12\x05\x08", 3)}) {
+    grpc::Status status = PassBytes({PassHeader(round++, 1).SerializeAsString(), bad});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(),
+                AnyOf(HasSubstr("neither a sum nor a mean"), HasSubstr("does not parse")));
+  }
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
   return id;
 }
 
-absl::Status RingInbox::Add(int64_t id, v1::PassRequest message) {
+absl::Status RingInbox::Add(int64_t id, ReceivedChunk message) {
   MutexLock lock(&mu_);
   auto it = streams_.find(id);
   if (it == streams_.end()) {
@@ -79,7 +79,7 @@ RingInbox::Stream* RingInbox::Followed() {
   return nullptr;
 }
 
-absl::StatusOr<std::optional<v1::PassRequest>> RingInbox::Next() {
+absl::StatusOr<std::optional<ReceivedChunk>> RingInbox::Next() {
   MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](RingInbox* inbox) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -96,7 +96,7 @@ absl::StatusOr<std::optional<v1::PassRequest>> RingInbox::Next() {
         absl::StrCat("the ring's stream came from ", stream->from, ", not from ", from_));
   }
   if (!stream->queue.empty()) {
-    v1::PassRequest message = std::move(stream->queue.front());
+    std::optional<ReceivedChunk> message(std::move(stream->queue.front()));
     stream->queue.pop_front();
     return message;
   }

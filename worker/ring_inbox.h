@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "common/received_chunk.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
@@ -17,9 +18,9 @@ namespace localsgd {
 // What a node leader receives in a ring round (docs/design.md, "Ring rounds") from the member
 // before it, over DataPlane.Pass: the gRPC adapter hands every message here as it arrives, and
 // the leader's round takes them in order. A stream may arrive before the leader knows the
-// round's layout: its messages wait here until the leader follows that attempt. Buffering is
-// unbounded: a sender sends at most about one model's bytes per round. Knows nothing of gRPC.
-// Thread-safe.
+// round's layout: its messages wait here until the leader follows that attempt, each as its
+// chunk was received (a sum or a mean, in gRPC's own buffers). Buffering is unbounded: a
+// sender sends at most about one model's bytes per round. Thread-safe.
 class RingInbox {
  public:
   // Server side. A stream opens with its header: FAILED_PRECONDITION for an attempt older than
@@ -27,7 +28,7 @@ class RingInbox {
   absl::StatusOr<int64_t> Open(const v1::ReduceHeader& header);
   // A message of stream `id` (not a header): FAILED_PRECONDITION once its attempt is no longer
   // followed (a newer one is), so that the stream ends.
-  absl::Status Add(int64_t id, v1::PassRequest message);
+  absl::Status Add(int64_t id, ReceivedChunk message);
   // Stream `id` ended: OK when the sender finished, else why not.
   void Close(int64_t id, const absl::Status& status);
 
@@ -37,7 +38,7 @@ class RingInbox {
   // The next message of the followed attempt, waiting for it; nullopt once its stream ended
   // OK and every message was taken. Errors: the stream's (it broke), INVALID_ARGUMENT (it
   // came from another member than `from`), CANCELLED (Stop).
-  absl::StatusOr<std::optional<v1::PassRequest>> Next();
+  absl::StatusOr<std::optional<ReceivedChunk>> Next();
   // The followed round is over for the leader: Next returns CANCELLED, messages still arriving
   // for it are dropped.
   void Stop();
@@ -54,7 +55,7 @@ class RingInbox {
   struct Stream {
     Key key;
     std::string from;
-    std::deque<v1::PassRequest> queue;
+    std::deque<ReceivedChunk> queue;
     bool closed = false;
     absl::Status status;
   };

@@ -22,10 +22,10 @@ v1::ReduceHeader Header(int64_t round, uint64_t attempt, const std::string& from
   return header;
 }
 
-v1::PassRequest Sum(int chunk) {
-  v1::PassRequest message;
-  message.mutable_sum()->set_index(chunk);
-  return message;
+ReceivedChunk Sum(int chunk) {
+  v1::Chunk sum;
+  sum.set_index(chunk);
+  return ReceivedChunk::Of(v1::PassRequest::kSumFieldNumber, std::move(sum));
 }
 
 TEST(RingInboxTest, AStreamThatCameBeforeTheLayoutWaitsAndIsTakenInOrder) {
@@ -37,12 +37,13 @@ TEST(RingInboxTest, AStreamThatCameBeforeTheLayoutWaitsAndIsTakenInOrder) {
   inbox.Close(*id, absl::OkStatus());
   inbox.Follow("run", 3, 1, "m0");
   for (int chunk : {5, 6}) {
-    absl::StatusOr<std::optional<v1::PassRequest>> next = inbox.Next();
+    absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();
     ASSERT_THAT(next.status(), IsOk());
     ASSERT_TRUE(next->has_value());
-    EXPECT_EQ((*next)->sum().index(), chunk);
+    EXPECT_EQ((*next)->field(), v1::PassRequest::kSumFieldNumber);
+    EXPECT_EQ((*next)->index(), chunk);
   }
-  absl::StatusOr<std::optional<v1::PassRequest>> end = inbox.Next();
+  absl::StatusOr<std::optional<ReceivedChunk>> end = inbox.Next();
   ASSERT_THAT(end.status(), IsOk());
   EXPECT_FALSE(end->has_value());
 }
@@ -55,11 +56,11 @@ TEST(RingInboxTest, NextWaitsForTheFollowedStream) {
     ASSERT_THAT(id.status(), IsOk());
     ASSERT_THAT(inbox.Add(*id, Sum(1)), IsOk());
   });
-  absl::StatusOr<std::optional<v1::PassRequest>> next = inbox.Next();
+  absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();
   sender.join();
   ASSERT_THAT(next.status(), IsOk());
   ASSERT_TRUE(next->has_value());
-  EXPECT_EQ((*next)->sum().index(), 1);
+  EXPECT_EQ((*next)->index(), 1);
 }
 
 TEST(RingInboxTest, OlderAttemptsAndSecondStreamsAreRefused) {

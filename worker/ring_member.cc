@@ -3,13 +3,13 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/sync_stream.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
-#include "common/codec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 
@@ -72,7 +72,10 @@ void RingMember::Fail(int slot, const absl::Status& status) {
 void RingMember::Send(int field, v1::Chunk chunk) {
   // The chunk goes out in the bytes it lies in (ChunkMessageBuffer), where the generated
   // stub's serialiser would copy it.
-  grpc::ByteBuffer message = ChunkMessageBuffer(field, std::move(chunk));
+  Queue(field, ChunkMessageBuffer(field, std::move(chunk)));
+}
+
+void RingMember::Queue(int field, grpc::ByteBuffer message) {
   MutexLock lock(&mu_);
   (field == v1::PassRequest::kMeanFieldNumber ? means_out_ : sums_out_)
       .push_back(std::move(message));
@@ -105,18 +108,45 @@ void RingMember::WriteOwnDelta(int c, std::string* data) const {
   }
 }
 
-void RingMember::AddOwnDelta(int c, std::string* sum, float scale) const {
+bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, std::string* out) const {
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
-  const size_t n = static_cast<size_t>(setup_.layout->size(c));
   const float* params = setup_.params.data() + begin;
   const float* global = setup_.global.data() + begin;
-  char* bytes = sum->data();
-  for (size_t k = 0; k < n; ++k) {
+  out->resize(sum.size());
+  char* bytes = out->data();
+  uint32_t bad = 0;
+  size_t k = 0;  // values done
+  const auto add = [&](const char* in) {
     float value;
-    std::memcpy(&value, bytes + k * sizeof(float), sizeof(float));
+    std::memcpy(&value, in, sizeof(float));
+    uint32_t u;
+    std::memcpy(&u, &value, sizeof(u));
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
     value = (value + weight_ * (params[k] - global[k])) * scale;
     std::memcpy(bytes + k * sizeof(float), &value, sizeof(float));
+    ++k;
+  };
+  // gRPC's slices may split a float: its bytes are gathered in `carry`.
+  char carry[sizeof(float)];
+  size_t carried = 0;
+  for (absl::string_view piece : sum.data()) {
+    const char* in = piece.data();
+    size_t left = piece.size();
+    if (carried > 0) {
+      const size_t take = std::min(sizeof(float) - carried, left);
+      std::memcpy(carry + carried, in, take);
+      carried += take;
+      in += take;
+      left -= take;
+      if (carried < sizeof(float)) continue;
+      add(carry);
+      carried = 0;
+    }
+    for (; left >= sizeof(float); in += sizeof(float), left -= sizeof(float)) add(in);
+    std::memcpy(carry, in, left);
+    carried = left;
   }
+  return bad == 0;
 }
 
 void RingMember::Write() {
@@ -165,24 +195,25 @@ void RingMember::Write() {
 void RingMember::Read() {
   absl::Status status;
   for (int taken = 0; status.ok() && taken < expected_in_; ++taken) {
-    absl::StatusOr<std::optional<v1::PassRequest>> next = setup_.inbox->Next();
+    absl::StatusOr<std::optional<ReceivedChunk>> next = setup_.inbox->Next();
     if (!next.ok()) {
       status = next.status();
     } else if (!next->has_value()) {
       status = absl::UnavailableError(
           absl::StrCat("its stream ended after ", taken, " of ", expected_in_, " messages"));
     } else {
-      status = Take(std::move(**next));
+      status = Take(**next);
     }
   }
   if (!status.ok() && !absl::IsCancelled(status)) Fail(pred_, status);
 }
 
-absl::Status RingMember::Take(v1::PassRequest message) {
-  const bool sum = message.has_sum();
-  if (!sum && !message.has_mean()) return absl::InvalidArgumentError("neither sum nor mean");
-  v1::Chunk& chunk = sum ? *message.mutable_sum() : *message.mutable_mean();
-  const int c = chunk.index();
+absl::Status RingMember::Take(const ReceivedChunk& message) {
+  const bool sum = message.field() == v1::PassRequest::kSumFieldNumber;
+  if (!sum && message.field() != v1::PassRequest::kMeanFieldNumber) {
+    return absl::InvalidArgumentError("neither sum nor mean");
+  }
+  const int c = message.index();
   if (c < 0 || c >= setup_.layout->num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", c, " is out of range"));
   }
@@ -191,35 +222,45 @@ absl::Status RingMember::Take(v1::PassRequest message) {
     if (s == setup_.self || s == pred_) {
       return absl::InvalidArgumentError(absl::StrCat("a mean of chunk ", c, " came on the ring"));
     }
-    LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(s, chunk));
-    if (s != succ_) Send(v1::PassRequest::kMeanFieldNumber, std::move(chunk));  // passed on
+    LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(s, message));
+    // Passed on in the message it came in.
+    if (s != succ_) Queue(v1::PassRequest::kMeanFieldNumber, message.wire());
     return absl::OkStatus();
   }
   if (s == pred_ || sums_seen_[c]) {
     return absl::InvalidArgumentError(absl::StrCat("an unexpected sum of chunk ", c));
   }
   sums_seen_[c] = true;
-  if (absl::Status valid = CheckFp32(chunk.data(), static_cast<size_t>(setup_.layout->size(c)));
-      !valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", valid.message()));
+  const size_t n = static_cast<size_t>(setup_.layout->size(c));
+  if (message.size() != n * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", message.size(),
+                                                   " bytes, expected ", n * sizeof(float), " for ",
+                                                   n, " values in fp32"));
   }
   {
     MutexLock lock(&mu_);
     ++sums_in_;  // lets the writer start one more chunk of pred's chain every N - 1 sums
   }
-  if (s != setup_.self) {
-    AddOwnDelta(c, chunk.mutable_data(), 1.0f);
-    Send(v1::PassRequest::kSumFieldNumber, std::move(chunk));  // in the bytes it came in
+  // The sum goes on with this member's delta added, or, for this member's own range, is
+  // complete: its mean (rings are fp32; a mean past fp32's range is refused by the
+  // coordinator, which aborts the round).
+  const bool own = s == setup_.self;
+  v1::Chunk next;
+  next.set_index(c);
+  if (!AddOwnDelta(c, message, own ? inverse_total_ : 1.0f, next.mutable_data())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the sum of chunk ", c, ": chunk data: decodes to NaN or infinity"));
+  }
+  if (!own) {
+    Send(v1::PassRequest::kSumFieldNumber, std::move(next));
     return absl::OkStatus();
   }
-  // The sum of this member's own range is complete: its mean, in the same bytes (rings are
-  // fp32; a mean past fp32's range is refused by the coordinator, which aborts the round).
-  AddOwnDelta(c, chunk.mutable_data(), inverse_total_);
   v1::ReduceResponse response;
-  *response.mutable_mean() = std::move(chunk);
+  *response.mutable_mean() = std::move(next);
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
   setup_.sink->OnMean(c, mean);
-  return setup_.take_mean(setup_.self, mean->message().mean());
+  return setup_.take_mean(setup_.self, ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber,
+                                                         mean->message().mean(), mean));
 }
 
 }  // namespace localsgd

@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "common/chunking.h"
 #include "common/mutex.h"
+#include "common/received_chunk.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 #include "worker/ring_inbox.h"
 #include "worker/shard_owner.h"
@@ -37,7 +38,7 @@ namespace localsgd {
 class RingMember {
  public:
   // Takes averaged chunk `mean` of range `shard` into the member's update.
-  using TakeMean = std::function<absl::Status(int shard, const v1::Chunk& mean)>;
+  using TakeMean = std::function<absl::Status(int shard, const ReceivedChunk& mean)>;
   struct Setup {
     const v1::RoundHeader* header = nullptr;  // a ring layout (fp32, one range per member)
     v1::ReduceHeader pass_header;             // names this member and the attempt
@@ -71,21 +72,24 @@ class RingMember {
 
  private:
   void Fail(int slot, const absl::Status& status);
-  // Queues chunk `chunk` for succ as PassRequest field `field` (sum or mean).
+  // Queues message `message` for succ, a PassRequest with field `field` (sum or mean) set.
+  void Queue(int field, grpc::ByteBuffer message);
+  // Queues chunk `chunk` for succ as PassRequest field `field`.
   void Send(int field, v1::Chunk chunk);
   // Whether the writer has something to send: a queued message, or the start of the next
   // chunk of pred's chain within its allowance.
   bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `data` to this member's weighted delta over chunk `c`, in fp32: a sum's start.
   void WriteOwnDelta(int c, std::string* data) const;
-  // Sets the fp32 sum `sum` of chunk `c` to (sum + this member's weighted delta) * scale, in
-  // place (checked by the caller: one float per value of the chunk).
-  void AddOwnDelta(int c, std::string* sum, float scale) const;
+  // Sets `out` to (sum + this member's weighted delta over chunk `c`) * scale, reading the fp32
+  // sum `sum` where it was received (its size checked by the caller: one float per value of
+  // the chunk). False if a value of `sum` is NaN or infinite.
+  bool AddOwnDelta(int c, const ReceivedChunk& sum, float scale, std::string* out) const;
   void Write();
   void Read();
-  // One message from pred, handled where it lies: a sum goes on (or becomes a mean) and a
-  // mean is taken and passed on in the message it came in.
-  absl::Status Take(v1::PassRequest message);
+  // One message from pred, read where it was received: a sum goes on with this member's delta
+  // added (or becomes a mean), and a mean is taken and passed on in the message it came in.
+  absl::Status Take(const ReceivedChunk& message);
 
   Setup setup_;
   int pred_ = 0, succ_ = 0;

@@ -123,9 +123,9 @@ class RingMemberTest : public ::testing::Test {
     setup.inbox = servers_[i]->inbox();
     setup.sink = &sink_;
     Received* received = received_[i].get();
-    setup.take_mean = [this, received](int, const v1::Chunk& mean) {
+    setup.take_mean = [this, received](int, const ReceivedChunk& mean) {
       std::vector<float> values(static_cast<size_t>(layout_.size(mean.index())));
-      absl::Status status = Decode(v1::CODEC_FP32, mean.data(), absl::MakeSpan(values));
+      absl::Status status = mean.DecodeFp32(absl::MakeSpan(values));
       MutexLock lock(&received->mu);
       received->chunks[mean.index()] = std::move(values);
       return status;
@@ -223,17 +223,17 @@ TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
   succ_inbox->Follow("run", 5, 2, "m1");
   std::unique_ptr<RingMember> m1 = Start(1);
   for (int k = 0; k < RingMember::kChainLead; ++k) {
-    absl::StatusOr<std::optional<v1::PassRequest>> next = succ_inbox->Next();
+    absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
     ASSERT_TRUE(next.ok()) << next.status();
     ASSERT_TRUE(next->has_value());
-    EXPECT_TRUE((*next)->has_sum());
-    EXPECT_EQ((*next)->sum().index(), k);  // m0's range, in order
+    EXPECT_EQ((*next)->field(), v1::PassRequest::kSumFieldNumber);
+    EXPECT_EQ((*next)->index(), k);  // m0's range, in order
   }
   // Time for a writer that ran on to send more, then the round ends: nothing else came.
   absl::SleepFor(absl::Milliseconds(300));
   m1->Stop();
-  absl::StatusOr<std::optional<v1::PassRequest>> next = succ_inbox->Next();
-  EXPECT_FALSE(next.ok() && next->has_value()) << (*next)->DebugString();
+  absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
+  EXPECT_FALSE(next.ok() && next->has_value()) << "chunk " << (*next)->index() << " came";
 }
 
 // A member whose successor is gone names it; the others, stopped as the round ends, say

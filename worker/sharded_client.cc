@@ -17,6 +17,7 @@
 #include "common/chunk_wire.h"
 #include "common/codec.h"
 #include "common/grpc_channel.h"
+#include "common/received_chunk.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "worker/ring_member.h"
@@ -312,21 +313,25 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
   reduce_header.set_round(layout_header.round());
   reduce_header.set_member_id(member.member_id);
   reduce_header.set_attempt(layout_header.attempt());
-  // Decodes one averaged chunk of `shard` into `averaged`; `got` marks the chunks already here.
-  auto take_mean = [&](const v1::ShardRange& shard, const v1::Chunk& chunk,
-                       std::vector<bool>& got) -> absl::Status {
-    const int c = chunk.index();
+  // Decodes averaged chunk `c` of `shard` into `averaged` with `decode` (into the chunk's
+  // values); `got` marks the chunks already here.
+  auto take_chunk = [&](const v1::ShardRange& shard, int c, std::vector<bool>& got,
+                        const auto& decode) -> absl::Status {
     if (c < shard.begin_chunk() || c >= shard.end_chunk() || got[c - shard.begin_chunk()]) {
       return absl::InternalError(
           absl::StrCat("owner ", shard.owner_id(), " sent an unexpected chunk ", c));
     }
-    const size_t begin = static_cast<size_t>(layout.begin(c));
-    const size_t size = static_cast<size_t>(layout.size(c));
-    LOCALSGD_RETURN_IF_ERROR(
-        Decode(layout_header.codec(), chunk.data(), averaged.subspan(begin, size)));
+    LOCALSGD_RETURN_IF_ERROR(decode(averaged.subspan(static_cast<size_t>(layout.begin(c)),
+                                                     static_cast<size_t>(layout.size(c)))));
     got[c - shard.begin_chunk()] = true;
     if (++received == layout.num_chunks()) uploader.Deliver();
     return absl::OkStatus();
+  };
+  auto take_mean = [&](const v1::ShardRange& shard, const v1::Chunk& chunk,
+                       std::vector<bool>& got) {
+    return take_chunk(shard, chunk.index(), got, [&](absl::Span<float> out) {
+      return Decode(layout_header.codec(), chunk.data(), out);
+    });
   };
   // The chunks of each range already here. A range relayed to this member through the
   // coordinator arrives on the coordinator's stream (read below, after the exchanges start);
@@ -445,8 +450,10 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
     setup.unreachable = [&uploader](const std::string& id, const absl::Status& why) {
       uploader.Unreachable(id, why);
     };
-    setup.take_mean = [&](int s, const v1::Chunk& mean) {
-      return take_mean(layout_header.shards(s), mean, got_by_shard[s]);
+    // A ring's means are fp32 (CheckRing), read where gRPC received them.
+    setup.take_mean = [&](int s, const ReceivedChunk& mean) {
+      return take_chunk(layout_header.shards(s), mean.index(), got_by_shard[s],
+                        [&mean](absl::Span<float> out) { return mean.DecodeFp32(out); });
     };
     options_.inbox->Follow(member.run_id, layout_header.round(), layout_header.attempt(),
                            layout_header.members((self + shards - 1) % shards));

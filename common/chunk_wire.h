@@ -4,6 +4,7 @@
 #include <google/protobuf/message_lite.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "proto/localsgd/v1/averaging.pb.h"
@@ -22,6 +23,9 @@ grpc::ByteBuffer ChunkMessageBuffer(int field, const v1::Chunk& chunk,
                                     std::shared_ptr<const void> keepalive);
 // This form takes the chunk.
 grpc::ByteBuffer ChunkMessageBuffer(int field, v1::Chunk chunk);
+// This form sends `data` as the bytes of chunk `index`: a slice they were written into (a
+// grpc::Slice(n), for one, is not zero-filled first, as a string's resize would be).
+grpc::ByteBuffer ChunkMessageBuffer(int field, int32_t index, grpc::Slice data);
 
 // Any message in protobuf's wire form (serialised, so copied: for small ones such as headers),
 // for the same raw calls.

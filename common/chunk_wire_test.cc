@@ -72,6 +72,25 @@ TEST(ChunkWireTest, IsProtobufsOwnWireForm) {
   }
 }
 
+// A chunk's bytes written into a slice of their own go out in protobuf's form too, and in
+// that slice.
+TEST(ChunkWireTest, ASliceOfDataIsSentAsItIs) {
+  for (int32_t index : {0, 300000, -1}) {
+    for (size_t bytes : {size_t{0}, size_t{5}, size_t{1} << 17}) {
+      const v1::Chunk chunk = MakeChunk(index, bytes);
+      grpc::Slice data(chunk.data());
+      const uint8_t* where = data.begin();
+      v1::PassRequest message;
+      *message.mutable_sum() = chunk;
+      const grpc::ByteBuffer buffer =
+          ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, index, std::move(data));
+      EXPECT_EQ(Bytes(buffer), message.SerializeAsString()) << index << " " << bytes;
+      // (A slice of a few bytes holds them itself, so only a large one keeps its address.)
+      if (bytes > 1024) EXPECT_EQ(Slices(buffer).back().begin(), where);
+    }
+  }
+}
+
 TEST(ChunkWireTest, ParsesBackAsTheMessage) {
   const v1::Chunk chunk = MakeChunk(42, 5000);
   const v1::PassRequest pass =

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
+#include "common/codec.h"
 
 namespace localsgd {
 namespace {
@@ -97,14 +98,8 @@ absl::Status ReceivedChunk::DecodeFp32(absl::Span<float> out) const {
     std::memcpy(bytes, piece.data(), piece.size());
     bytes += piece.size();
   }
-  uint32_t bad = 0;
-  for (float value : out) {
-    uint32_t u;
-    std::memcpy(&u, &value, sizeof(u));
-    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0 ? absl::OkStatus()
-                  : absl::InvalidArgumentError("chunk data: decodes to NaN or infinity");
+  return AllFinite(out) ? absl::OkStatus()
+                        : absl::InvalidArgumentError("chunk data: decodes to NaN or infinity");
 }
 
 }  // namespace localsgd

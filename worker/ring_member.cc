@@ -108,24 +108,34 @@ void RingMember::WriteOwnDelta(int c, std::string* data) const {
   }
 }
 
-bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, std::string* out) const {
+namespace {
+
+// out[j] = (in[j] + w * (params[j] - global[j])) * scale over n little-endian floats (memcpy:
+// the bytes may be unaligned; the loop vectorises). Nonzero if an in[j] is NaN or infinite.
+uint32_t AddRun(const char* __restrict in, const float* __restrict params,
+                const float* __restrict global, float w, float scale, char* __restrict out,
+                size_t n) {
+  uint32_t bad = 0;
+  for (size_t j = 0; j < n; ++j) {
+    uint32_t u;
+    std::memcpy(&u, in + j * sizeof(float), sizeof(float));
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    float value;
+    std::memcpy(&value, &u, sizeof(float));
+    value = (value + w * (params[j] - global[j])) * scale;
+    std::memcpy(out + j * sizeof(float), &value, sizeof(float));
+  }
+  return bad;
+}
+
+}  // namespace
+
+bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char* bytes) const {
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
   const float* params = setup_.params.data() + begin;
   const float* global = setup_.global.data() + begin;
-  out->resize(sum.size());
-  char* bytes = out->data();
   uint32_t bad = 0;
   size_t k = 0;  // values done
-  const auto add = [&](const char* in) {
-    float value;
-    std::memcpy(&value, in, sizeof(float));
-    uint32_t u;
-    std::memcpy(&u, &value, sizeof(u));
-    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-    value = (value + weight_ * (params[k] - global[k])) * scale;
-    std::memcpy(bytes + k * sizeof(float), &value, sizeof(float));
-    ++k;
-  };
   // gRPC's slices may split a float: its bytes are gathered in `carry`.
   char carry[sizeof(float)];
   size_t carried = 0;
@@ -139,10 +149,15 @@ bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, std::
       in += take;
       left -= take;
       if (carried < sizeof(float)) continue;
-      add(carry);
+      bad |= AddRun(carry, params + k, global + k, weight_, scale, bytes + k * sizeof(float), 1);
+      ++k;
       carried = 0;
     }
-    for (; left >= sizeof(float); in += sizeof(float), left -= sizeof(float)) add(in);
+    const size_t whole = left / sizeof(float);
+    bad |= AddRun(in, params + k, global + k, weight_, scale, bytes + k * sizeof(float), whole);
+    k += whole;
+    in += whole * sizeof(float);
+    left -= whole * sizeof(float);
     std::memcpy(carry, in, left);
     carried = left;
   }
@@ -241,22 +256,28 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
     MutexLock lock(&mu_);
     ++sums_in_;  // lets the writer start one more chunk of pred's chain every N - 1 sums
   }
-  // The sum goes on with this member's delta added, or, for this member's own range, is
-  // complete: its mean (rings are fp32; a mean past fp32's range is refused by the
-  // coordinator, which aborts the round).
-  const bool own = s == setup_.self;
-  v1::Chunk next;
-  next.set_index(c);
-  if (!AddOwnDelta(c, message, own ? inverse_total_ : 1.0f, next.mutable_data())) {
+  // The sum goes on with this member's delta added, written into a new slice that is sent as
+  // it is; or, for this member's own range, it is complete: its mean (rings are fp32; a mean
+  // past fp32's range is refused by the coordinator, which aborts the round).
+  const auto refused = [c] {
     return absl::InvalidArgumentError(
         absl::StrCat("the sum of chunk ", c, ": chunk data: decodes to NaN or infinity"));
-  }
-  if (!own) {
-    Send(v1::PassRequest::kSumFieldNumber, std::move(next));
+  };
+  if (s != setup_.self) {
+    grpc::Slice next(message.size());  // not zero-filled first
+    if (!AddOwnDelta(c, message, 1.0f,
+                     reinterpret_cast<char*>(const_cast<uint8_t*>(next.begin())))) {
+      return refused();
+    }
+    Queue(v1::PassRequest::kSumFieldNumber,
+          ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, c, std::move(next)));
     return absl::OkStatus();
   }
   v1::ReduceResponse response;
-  *response.mutable_mean() = std::move(next);
+  v1::Chunk* chunk = response.mutable_mean();
+  chunk->set_index(c);
+  chunk->mutable_data()->resize(message.size());
+  if (!AddOwnDelta(c, message, inverse_total_, chunk->mutable_data()->data())) return refused();
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
   setup_.sink->OnMean(c, mean);
   return setup_.take_mean(setup_.self, ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber,

@@ -81,10 +81,10 @@ class RingMember {
   bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `data` to this member's weighted delta over chunk `c`, in fp32: a sum's start.
   void WriteOwnDelta(int c, std::string* data) const;
-  // Sets `out` to (sum + this member's weighted delta over chunk `c`) * scale, reading the fp32
-  // sum `sum` where it was received (its size checked by the caller: one float per value of
-  // the chunk). False if a value of `sum` is NaN or infinite.
-  bool AddOwnDelta(int c, const ReceivedChunk& sum, float scale, std::string* out) const;
+  // Writes (sum + this member's weighted delta over chunk `c`) * scale to `out`, reading the
+  // fp32 sum `sum` where it was received (its size checked by the caller: one float per value
+  // of the chunk, as `out` has room for). False if a value of `sum` is NaN or infinite.
+  bool AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char* out) const;
   void Write();
   void Read();
   // One message from pred, read where it was received: a sum goes on with this member's delta

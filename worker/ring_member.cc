@@ -93,19 +93,19 @@ bool RingMember::ReadyToWrite() const {
 }
 
 // Rings are fp32: the delta as the others would see it is params - global itself, and a sum
-// travels as little-endian floats, updated where it lies (memcpy: the bytes may be unaligned;
-// the loops vectorise).
-void RingMember::WriteOwnDelta(int c, std::string* data) const {
+// travels as little-endian floats (memcpy: the bytes may be unaligned; the loops vectorise).
+grpc::Slice RingMember::OwnDelta(int c) const {
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
   const size_t n = static_cast<size_t>(setup_.layout->size(c));
   const float* params = setup_.params.data() + begin;
   const float* global = setup_.global.data() + begin;
-  data->resize(n * sizeof(float));
-  char* bytes = data->data();
+  grpc::Slice data(n * sizeof(float));  // not zero-filled first
+  char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(data.begin()));
   for (size_t k = 0; k < n; ++k) {
     const float delta = weight_ * (params[k] - global[k]);
     std::memcpy(bytes + k * sizeof(float), &delta, sizeof(float));
   }
+  return data;
 }
 
 namespace {
@@ -192,10 +192,7 @@ void RingMember::Write() {
       }
     }
     if (start >= 0) {
-      v1::Chunk sum;
-      sum.set_index(start);
-      WriteOwnDelta(start, sum.mutable_data());
-      message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, std::move(sum));
+      message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, start, OwnDelta(start));
     }
     ok = stream->Write(message);
     ++sent;

@@ -4,6 +4,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 
 #include <deque>
 #include <functional>
@@ -79,8 +80,9 @@ class RingMember {
   // Whether the writer has something to send: a queued message, or the start of the next
   // chunk of pred's chain within its allowance.
   bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets `data` to this member's weighted delta over chunk `c`, in fp32: a sum's start.
-  void WriteOwnDelta(int c, std::string* data) const;
+  // This member's weighted delta over chunk `c`, in fp32 (a sum's start), in a slice of its
+  // own.
+  grpc::Slice OwnDelta(int c) const;
   // Writes (sum + this member's weighted delta over chunk `c`) * scale to `out`, reading the
   // fp32 sum `sum` where it was received (its size checked by the caller: one float per value
   // of the chunk, as `out` has room for). False if a value of `sum` is NaN or infinite.

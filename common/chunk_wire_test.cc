@@ -10,9 +10,12 @@
 
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
+#include "tests/testutil/test_chunk.h"
 
 namespace localsgd {
 namespace {
+
+using ::localsgd::testing::MakeChunk;
 
 std::vector<grpc::Slice> Slices(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -35,15 +38,6 @@ Message Parse(grpc::ByteBuffer buffer) {
   return message;
 }
 
-v1::Chunk MakeChunk(int32_t index, size_t bytes) {
-  v1::Chunk chunk;
-  chunk.set_index(index);
-  std::string data(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 131 + 7);
-  chunk.set_data(std::move(data));
-  return chunk;
-}
-
 // `Message` with only its field `field` set, to `chunk`: protobuf's bytes and ours agree.
 template <typename Message>
 void ExpectProtobufsWireForm(int field, const v1::Chunk& chunk) {
@@ -61,7 +55,7 @@ void ExpectProtobufsWireForm(int field, const v1::Chunk& chunk) {
 TEST(ChunkWireTest, IsProtobufsOwnWireForm) {
   for (int32_t index : {0, 1, 127, 128, 300000, std::numeric_limits<int32_t>::max(), -1}) {
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{1} << 20}) {
-      SCOPED_TRACE(testing::Message() << "index " << index << ", " << bytes << " bytes");
+      SCOPED_TRACE(::testing::Message() << "index " << index << ", " << bytes << " bytes");
       const v1::Chunk chunk = MakeChunk(index, bytes);
       ExpectProtobufsWireForm<v1::PassRequest>(v1::PassRequest::kSumFieldNumber, chunk);
       ExpectProtobufsWireForm<v1::PassRequest>(v1::PassRequest::kMeanFieldNumber, chunk);

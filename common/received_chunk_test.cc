@@ -14,18 +14,12 @@
 #include "common/chunk_wire.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.pb.h"
+#include "tests/testutil/test_chunk.h"
 
 namespace localsgd {
 namespace {
 
-v1::Chunk MakeChunk(int32_t index, size_t bytes) {
-  v1::Chunk chunk;
-  chunk.set_index(index);
-  std::string data(bytes, '\0');
-  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 131 + 7);
-  chunk.set_data(std::move(data));
-  return chunk;
-}
+using ::localsgd::testing::MakeChunk;
 
 std::string Joined(const ReceivedChunk& chunk) {
   std::string bytes;

@@ -209,8 +209,9 @@ class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (!grpc::SerializationTraits<v1::PassRequest>::Deserialize(&wire_, &request).ok()) {
       return absl::InvalidArgumentError("the first message does not parse as a PassRequest");
     }
-    if (!request.has_header())
+    if (!request.has_header()) {
       return absl::InvalidArgumentError("the first message must be a header");
+    }
     LOCALSGD_ASSIGN_OR_RETURN(id_, inbox_->Open(request.header()));
     return absl::OkStatus();
   }

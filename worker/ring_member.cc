@@ -47,7 +47,10 @@ RingMember::RingMember(Setup setup) : setup_(std::move(setup)) {
 RingMember::~RingMember() { Stop(); }
 
 void RingMember::PassOn(v1::Chunk mean) {
-  Send(v1::PassRequest::kMeanFieldNumber, std::move(mean));
+  // In the bytes it lies in (ChunkMessageBuffer), where the generated stub's serialiser would
+  // copy it.
+  Queue(v1::PassRequest::kMeanFieldNumber,
+        ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber, std::move(mean)));
 }
 
 void RingMember::Stop() {
@@ -67,12 +70,6 @@ void RingMember::Fail(int slot, const absl::Status& status) {
     if (stopped_) return;  // the round ended: cancelled streams say nothing
   }
   setup_.unreachable(setup_.header->members(slot), status);
-}
-
-void RingMember::Send(int field, v1::Chunk chunk) {
-  // The chunk goes out in the bytes it lies in (ChunkMessageBuffer), where the generated
-  // stub's serialiser would copy it.
-  Queue(field, ChunkMessageBuffer(field, std::move(chunk)));
 }
 
 void RingMember::Queue(int field, grpc::ByteBuffer message) {

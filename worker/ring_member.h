@@ -75,8 +75,6 @@ class RingMember {
   void Fail(int slot, const absl::Status& status);
   // Queues message `message` for succ, a PassRequest with field `field` (sum or mean) set.
   void Queue(int field, grpc::ByteBuffer message);
-  // Queues chunk `chunk` for succ as PassRequest field `field`.
-  void Send(int field, v1::Chunk chunk);
   // Whether the writer has something to send: a queued message, or the start of the next
   // chunk of pred's chain within its allowance.
   bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -93,14 +93,12 @@ StatusWatcher* StatusWatchHub::Add(absl::Duration min_interval) {
 }
 
 void StatusWatchHub::EndAll(const grpc::Status& status) {
-  std::vector<StatusWatcher*> watchers;
-  {
-    MutexLock lock(&mu_);
-    ended_ = true;
-    end_status_ = status;
-    watchers = watchers_;
-  }
-  for (StatusWatcher* watcher : watchers) watcher->End(status);
+  // Under the lock: the hub's thread deletes watchers gRPC is done with (a cancelled stream's
+  // may be done already), and it does so only under this lock. End never waits on gRPC.
+  MutexLock lock(&mu_);
+  ended_ = true;
+  end_status_ = status;
+  for (StatusWatcher* watcher : watchers_) watcher->End(status);
 }
 
 int StatusWatchHub::size() const {

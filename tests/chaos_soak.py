@@ -44,6 +44,9 @@ import urllib.request
 
 TOKEN = "chaos-token"
 LOCAL_SGD_STEPS = 4
+# Seconds a worker has to take a run up (log " I run ") before it counts as one that started as
+# the run ended, waiting for the next run (a worker joins and takes the run up in well under 1 s).
+IDLE_GRACE = 10
 SPEC = """model {{ builtin: "mlp" }}
 dataset {{ synthetic_samples: 4096 }}
 local_sgd_steps: 4
@@ -294,17 +297,22 @@ class Soak:
         raise ValueError(kind)
 
     def expect_workers_exit(self, why, seconds):
+        """Every worker that took the run up exits within `seconds`. One that has not taken it
+        up IDLE_GRACE seconds from now started just as the run ended: it waits for the next run,
+        as it should, and is stopped (SIGTERM)."""
         deadline = time.time() + seconds
+        idle_deadline = time.time() + IDLE_GRACE
         for key, proc in list(self.workers.items()):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                if not re.search(r" I run ", self.tail_of(proc)):
-                    # Started just as the run ended: it waits for the next run, as it should.
+            while proc.poll() is None:
+                now = time.time()
+                if re.search(r" I run ", self.log_of(proc)):
+                    if now > deadline:
+                        raise Violation(f"{why}: worker node-{key[0]}/{key[1]} did not exit "
+                                        f"within {seconds} s")
+                elif now > idle_deadline:
                     self.kill(proc, signal.SIGTERM)
-                    continue
-                raise Violation(f"{why}: worker node-{key[0]}/{key[1]} did not exit "
-                                f"within {seconds} s")
+                    break
+                time.sleep(0.1)
             if proc.returncode != 0 and proc.pid not in self.killed:
                 raise Violation(f"{why}: worker node-{key[0]}/{key[1]} exited "
                                 f"{proc.returncode}: " + self.tail_of(proc))
@@ -322,8 +330,11 @@ class Soak:
                 raise Violation(f"{when}: worker node-{key[0]}/{key[1]} (pid {proc.pid}) "
                                 f"exited {proc.returncode}: " + self.tail_of(proc))
 
+    def log_of(self, proc):
+        return open(f"{self.work}/logs/{self.names[proc.pid]}.err", errors="replace").read()
+
     def tail_of(self, proc):
-        return open(f"{self.work}/logs/{self.names[proc.pid]}.err", errors="replace").read()[-1500:]
+        return self.log_of(proc)[-1500:]
 
     # ---- the models ------------------------------------------------------------------------
     def digest_dumps(self, settled=10.0):

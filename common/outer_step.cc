@@ -1,41 +1,94 @@
 #include "common/outer_step.h"
 
-#include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 namespace localsgd {
+namespace {
+
+// Nonzero when `v` is NaN or infinite (an exponent of all ones); branch-free so that the
+// loops below vectorise.
+inline uint32_t NotFinite(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+}
+
+// The loops take raw, non-aliasing pointers and spell out OuterUpdate's three cases (the same
+// operations in the same order, so the results are bit-identical to it): Span's checked
+// indexing and a possible overlap of the spans kept GCC from vectorising them, and a model-sized
+// step is a pass over the whole vector at every commit.
+template <bool kMomentum, bool kNesterov>
+uint32_t StepInto(float lr, float mu, float* __restrict mean_then_next,
+                  const float* __restrict global, const float* __restrict momentum,
+                  float* __restrict next_momentum, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float mean = mean_then_next[i];
+    float update;
+    if constexpr (!kMomentum) {
+      update = lr * mean;
+    } else {
+      const float m = mu * momentum[i] + mean;
+      next_momentum[i] = m;
+      update = kNesterov ? lr * (mean + mu * m) : lr * m;
+    }
+    const float next = global[i] + update;
+    mean_then_next[i] = next;
+    bad |= NotFinite(next);
+  }
+  return bad;
+}
+
+template <bool kMomentum, bool kNesterov>
+void StepInPlace(float lr, float mu, const float* __restrict mean, float* __restrict global,
+                 float* __restrict momentum, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float update;
+    if constexpr (!kMomentum) {
+      update = lr * mean[i];
+    } else {
+      const float m = mu * momentum[i] + mean[i];
+      momentum[i] = m;
+      update = kNesterov ? lr * (mean[i] + mu * m) : lr * m;
+    }
+    global[i] = global[i] + update;
+  }
+}
+
+}  // namespace
 
 bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next,
                    absl::Span<const float> global, absl::Span<const float> momentum,
                    absl::Span<float> next_momentum) {
+  const float lr = static_cast<float>(outer.lr);
+  const float mu = static_cast<float>(outer.momentum);
   const size_t n = global.size();
-  bool finite = true;
+  uint32_t bad;
   if (outer.momentum == 0) {
-    for (size_t i = 0; i < n; ++i) {
-      mean_then_next[i] = global[i] + OuterUpdate(outer, mean_then_next[i], 0.0f, nullptr);
-      finite &= std::isfinite(mean_then_next[i]);
-    }
-    return finite;
+    bad = StepInto<false, false>(lr, mu, mean_then_next.data(), global.data(), nullptr, nullptr, n);
+  } else if (outer.nesterov) {
+    bad = StepInto<true, true>(lr, mu, mean_then_next.data(), global.data(), momentum.data(),
+                               next_momentum.data(), n);
+  } else {
+    bad = StepInto<true, false>(lr, mu, mean_then_next.data(), global.data(), momentum.data(),
+                                next_momentum.data(), n);
   }
-  for (size_t i = 0; i < n; ++i) {
-    mean_then_next[i] =
-        global[i] + OuterUpdate(outer, mean_then_next[i], momentum[i], &next_momentum[i]);
-    finite &= std::isfinite(mean_then_next[i]);
-  }
-  return finite;
+  return bad == 0;
 }
 
 void OuterStepInPlace(const OuterOptimizer& outer, absl::Span<const float> mean,
                       absl::Span<float> global, absl::Span<float> momentum) {
+  const float lr = static_cast<float>(outer.lr);
+  const float mu = static_cast<float>(outer.momentum);
   const size_t n = global.size();
   if (outer.momentum == 0) {
-    for (size_t i = 0; i < n; ++i) {
-      global[i] = global[i] + OuterUpdate(outer, mean[i], 0.0f, nullptr);
-    }
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    global[i] = global[i] + OuterUpdate(outer, mean[i], momentum[i], &momentum[i]);
+    StepInPlace<false, false>(lr, mu, mean.data(), global.data(), nullptr, n);
+  } else if (outer.nesterov) {
+    StepInPlace<true, true>(lr, mu, mean.data(), global.data(), momentum.data(), n);
+  } else {
+    StepInPlace<true, false>(lr, mu, mean.data(), global.data(), momentum.data(), n);
   }
 }
 

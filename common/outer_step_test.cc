@@ -74,5 +74,35 @@ TEST(OuterStepTest, InPlaceIsBitIdenticalToInto) {
   }
 }
 
+// The vectorised loops against OuterUpdate, the per-value formula the star aggregator uses, over
+// a length with a vector body and a tail.
+TEST(OuterStepTest, StepsMatchOuterUpdateValueByValue) {
+  const size_t n = 1037;
+  std::vector<float> global(n), momentum(n), mean(n);
+  for (size_t i = 0; i < n; ++i) {
+    global[i] = 0.37f * static_cast<float>(i) - 100.0f;
+    momentum[i] = 0.001f * static_cast<float>(i % 97) - 0.05f;
+    mean[i] = 1.0f / static_cast<float>(i + 3) - 0.01f;
+  }
+  for (const OuterOptimizer& outer : {OuterOptimizer{0.9, 0, false}, OuterOptimizer{0.7, 0.9, true},
+                                      OuterOptimizer{0.5, 0.8, false}}) {
+    std::vector<float> expected = global, expected_momentum = momentum;
+    for (size_t i = 0; i < n; ++i) {
+      expected[i] = global[i] + OuterUpdate(outer, mean[i], momentum[i], &expected_momentum[i]);
+    }
+    std::vector<float> in_place = global, in_place_momentum = momentum;
+    OuterStepInPlace(outer, mean, absl::MakeSpan(in_place), absl::MakeSpan(in_place_momentum));
+    std::vector<float> into = mean, into_momentum(n);
+    ASSERT_TRUE(OuterStepInto(outer, absl::MakeSpan(into), global, momentum,
+                              absl::MakeSpan(into_momentum)));
+    EXPECT_EQ(Bits(in_place), Bits(expected));
+    EXPECT_EQ(Bits(into), Bits(expected));
+    if (outer.momentum != 0) {
+      EXPECT_EQ(Bits(in_place_momentum), Bits(expected_momentum));
+      EXPECT_EQ(Bits(into_momentum), Bits(expected_momentum));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace localsgd

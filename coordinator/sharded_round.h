@@ -99,7 +99,7 @@ class ShardedRound {
   const std::vector<double>& weights() const { return weights_; }
   const std::vector<Shard>& shards() const { return shards_; }
   // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): a lossless codec and
-  // 3 or more members, each the owner of one range, shards()[i] being members()[i]'s.
+  // 2 or more members, each the owner of one range, shards()[i] being members()[i]'s.
   bool ring() const { return ring_; }
   // Members still in the round (not dropped), in slot order, and the largest step among them.
   std::vector<std::string> Included() const;

@@ -88,15 +88,17 @@ TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   EXPECT_EQ(round.shards()[2].relayed_slot, 0);
 }
 
-// The ring schedule needs 3 or more members, each owning one range (with 2, the ring and
-// the all-to-all exchange are the same), and a lossless codec.
-TEST_F(ShardedRoundTest, RingsOnlyWhenThreeOrMoreMembersOwnOneRangeEach) {
+// The ring schedule needs 2 or more members, each owning one range, and a lossless codec.
+TEST_F(ShardedRoundTest, RingsOnlyWhenTwoOrMoreMembersOwnOneRangeEach) {
   ShardedRound three = Make(3, 10);
   ArriveAll(three, 3);
   EXPECT_TRUE(three.ring());
   ShardedRound two = Make(2, 10);
   ArriveAll(two, 2);
-  EXPECT_FALSE(two.ring());
+  EXPECT_TRUE(two.ring());
+  ShardedRound one = Make(1, 10);
+  ArriveAll(one, 1);
+  EXPECT_FALSE(one.ring());
   ShardedRound few_chunks = Make(4, 2);  // two owners for four members
   ArriveAll(few_chunks, 4);
   EXPECT_FALSE(few_chunks.ring());

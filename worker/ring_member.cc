@@ -47,6 +47,7 @@ RingMember::RingMember(Setup setup) : setup_(std::move(setup)) {
 RingMember::~RingMember() { Stop(); }
 
 void RingMember::PassOn(v1::Chunk mean) {
+  if (succ_ == pred_) return;  // a ring of 2: succ owns the range
   // In the bytes it lies in (ChunkMessageBuffer), where the generated stub's serialiser would
   // copy it.
   Queue(v1::PassRequest::kMeanFieldNumber,

@@ -66,7 +66,7 @@ class RingMember {
   RingMember& operator=(const RingMember&) = delete;
 
   // A mean of pred's range that the coordinator relayed here (and that was taken): passed on
-  // (moved, not copied).
+  // (moved, not copied), unless succ is pred (a ring of 2).
   void PassOn(v1::Chunk mean);
   // The round is over (committed or not): ends both streams and waits for the threads.
   void Stop();

@@ -215,6 +215,13 @@ TEST_F(RingMemberTest, LongRangesOfUnequalSizesComplete) {
   RunRound();
 }
 
+// With 2 members each is the other's pred and succ: a relayed mean is not passed on (its
+// owner is succ), and each chain is paced by the other's.
+TEST_F(RingMemberTest, ARingOfTwoCompletes) {
+  Lay({0, 20, 41}, 41 * kChunkValues - 3);
+  RunRound();
+}
+
 // A member starts no more than kChainLead chunks of its chain before any sum has come from
 // its predecessor (here never started).
 TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace localsgd {
@@ -57,6 +59,17 @@ void StepInPlace(float lr, float mu, const float* __restrict mean, float* __rest
   }
 }
 
+// The loops index raw pointers: spans of other lengths than `global` are a caller's bug, and
+// stop the process here rather than read or write past a buffer.
+void CheckLengths(const OuterOptimizer& outer, size_t n, size_t mean, size_t momentum,
+                  size_t next_momentum) {
+  if (mean != n || (outer.momentum != 0 && (momentum != n || next_momentum != n))) {
+    std::fprintf(stderr, "outer step: spans of %zu values (mean %zu, momentum %zu, %zu)\n", n, mean,
+                 momentum, next_momentum);
+    std::abort();
+  }
+}
+
 }  // namespace
 
 bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next,
@@ -65,6 +78,7 @@ bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next
   const float lr = static_cast<float>(outer.lr);
   const float mu = static_cast<float>(outer.momentum);
   const size_t n = global.size();
+  CheckLengths(outer, n, mean_then_next.size(), momentum.size(), next_momentum.size());
   uint32_t bad;
   if (outer.momentum == 0) {
     bad = StepInto<false, false>(lr, mu, mean_then_next.data(), global.data(), nullptr, nullptr, n);
@@ -83,6 +97,7 @@ void OuterStepInPlace(const OuterOptimizer& outer, absl::Span<const float> mean,
   const float lr = static_cast<float>(outer.lr);
   const float mu = static_cast<float>(outer.momentum);
   const size_t n = global.size();
+  CheckLengths(outer, n, mean.size(), momentum.size(), momentum.size());
   if (outer.momentum == 0) {
     StepInPlace<false, false>(lr, mu, mean.data(), global.data(), nullptr, n);
   } else if (outer.nesterov) {

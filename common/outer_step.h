@@ -28,13 +28,15 @@ inline float OuterUpdate(const OuterOptimizer& outer, float mean, float old_mome
 // One outer step for a range, computed as its mean arrives and installed at the commit:
 // `mean_then_next` holds the mean on entry and global + update on return; `next_momentum`
 // gets the advanced momentum (`momentum` and `next_momentum` are empty without outer
-// momentum). Returns false when a value is not finite (the update overflows fp32).
+// momentum). Returns false when a value is not finite (the update overflows fp32). Every span
+// but the empty momenta has `global`'s length (the process stops otherwise).
 bool OuterStepInto(const OuterOptimizer& outer, absl::Span<float> mean_then_next,
                    absl::Span<const float> global, absl::Span<const float> momentum,
                    absl::Span<float> next_momentum);
 
 // The same step in place, as a member installs a committed round: global += update(mean) and
-// `momentum` advanced (empty without outer momentum); bit-identical to OuterStepInto.
+// `momentum` advanced (empty without outer momentum); bit-identical to OuterStepInto. The same
+// lengths as there.
 void OuterStepInPlace(const OuterOptimizer& outer, absl::Span<const float> mean,
                       absl::Span<float> global, absl::Span<float> momentum);
 

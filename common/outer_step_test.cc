@@ -104,5 +104,15 @@ TEST(OuterStepTest, StepsMatchOuterUpdateValueByValue) {
   }
 }
 
+TEST(OuterStepDeathTest, SpansOfAnotherLengthStopTheProcess) {
+  std::vector<float> global(8), mean(8), short_momentum(4);
+  EXPECT_DEATH(OuterStepInPlace({1, 0.9, false}, mean, absl::MakeSpan(global),
+                                absl::MakeSpan(short_momentum)),
+               "outer step: spans of 8 values");
+  std::vector<float> short_mean(7);
+  EXPECT_DEATH(OuterStepInPlace({1, 0, false}, short_mean, absl::MakeSpan(global), {}),
+               "outer step: spans of 8 values");
+}
+
 }  // namespace
 }  // namespace localsgd

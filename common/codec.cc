@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
+#include "common/float_bits.h"
 
 namespace localsgd {
 namespace {
@@ -153,7 +154,7 @@ void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
         for (size_t i = begin; i < end; ++i) {
           const float v = value(i);
           absmax = std::max(absmax, std::fabs(v));
-          bad |= static_cast<uint32_t>((Bits(v) & 0x7f800000u) == 0x7f800000u);
+          bad |= NotFinite(v);
         }
         // A NaN would vanish in the max above: poison the scale so Decode refuses the block.
         float scale = bad == 0 ? absmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
@@ -288,7 +289,7 @@ absl::Status CheckFp32(absl::string_view bytes, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, bytes.data() + 4 * i, 4);
-    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    bad |= NotFiniteBits(u);
   }
   if (bad != 0) return absl::InvalidArgumentError("chunk data: decodes to NaN or infinity");
   return absl::OkStatus();
@@ -297,7 +298,7 @@ absl::Status CheckFp32(absl::string_view bytes, size_t n) {
 bool AllFinite(absl::Span<const float> values) {
   // Branch-free so the loop vectorises: an exponent of all ones means NaN or infinity.
   uint32_t bad = 0;
-  for (float v : values) bad |= static_cast<uint32_t>((Bits(v) & 0x7f800000u) == 0x7f800000u);
+  for (float v : values) bad |= NotFinite(v);
   return bad == 0;
 }
 

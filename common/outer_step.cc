@@ -4,18 +4,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+
+#include "common/float_bits.h"
 
 namespace localsgd {
 namespace {
-
-// Nonzero when `v` is NaN or infinite (an exponent of all ones); branch-free so that the
-// loops below vectorise.
-inline uint32_t NotFinite(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  return static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-}
 
 // The loops take raw, non-aliasing pointers and spell out OuterUpdate's three cases (the same
 // operations in the same order, so the results are bit-identical to it): Span's checked

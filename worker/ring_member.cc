@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
+#include "common/float_bits.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 
@@ -117,7 +118,7 @@ uint32_t AddRun(const char* __restrict in, const float* __restrict params,
   for (size_t j = 0; j < n; ++j) {
     uint32_t u;
     std::memcpy(&u, in + j * sizeof(float), sizeof(float));
-    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    bad |= NotFiniteBits(u);
     float value;
     std::memcpy(&value, &u, sizeof(float));
     value = (value + w * (params[j] - global[j])) * scale;

@@ -3,10 +3,10 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
@@ -28,10 +28,11 @@ inline float FromBits(uint32_t u) {
 }
 
 inline uint16_t FloatToBf16(float f) {
-  uint32_t x = Bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(x >> 16);
+  const uint32_t x = Bits(f);
+  // Both results, then a select rather than a branch, so that loops over it vectorise.
+  const uint32_t nan = (x >> 16) | 0x40u;                           // quiet, sign and payload kept
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;  // to nearest even
+  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 inline float Bf16ToFloat(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
@@ -93,17 +94,29 @@ bool HasF16c() {
   return has;
 }
 
-template <typename Value>
-__attribute__((target("avx,f16c"))) void EncodeFp16F16c(size_t n, Value value, char* data) {
+// The value that position i of an encoding holds: a[i], or a[i] - b[i] for a difference.
+template <bool kDifference>
+inline float ValueAt(const float* a, const float* b, size_t i) {
+  if constexpr (kDifference) {
+    return a[i] - b[i];
+  } else {
+    return a[i];
+  }
+}
+
+template <bool kDifference>
+__attribute__((target("avx,f16c"))) void EncodeFp16F16c(size_t n, const float* __restrict a,
+                                                        const float* __restrict b,
+                                                        char* __restrict data) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    alignas(32) float v[8];
-    for (int k = 0; k < 8; ++k) v[k] = value(i + k);
-    const __m128i h = _mm256_cvtps_ph(_mm256_load_ps(v), _MM_FROUND_TO_NEAREST_INT);
+    __m256 v = _mm256_loadu_ps(a + i);
+    if constexpr (kDifference) v = _mm256_sub_ps(v, _mm256_loadu_ps(b + i));
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(data + 2 * i), h);
   }
   for (; i < n; ++i) {
-    const uint16_t h = FloatToFp16(value(i));
+    const uint16_t h = FloatToFp16(ValueAt<kDifference>(a, b, i));
     std::memcpy(data + 2 * i, &h, 2);
   }
 }
@@ -121,50 +134,57 @@ __attribute__((target("avx,f16c"))) void DecodeFp16F16c(const char* data, size_t
   }
 }
 
-// Encodes the n values that value(i) yields; value may be called more than once per i.
-template <typename Value>
-void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
+// Encodes the n values ValueAt<kDifference>(a, b, i) into `out`. The loops run over raw,
+// non-overlapping pointers and branch-free bodies, so that they vectorise.
+template <bool kDifference>
+void EncodeValues(v1::Codec codec, size_t n, const float* __restrict a, const float* __restrict b,
+                  std::string* out) {
   out->resize(EncodedBytes(codec, static_cast<int64_t>(n)));
-  char* data = out->data();
+  char* __restrict data = out->data();
   switch (codec) {
     case v1::CODEC_BF16:
       for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToBf16(value(i));
+        const uint16_t h = FloatToBf16(ValueAt<kDifference>(a, b, i));
         std::memcpy(data + 2 * i, &h, 2);
       }
       return;
     case v1::CODEC_FP16:
       if (HasF16c()) {
-        EncodeFp16F16c(n, value, data);
+        EncodeFp16F16c<kDifference>(n, a, b, data);
         return;
       }
       for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToFp16(value(i));
+        const uint16_t h = FloatToFp16(ValueAt<kDifference>(a, b, i));
         std::memcpy(data + 2 * i, &h, 2);
       }
       return;
     case v1::CODEC_INT8: {
       const size_t blocks = static_cast<size_t>(Int8Blocks(static_cast<int64_t>(n)));
-      int8_t* q = reinterpret_cast<int8_t*>(data + blocks * sizeof(float));
-      for (size_t b = 0; b < blocks; ++b) {
-        const size_t begin = b * kInt8BlockValues;
+      int8_t* __restrict q = reinterpret_cast<int8_t*>(data + blocks * sizeof(float));
+      for (size_t b_index = 0; b_index < blocks; ++b_index) {
+        const size_t begin = b_index * kInt8BlockValues;
         const size_t end = std::min(n, begin + static_cast<size_t>(kInt8BlockValues));
-        float absmax = 0;
+        // The largest |v| other than NaN, as a maximum of bit patterns (for non-negative
+        // floats, bit patterns order as the values do), without a branch on NaN.
+        uint32_t absmax_bits = 0;
         uint32_t bad = 0;
         for (size_t i = begin; i < end; ++i) {
-          const float v = value(i);
-          absmax = std::max(absmax, std::fabs(v));
-          bad |= NotFinite(v);
+          const uint32_t u = Bits(ValueAt<kDifference>(a, b, i));
+          const uint32_t magnitude = u & 0x7fffffffu;
+          absmax_bits = std::max(absmax_bits, magnitude > 0x7f800000u ? 0u : magnitude);
+          bad |= NotFiniteBits(u);
         }
-        // A NaN would vanish in the max above: poison the scale so Decode refuses the block.
+        const float absmax = FromBits(absmax_bits);
+        // A NaN or infinity poisons the scale so Decode refuses the block.
         float scale = bad == 0 ? absmax / 127.0f : std::numeric_limits<float>::quiet_NaN();
         // 127 * (absmax / 127) can round up past the largest float (found by the fuzzer): one
         // ulp less keeps every decoded value finite.
         if (std::isinf(scale * 127.0f)) scale = std::nextafter(scale, 0.0f);
-        std::memcpy(data + b * sizeof(float), &scale, sizeof(float));
+        std::memcpy(data + b_index * sizeof(float), &scale, sizeof(float));
         const float inverse = absmax > 0 ? 127.0f / absmax : 0.0f;
         for (size_t i = begin; i < end; ++i) {
-          const float v = std::min(127.0f, std::max(-127.0f, value(i) * inverse));
+          const float v =
+              std::min(127.0f, std::max(-127.0f, ValueAt<kDifference>(a, b, i) * inverse));
           q[i] = static_cast<int8_t>(RoundToNearestEven(v));
         }
       }
@@ -172,18 +192,11 @@ void EncodeValues(v1::Codec codec, size_t n, Value value, std::string* out) {
     }
     default:
       for (size_t i = 0; i < n; ++i) {
-        const float v = value(i);
+        const float v = ValueAt<kDifference>(a, b, i);
         std::memcpy(data + 4 * i, &v, 4);
       }
       return;
   }
-}
-
-// A per-thread buffer of at least n floats, reused across calls.
-std::vector<float>& Fp32Scratch(size_t n) {
-  thread_local std::vector<float> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch;
 }
 
 }  // namespace
@@ -205,25 +218,12 @@ void Encode(v1::Codec codec, absl::Span<const float> values, std::string* out) {
     out->assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
     return;
   }
-  EncodeValues(
-      codec, values.size(), [values](size_t i) { return values[i]; }, out);
+  EncodeValues<false>(codec, values.size(), values.data(), nullptr, out);
 }
 
 void EncodeDifference(v1::Codec codec, absl::Span<const float> a, absl::Span<const float> b,
                       std::string* out) {
-  if (codec == v1::CODEC_FP32 || codec == v1::CODEC_UNSPECIFIED) {
-    // The common case, written so that it vectorises: distinct, non-aliasing pointers.
-    const size_t n = a.size();
-    std::vector<float>& delta = Fp32Scratch(n);
-    const float* __restrict pa = a.data();
-    const float* __restrict pb = b.data();
-    float* __restrict pd = delta.data();
-    for (size_t i = 0; i < n; ++i) pd[i] = pa[i] - pb[i];
-    out->assign(reinterpret_cast<const char*>(pd), n * sizeof(float));
-    return;
-  }
-  EncodeValues(
-      codec, a.size(), [a, b](size_t i) { return a[i] - b[i]; }, out);
+  EncodeValues<true>(codec, a.size(), a.data(), b.data(), out);
 }
 
 absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> out) {
@@ -237,40 +237,41 @@ absl::Status Decode(v1::Codec codec, absl::string_view bytes, absl::Span<float> 
                                                    " bytes, expected ", expected, " for ", n,
                                                    " values in ", CodecName(codec)));
   }
-  const char* data = bytes.data();
+  const char* __restrict data = bytes.data();
+  float* __restrict values = out.data();  // raw, so that the loops vectorise
   switch (codec) {
     case v1::CODEC_BF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, data + 2 * i, 2);
-        out[i] = Bf16ToFloat(h);
+        values[i] = Bf16ToFloat(h);
       }
       break;
     case v1::CODEC_FP16:
       if (HasF16c()) {
-        DecodeFp16F16c(data, n, out.data());
+        DecodeFp16F16c(data, n, values);
         break;
       }
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, data + 2 * i, 2);
-        out[i] = Fp16ToFloat(h);
+        values[i] = Fp16ToFloat(h);
       }
       break;
     case v1::CODEC_INT8: {
       const int64_t blocks = Int8Blocks(static_cast<int64_t>(n));
-      const int8_t* q = reinterpret_cast<const int8_t*>(data + blocks * sizeof(float));
+      const int8_t* __restrict q = reinterpret_cast<const int8_t*>(data + blocks * sizeof(float));
       for (int64_t b = 0; b < blocks; ++b) {
         float scale;
         std::memcpy(&scale, data + b * sizeof(float), sizeof(float));
         const size_t begin = static_cast<size_t>(b * kInt8BlockValues);
         const size_t end = std::min(n, begin + static_cast<size_t>(kInt8BlockValues));
-        for (size_t i = begin; i < end; ++i) out[i] = static_cast<float>(q[i]) * scale;
+        for (size_t i = begin; i < end; ++i) values[i] = static_cast<float>(q[i]) * scale;
       }
       break;
     }
     default:
-      if (n > 0) std::memcpy(out.data(), data, n * sizeof(float));
+      if (n > 0) std::memcpy(values, data, n * sizeof(float));
       break;
   }
   if (!AllFinite(out)) {

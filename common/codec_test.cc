@@ -1,7 +1,9 @@
 #include "common/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -157,6 +159,105 @@ TEST(CodecTest, EncodeDifferenceEqualsEncodeOfTheDifference) {
     Encode(codec, diff, &separate);
     EXPECT_EQ(fused, separate) << CodecName(codec);
   }
+}
+
+// The conversions as plain scalar code, one value at a time, the way the codecs were first
+// written (a branch for NaN; the maximum over floats): the vectorised loops must give the same
+// bytes, whatever the values.
+uint16_t ReferenceBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+std::string ReferenceInt8(const std::vector<float>& values) {
+  const size_t n = values.size();
+  const size_t blocks = (n + kInt8BlockValues - 1) / kInt8BlockValues;
+  std::string out(blocks * sizeof(float) + n, '\0');
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = b * kInt8BlockValues;
+    const size_t end = std::min(n, begin + static_cast<size_t>(kInt8BlockValues));
+    float absmax = 0;
+    bool bad = false;
+    for (size_t i = begin; i < end; ++i) {
+      absmax = std::max(absmax, std::fabs(values[i]));
+      bad |= !std::isfinite(values[i]);
+    }
+    float scale = bad ? std::numeric_limits<float>::quiet_NaN() : absmax / 127.0f;
+    if (std::isinf(scale * 127.0f)) scale = std::nextafter(scale, 0.0f);
+    std::memcpy(out.data() + b * sizeof(float), &scale, sizeof(float));
+    const float inverse = absmax > 0 ? 127.0f / absmax : 0.0f;
+    for (size_t i = begin; i < end; ++i) {
+      const float v = std::min(127.0f, std::max(-127.0f, values[i] * inverse));
+      out[blocks * sizeof(float) + i] = static_cast<char>(static_cast<int8_t>(std::nearbyint(v)));
+    }
+  }
+  return out;
+}
+
+// Random values with every kind of special one mixed in, over a length with a vector body and
+// a tail in every block.
+std::vector<float> AwkwardValues() {
+  std::vector<float> values = RandomValues(4 * kInt8BlockValues + 13, 3.0f, 21);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::min(),
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            1.0f + std::ldexp(1.0f, -8),       // a bf16 tie, to even (down)
+                            1.0f + 3 * std::ldexp(1.0f, -8)};  // a bf16 tie, to even (up)
+  // Specials in the first three blocks; the others stay finite, so their int8 blocks decode.
+  for (size_t k = 0; k < std::size(specials); ++k)
+    values[k * 61 % (3 * kInt8BlockValues)] = specials[k];
+  uint32_t payload_nan = 0x7fa12345u;  // a signalling NaN with a payload
+  std::memcpy(&values[7], &payload_nan, 4);
+  return values;
+}
+
+TEST(CodecTest, EncodingsMatchScalarReferencesBitForBit) {
+  const std::vector<float> values = AwkwardValues();
+  std::string bf16;
+  Encode(v1::CODEC_BF16, values, &bf16);
+  ASSERT_EQ(bf16.size(), 2 * values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, bf16.data() + 2 * i, 2);
+    EXPECT_EQ(h, ReferenceBf16(values[i])) << "value " << i << ": " << values[i];
+  }
+  std::string int8;
+  Encode(v1::CODEC_INT8, values, &int8);
+  EXPECT_EQ(int8, ReferenceInt8(values));
+  // The fused difference goes through the same loops.
+  const std::vector<float> zeros(values.size(), 0.0f);
+  std::string difference;
+  EncodeDifference(v1::CODEC_BF16, values, zeros, &difference);
+  EXPECT_EQ(difference, bf16);
+  EncodeDifference(v1::CODEC_INT8, values, zeros, &difference);
+  EXPECT_EQ(difference, int8);
+}
+
+TEST(CodecTest, Bf16DecodesEveryFiniteBitPatternExactly) {
+  std::string bytes;
+  std::vector<float> expected;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if (((h >> 7) & 0xff) == 0xff) continue;  // Inf and NaN, which Decode refuses
+    bytes.push_back(static_cast<char>(h & 0xff));
+    bytes.push_back(static_cast<char>(h >> 8));
+    const uint32_t bits = h << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    expected.push_back(f);
+  }
+  std::vector<float> out(expected.size());
+  ASSERT_TRUE(Decode(v1::CODEC_BF16, bytes, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)), 0);
 }
 
 TEST(CodecTest, CheckFp32RefusesWrongSizesAndNonFinite) {

@@ -19,7 +19,8 @@ namespace localsgd {
 //         Decode refuses);
 //   int8: per block of kInt8BlockValues values, one fp32 scale (absmax / 127), then one int8
 //         per value: |error| <= scale / 2.
-// All loops run over contiguous memory and vectorise. Thread-safe (no state).
+// The loops run over contiguous memory and vectorise (int8's encoder with SSE2 intrinsics);
+// bench/codec_bench measures them. Thread-safe (no state).
 
 // Bytes that `num_values` values take under `codec`. CODEC_UNSPECIFIED means fp32.
 size_t EncodedBytes(v1::Codec codec, int64_t num_values);

@@ -3,11 +3,12 @@
 
 namespace localsgd {
 
-// Parameter streaming allocates and frees MiB-sized buffers (messages, chunks) all the time.
-// glibc serves those with fresh mmap()s, so every chunk paid for page faults and page
-// zeroing (a quarter of the coordinator's CPU in bench/averaging_bench.py). This keeps such
-// buffers on the heap and the heap from being trimmed, so they are reused. Call once, first
-// thing in main().
+// Parameter streaming allocates and frees MiB-sized buffers (messages, chunks, gRPC's read
+// buffers) all the time, on many threads. glibc serves large buffers with fresh mmap()s, and
+// gives each thread an arena of its own, whose heaps grow and give pages back as the threads
+// come and go (rounds start their streams' threads anew): either way every buffer paid for page
+// faults and page zeroing. This keeps such buffers on the one main heap, which is not trimmed,
+// so they are reused. Call once, first thing in main(), before any thread starts.
 void TuneMallocForLargeBuffers();
 
 }  // namespace localsgd

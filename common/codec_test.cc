@@ -197,8 +197,8 @@ std::string ReferenceInt8(const std::vector<float>& values) {
   return out;
 }
 
-// Random values with every kind of special one mixed in, over a length with a vector body and
-// a tail in every block.
+// Random values with every kind of special one mixed in; the last int8 block is short (13
+// values), so the vector loops' scalar tails run too.
 std::vector<float> AwkwardValues() {
   std::vector<float> values = RandomValues(4 * kInt8BlockValues + 13, 3.0f, 21);
   const float specials[] = {0.0f,

@@ -9,8 +9,8 @@ void TuneMallocForLargeBuffers() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   // One arena: a 4-leader bf16 round on loopback faulted in 5-13 MB of new pages per member
-  // with an arena per thread, and about 0.1 MB with one; the members' CPU per round fell by a
-  // third (bench/RESULTS.md, 2026-12-02, "Codecs and the allocator"). Small allocations still
+  // with an arena per thread, and about 0.1 MB with one; the members' CPU per round fell by about
+  // a quarter (bench/RESULTS.md, 2026-12-02, "Codecs and the allocator"). Small allocations still
   // come from each thread's cache without the arena's lock, and training with 1 or 2 threads
   // ran as fast.
   mallopt(M_ARENA_MAX, 1);

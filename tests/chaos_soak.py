@@ -226,10 +226,13 @@ class Soak:
         return [key for key, proc in self.workers.items() if proc.poll() is None]
 
     def restart_node(self, node):
-        """Starts the node again; returns the run's state when it does not (the run ended, or
-        is not running: the node's ranks left finish it, a new one would wait)."""
+        """Starts the node again; returns the run's state when it does not (the run ended: the
+        node's ranks left finish it, a new one would wait for the next run). While the run
+        waits for its workers it is started again too: its ranks may not have formed their
+        group yet, and a node waits for every one of its ranks to form it (README,
+        Troubleshooting), so the survivors alone would give up after the formation timeout."""
         state = self.run_state()[1]
-        if state != "RUN_STATE_RUNNING":
+        if state not in ("RUN_STATE_RUNNING", "RUN_STATE_WAITING_FOR_WORKERS"):
             return state
         # All of the node's ranks at once: a rank whose peer dies first may exit on its own
         # (its collective failed) before its own SIGKILL, and that is part of this fault.

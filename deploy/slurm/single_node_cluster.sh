@@ -34,6 +34,9 @@ mungekey --create --keyfile="$dir/munge/munge.key" --force 2>/dev/null
 chmod 0400 "$dir/munge/munge.key"
 munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
   --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed"
+# The cores slurmd finds: nproc alone would give OMP_NUM_THREADS when that is set (GNU nproc
+# honours it), and slurmd then never starts a job that asks for more tasks.
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=localsgd-test
 SlurmctldHost=$host
@@ -58,7 +61,7 @@ SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
-NodeName=$host CPUs=$(nproc) RealMemory=1000 State=UNKNOWN
+NodeName=$host CPUs=$cpus RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
 export SLURM_CONF="$dir/slurm.conf"

@@ -20,11 +20,20 @@ if [[ $# -gt 0 ]]; then
   exit "$rc"
 fi
 status=0
-scripts/format_check.sh || status=1
-scripts/layering_check.sh || status=1
-suite //... || status=1
-scripts/fuzz.sh || status=1
-scripts/sanitizers.sh || status=1
+# Each stage's wall time goes into the summary: CI's budget is 45 minutes (docs/development.md).
+times=()
+stage() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@" || status=1
+  times+=("$name $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s")
+}
+stage format scripts/format_check.sh
+stage layering scripts/layering_check.sh
+stage suite suite //...
+stage fuzz scripts/fuzz.sh
+stage sanitizers scripts/sanitizers.sh
 report_failures
+echo "stage times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
 [[ $status == 0 ]] && echo "all tests passed" || echo "SOME TESTS FAILED"
 exit "$status"

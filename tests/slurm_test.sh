@@ -14,6 +14,8 @@ fail() {
   for f in "$WORK"/job.out "$WORK"/localsgd-*/coordinator.log "$CLUSTER"/slurmctld.log "$CLUSTER"/slurmd.log; do
     [[ -f "$f" ]] && { echo "== $f"; tail -30 "$f"; } >&2
   done
+  # A job still pending says why (e.g. a node with too few CPUs for its tasks).
+  [[ -n ${SLURM_CONF:-} ]] && { echo "== squeue"; squeue -h -o "%i %T %r" 2>&1; } >&2
   exit 1
 }
 [[ $(id -u) -eq 0 ]] || fail "needs root to run slurmd"
@@ -33,7 +35,7 @@ min_workers: 1
 SPEC
 # No LOCALSGD_PORT: the job's coordinator picks free ports and says which.
 LOCALSGD_BIN="$ROOT" LOCALSGD_SPEC="$WORK/spec.textproto" LOCALSGD_DIR="$WORK" \
-  timeout 600 sbatch --wait --nodes=1 --ntasks-per-node=2 --chdir="$WORK" --output="$WORK/job.out" \
+  timeout 300 sbatch --wait --nodes=1 --ntasks-per-node=2 --chdir="$WORK" --output="$WORK/job.out" \
   "$ROOT/deploy/slurm/localsgd.sbatch" >/dev/null || fail "the job failed"
 
 grep -Eq "^coordinator [^ ]+:[1-9][0-9]*, status http://[^ ]+:[1-9][0-9]*/" "$WORK/job.out" \

@@ -37,7 +37,7 @@ wait_status 's["rounds_committed_total"] >= 8' "no 8 rounds before the kill" 90
 kill -9 "${worker_pids[00]}"
 wait "${worker_pids[00]}" 2>/dev/null || true
 
-for w in 01 02 10 11 12; do wait "${worker_pids[$w]}" || fail "worker $w failed"; done
+for w in 01 02 10 11 12; do wait "${worker_pids[$w]}" || fail "worker $w failed (exit $?)"; done
 # Removed at once (leader_replaced, below), not when its 60 s lease ran out: read from the
 # coordinator's events rather than from a clock, which a loaded machine (or ASan) stretches.
 expect_status 'not events("lease_expired", "node-0/0")' "the run waited for the dead leader's lease"

@@ -1,5 +1,6 @@
 #include "worker/intra_node_averager.h"
 
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -64,6 +65,18 @@ class Gloo : public IntraNodeAverager {
   const int size_;
 };
 
+// Gloo writes to its peers' sockets with writev, which raises SIGPIPE when a peer has died: with
+// the default disposition that kills a surviving rank without a word instead of failing its
+// collective, which the node survives by re-forming (the likeliest reason rank_death_test under
+// ASan once lost a second rank with nothing in its log). So SIGPIPE is ignored, unless the
+// program installed its own handler (the library may run in a user's program).
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current = {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<IntraNodeAverager> MakeSingleRankAverager() {
@@ -73,6 +86,7 @@ std::unique_ptr<IntraNodeAverager> MakeSingleRankAverager() {
 absl::StatusOr<std::unique_ptr<IntraNodeAverager>> MakeGlooAverager(const std::string& store_path,
                                                                     int rank, int size,
                                                                     absl::Duration timeout) {
+  IgnoreSigpipeUnlessHandled();
   try {
     auto store = c10::make_intrusive<c10d::FileStore>(store_path, size);
     auto options = c10d::ProcessGroupGloo::Options::create();

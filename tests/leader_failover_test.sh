@@ -3,10 +3,10 @@
 # exchange mode EXCHANGE (EXCHANGE_SHARDED or EXCHANGE_STAR). Its node's other ranks notice at
 # their next collective, re-form, and local rank 1 takes the node's lead: it claims it at the
 # coordinator in the dead leader's place (which drops the dead leader at once: the lease here
-# is 60 s, and no lease_expired event may name it), starts its own data plane, takes the committed
-# model, and the node goes on. Every later round has both nodes, every surviving rank holds
-# the same parameters after each of them, the run completes, and the model the new leader
-# saves is the run's final global model. Two nodes x three ranks.
+# is 60 s, and no lease_expired event may name it), starts its own data plane, takes the
+# committed model, and the node goes on. Every later round has both nodes, every surviving
+# rank holds the same parameters after each of them, the run completes, and the model the new
+# leader saves is the run's final global model. Two nodes x three ranks.
 set -euo pipefail
 
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -40,7 +40,8 @@ wait "${worker_pids[00]}" 2>/dev/null || true
 for w in 01 02 10 11 12; do wait "${worker_pids[$w]}" || fail "worker $w failed (exit $?)"; done
 # Removed at once (leader_replaced, below), not when its 60 s lease ran out: read from the
 # coordinator's events rather than from a clock, which a loaded machine (or ASan) stretches.
-expect_status 'not events("lease_expired", "node-0/0")' "the run waited for the dead leader's lease"
+expect_status 'not events("lease_expired", "node-0/0")' \
+  "the run waited for the dead leader's lease"
 expect_status 'run["state"] == "RUN_STATE_COMPLETED"' "run not completed"
 expect_status 'any("node-0/1 leads its node now" in e["text"] for e in events("leader_replaced", "node-0/0"))' \
   "the coordinator did not replace the dead leader with local rank 1"

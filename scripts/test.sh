@@ -21,12 +21,12 @@ if [[ $# -gt 0 ]]; then
 fi
 status=0
 # Each stage's wall time goes into the summary: CI's budget is 45 minutes (docs/development.md).
-times=()
+times=""
 stage() {
   local name=$1 start=$SECONDS
   shift
   "$@" || status=1
-  times+=("$name $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s")
+  times+="${times:+, }$name $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
 }
 stage format scripts/format_check.sh
 stage layering scripts/layering_check.sh
@@ -34,6 +34,6 @@ stage suite suite //...
 stage fuzz scripts/fuzz.sh
 stage sanitizers scripts/sanitizers.sh
 report_failures
-echo "stage times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
+echo "stage times: $times"
 [[ $status == 0 ]] && echo "all tests passed" || echo "SOME TESTS FAILED"
 exit "$status"

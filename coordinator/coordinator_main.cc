@@ -13,7 +13,7 @@
 #include "common/auth.h"
 #include "common/command_line.h"
 #include "common/log.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, grpc_address, "127.0.0.1:50051",
@@ -57,7 +57,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  localsgd::TuneMallocForLargeBuffers();
+  localsgd::TuneProcess();
   absl::SetProgramUsageMessage(
       "The localsgd coordinator: tracks workers, runs and sync rounds.\n"
       "Usage: coordinator [--grpc_address=HOST:PORT] [--http_address=HOST:PORT] "

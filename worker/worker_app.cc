@@ -23,7 +23,7 @@
 #include "common/command_line.h"
 #include "common/enum_name.h"
 #include "common/log.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/run_spec.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
@@ -106,7 +106,7 @@ int TrainingThreads(int flag, int local_world) {
 }  // namespace
 
 int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
-  localsgd::TuneMallocForLargeBuffers();
+  localsgd::TuneProcess();
   absl::SetProgramUsageMessage(
       "The localsgd worker: trains one rank of a run.\n"
       "Usage: worker --coordinator=HOST:PORT --token_file=FILE --node_name=NAME "

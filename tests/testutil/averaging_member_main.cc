@@ -21,7 +21,7 @@
 #include "common/auth.h"
 #include "common/codec.h"
 #include "common/grpc_channel.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "common/status_util.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "worker/data_plane_server.h"
@@ -50,7 +50,7 @@ int Fail(const std::string& what, const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  localsgd::TuneMallocForLargeBuffers();
+  localsgd::TuneProcess();
   absl::ParseCommandLine(argc, argv);
   const std::string token = absl::GetFlag(FLAGS_token);
   auto channel = localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator));

@@ -1,4 +1,4 @@
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 
 #include <malloc.h>
 
@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace localsgd {
@@ -30,11 +31,11 @@ int Heaps() {
   return heaps;
 }
 
-TEST(MallocTuningTest, ThreadsAllocateFromTheOneMainHeap) {
+TEST(ProcessTuningTest, ThreadsAllocateFromTheOneMainHeap) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the sanitizers' allocators do not take mallopt's settings";
 #endif
-  TuneMallocForLargeBuffers();
+  TuneProcess();
   // Threads that each hold a large buffer at once: untuned, glibc gives them arenas of their
   // own (this test then sees several heaps).
   std::vector<std::thread> threads;
@@ -45,6 +46,44 @@ TEST(MallocTuningTest, ThreadsAllocateFromTheOneMainHeap) {
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(Heaps(), 1);
   for (void* buffer : buffers) std::free(buffer);
+}
+
+// Takes two locks in one order, then in the other: a potential deadlock.
+void LockInBothOrders() {
+  absl::Mutex a, b;
+  a.Lock();
+  b.Lock();
+  b.Unlock();
+  a.Unlock();
+  b.Lock();
+  a.Lock();
+  a.Unlock();
+  b.Unlock();
+}
+
+TEST(ProcessTuningTest, LockOrderChecksStayInBuildsWithAssertionsOnly) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "death tests fork, which ThreadSanitizer does not follow well";
+#endif
+  // The child runs this test alone, from a fresh start: the test above has tuned this process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+#ifdef NDEBUG
+  EXPECT_EXIT(
+      {
+        TuneProcess();
+        LockInBothOrders();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+#else
+  // Debian's abseil, built with assertions, aborts on the second order; TuneProcess keeps that.
+  EXPECT_DEATH(
+      {
+        TuneProcess();
+        LockInBothOrders();
+      },
+      "Potential Mutex deadlock");
+#endif
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "common/float_bits.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "common/write_batch.h"
 
 namespace localsgd {
 
@@ -175,9 +176,11 @@ void RingMember::Write() {
   *first.mutable_header() = setup_.pass_header;
   bool ok = stream->Write(SerializedBuffer(first));
   int sent = 0;
+  WriteBatch batch;
   while (ok && sent < expected_out_) {
     grpc::ByteBuffer message;
-    int start = -1;  // a chunk of pred's range whose chain starts with this message
+    int start = -1;     // a chunk of pred's range whose chain starts with this message
+    bool more = false;  // another message is queued behind this one
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &RingMember::ReadyToWrite));
@@ -189,12 +192,14 @@ void RingMember::Write() {
       } else {
         start = chain_next_++;
       }
+      more = !means_out_.empty() || !sums_out_.empty();
     }
     if (start >= 0) {
       message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, start, OwnDelta(start));
     }
-    ok = stream->Write(message);
     ++sent;
+    ok = stream->Write(
+        message, batch.Next(static_cast<int64_t>(message.Length()), more && sent < expected_out_));
   }
   if (ok && sent == expected_out_) stream->WritesDone();
   const grpc::Status status = stream->Finish();

@@ -20,6 +20,7 @@
 #include "common/received_chunk.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "common/write_batch.h"
 #include "worker/ring_member.h"
 
 namespace localsgd {
@@ -392,11 +393,14 @@ absl::StatusOr<AveragingClient::SyncResult> ShardedClient::Sync(
       v1::ReduceRequest request;
       *request.mutable_header() = reduce_header;
       if (!reduce->Write(SerializedBuffer(request))) return;
+      WriteBatch batch;
       for (int c = shard.begin_chunk(); c < shard.end_chunk(); ++c) {
         v1::Chunk chunk;
         EncodeDeltaChunk(member.codec, layout, c, params, global, &chunk);
-        if (!reduce->Write(
-                ChunkMessageBuffer(v1::ReduceRequest::kChunkFieldNumber, std::move(chunk)))) {
+        grpc::ByteBuffer message =
+            ChunkMessageBuffer(v1::ReduceRequest::kChunkFieldNumber, std::move(chunk));
+        const bool more = c + 1 < shard.end_chunk();  // the next is encoded at once
+        if (!reduce->Write(message, batch.Next(static_cast<int64_t>(message.Length()), more))) {
           return;
         }
       }

@@ -1,0 +1,35 @@
+#ifndef LOCALSGD_COMMON_WRITE_BATCH_H_
+#define LOCALSGD_COMMON_WRITE_BATCH_H_
+
+#include <grpcpp/impl/call_op_set.h>
+
+#include <cstdint>
+
+namespace localsgd {
+
+// Write options for the messages of one gRPC stream, so that a writer that has several
+// messages ready sends them in one write (docs/design.md, "Copies"). gRPC sends each message
+// on its own: a system call, a wake-up of its poller, frames. With the buffer hint it keeps a
+// message until a message without the hint comes, or until it holds its write buffer. This
+// gives the hint to a message only when another follows at once (`more`), and at most
+// `max_held_bytes` in a row, so a message waits for no message that is not ready, and a
+// few chunks at most: on a link, a ring's pipeline moves one write at a time, and a large
+// write is a deep pipeline. Not thread-safe: one per stream, used by its writer.
+class WriteBatch {
+ public:
+  static constexpr int64_t kDefaultMaxHeldBytes = 1 << 20;
+
+  explicit WriteBatch(int64_t max_held_bytes = kDefaultMaxHeldBytes)
+      : max_held_bytes_(max_held_bytes) {}
+
+  // The options for the next message, of `bytes`.
+  grpc::WriteOptions Next(int64_t bytes, bool more);
+
+ private:
+  const int64_t max_held_bytes_;
+  int64_t held_bytes_ = 0;  // given the hint since the last message without it
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COMMON_WRITE_BATCH_H_

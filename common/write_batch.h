@@ -11,10 +11,10 @@ namespace localsgd {
 // messages ready sends them in one write (docs/design.md, "Copies"). gRPC sends each message
 // on its own: a system call, a wake-up of its poller, frames. With the buffer hint it keeps a
 // message until a message without the hint comes, or until it holds its write buffer. This
-// gives the hint to a message only when another follows at once (`more`), and at most
-// `max_held_bytes` in a row, so a message waits for no message that is not ready, and a
-// few chunks at most: on a link, a ring's pipeline moves one write at a time, and a large
-// write is a deep pipeline. Not thread-safe: one per stream, used by its writer.
+// gives the hint to a message only when another follows at once (`more`), and to at most
+// `max_held_bytes` in a row: a message waits only for messages already ready behind it, and a
+// burst goes out in writes of about that size at most (on a slow link a large write deepens a
+// ring's pipeline, as a large chunk does). Not thread-safe: one per stream, used by its writer.
 class WriteBatch {
  public:
   static constexpr int64_t kDefaultMaxHeldBytes = 1 << 20;

@@ -25,8 +25,9 @@ template <typename Message>
 class StreamOutbox {
  public:
   // `start_write` gets the message itself (kept until the write is done), so that a writer
-  // may share its bytes with gRPC beyond that.
-  StreamOutbox(std::function<void(const std::shared_ptr<const Message>&)> start_write,
+  // may share its bytes with gRPC beyond that, and whether more messages are queued behind it
+  // (for WriteBatch, common/write_batch.h).
+  StreamOutbox(std::function<void(const std::shared_ptr<const Message>&, bool more)> start_write,
                std::function<void(const grpc::Status&)> finish)
       : start_write_(std::move(start_write)), finish_(std::move(finish)) {}
 
@@ -77,6 +78,7 @@ class StreamOutbox {
  private:
   void Next(bool write_done) {
     std::shared_ptr<const Message> next;
+    bool more = false;
     grpc::Status finish_status;
     bool finish = false;
     {
@@ -86,6 +88,7 @@ class StreamOutbox {
       if (!queue_.empty()) {
         next = std::move(queue_.front());
         queue_.pop_front();
+        more = !queue_.empty();
         in_flight_ = next;
       } else if (closing_) {
         finished_ = true;
@@ -98,11 +101,11 @@ class StreamOutbox {
     if (finish) {
       finish_(finish_status);
     } else {
-      start_write_(next);
+      start_write_(next, more);
     }
   }
 
-  const std::function<void(const std::shared_ptr<const Message>&)> start_write_;
+  const std::function<void(const std::shared_ptr<const Message>&, bool)> start_write_;
   const std::function<void(const grpc::Status&)> finish_;
   Mutex mu_;
   std::deque<std::shared_ptr<const Message>> queue_ ABSL_GUARDED_BY(mu_);

@@ -11,19 +11,22 @@ namespace {
 // A stand-in reactor that records what the outbox asks of it.
 struct FakeStream {
   std::vector<std::string> written;
+  std::vector<bool> more;  // what the outbox said of each write: more queued behind it
   const std::string* in_flight = nullptr;
   int finishes = 0;
   grpc::Status finish_status;
-  StreamOutbox<std::string> outbox{[this](const std::shared_ptr<const std::string>& m) {
-                                     EXPECT_EQ(in_flight, nullptr) << "two writes in flight";
-                                     EXPECT_EQ(finishes, 0) << "write after finish";
-                                     in_flight = m.get();
-                                   },
-                                   [this](const grpc::Status& s) {
-                                     EXPECT_EQ(in_flight, nullptr) << "finish during a write";
-                                     ++finishes;
-                                     finish_status = s;
-                                   }};
+  StreamOutbox<std::string> outbox{
+      [this](const std::shared_ptr<const std::string>& m, bool more_behind) {
+        EXPECT_EQ(in_flight, nullptr) << "two writes in flight";
+        EXPECT_EQ(finishes, 0) << "write after finish";
+        in_flight = m.get();
+        more.push_back(more_behind);
+      },
+      [this](const grpc::Status& s) {
+        EXPECT_EQ(in_flight, nullptr) << "finish during a write";
+        ++finishes;
+        finish_status = s;
+      }};
   void CompleteWrite(bool ok = true) {
     ASSERT_NE(in_flight, nullptr);
     written.push_back(*in_flight);
@@ -47,6 +50,7 @@ TEST(StreamOutboxTest, WritesInOrderOneAtATimeThenFinishes) {
   stream.CompleteWrite();
   stream.CompleteWrite();
   EXPECT_EQ(stream.written, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(stream.more, (std::vector<bool>{true, false}));  // "b" was queued behind "a"
   EXPECT_EQ(stream.finishes, 1);
   EXPECT_TRUE(stream.finish_status.ok());
   stream.outbox.Flush();

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "common/stream_outbox.h"
+#include "common/write_batch.h"
 
 namespace localsgd {
 namespace {
@@ -22,8 +23,11 @@ class SyncMember : public RoundMember {
  public:
   explicit SyncMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor)
       : outbox_(
-            [reactor](const std::shared_ptr<const v1::SyncResponse>& m) {
-              reactor->StartWrite(m.get());
+            // One write at a time (the outbox's rule), so the batch needs no lock.
+            [reactor, batch = WriteBatch()](const std::shared_ptr<const v1::SyncResponse>& m,
+                                            bool more) mutable {
+              reactor->StartWrite(m.get(),
+                                  batch.Next(static_cast<int64_t>(m->ByteSizeLong()), more));
             },
             [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
 

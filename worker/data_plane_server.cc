@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "common/stream_outbox.h"
+#include "common/write_batch.h"
 
 namespace localsgd {
 namespace {
@@ -35,11 +36,13 @@ class ReduceStreamAdapter : public ReduceStream {
       : reactor_(reactor),
         request_(request),
         outbox_(
-            [this, reactor](const std::shared_ptr<const OwnerMean>& m) {
-              // One write in flight at a time (the outbox's rule): this buffer is its own.
+            [this, reactor](const std::shared_ptr<const OwnerMean>& m, bool more) {
+              // One write in flight at a time (the outbox's rule): this buffer and the batch
+              // are its own.
               in_flight_ =
                   ChunkMessageBuffer(v1::ReduceResponse::kMeanFieldNumber, m->message().mean(), m);
-              reactor->StartWrite(&in_flight_);
+              reactor->StartWrite(&in_flight_,
+                                  batch_.Next(static_cast<int64_t>(in_flight_.Length()), more));
             },
             [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
 
@@ -81,6 +84,7 @@ class ReduceStreamAdapter : public ReduceStream {
   ReduceReactorBase* reactor_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer* const request_;
   grpc::ByteBuffer in_flight_;
+  WriteBatch batch_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int resuming_ ABSL_GUARDED_BY(mu_) = 0;
   StreamOutbox<OwnerMean> outbox_;

@@ -76,6 +76,7 @@ class Uploader : public MeanSink {
     v1::SyncRequest request;
     while (true) {
       std::shared_ptr<const OwnerMean> mean;
+      bool more = false;  // another mean is queued behind this one
       bool deliver = false;
       {
         MutexLock lock(&mu_);
@@ -91,6 +92,7 @@ class Uploader : public MeanSink {
         } else if (!queue_.empty()) {
           mean = std::move(queue_.front());
           queue_.pop_front();
+          more = !queue_.empty();
         } else {
           deliver = true;
           deliver_ = false;
@@ -100,7 +102,8 @@ class Uploader : public MeanSink {
         // The owner's chunk itself, lent to the request for this write and taken back after
         // it (its bytes are copied only by the serialiser, not into the request first).
         request.unsafe_arena_set_allocated_mean(const_cast<v1::Chunk*>(&mean->message().mean()));
-        const bool written = stream_->Write(request);
+        const bool written = stream_->Write(
+            request, batch_.Next(static_cast<int64_t>(request.ByteSizeLong()), more));
         request.unsafe_arena_release_mean();
         if (!written) return;  // the stream ended: the reader sees why
         continue;
@@ -114,6 +117,7 @@ class Uploader : public MeanSink {
   grpc::ClientContext* const context_;
   Mutex mu_;
   std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
+  WriteBatch batch_;  // the writer thread's
   std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
   bool deliver_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -117,11 +117,11 @@ class Uploader : public MeanSink {
   grpc::ClientContext* const context_;
   Mutex mu_;
   std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
-  WriteBatch batch_;  // the writer thread's
   std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
   bool deliver_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  WriteBatch batch_;  // used by the writer thread only
   std::thread thread_;
 };
 

@@ -14,7 +14,14 @@ namespace localsgd {
 // gives the hint to a message only when another follows at once (`more`), and to at most
 // `max_held_bytes` in a row: a message waits only for messages already ready behind it, and a
 // burst goes out in writes of about that size at most (on a slow link a large write deepens a
-// ring's pipeline, as a large chunk does). Not thread-safe: one per stream, used by its writer.
+// ring's pipeline, as a large chunk does).
+//
+// A stream's first message never has the hint. On a server stream it carries the response's
+// initial metadata, and gRPC's HTTP/2 transport neither starts a write for initial metadata sent
+// with a hinted message nor completes the write until that metadata is on the wire: with
+// nothing else to send on the connection, the write would never finish, and an outbox that
+// waits for it (common/stream_outbox.h) would hang until the call's deadline.
+// Not thread-safe: one per stream, used by its writer.
 class WriteBatch {
  public:
   static constexpr int64_t kDefaultMaxHeldBytes = 1 << 20;
@@ -27,6 +34,7 @@ class WriteBatch {
 
  private:
   const int64_t max_held_bytes_;
+  bool first_ = true;
   int64_t held_bytes_ = 0;  // given the hint since the last message without it
 };
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,13 +122,23 @@ void RemoveFolderUnlessInUse(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
-// Runs `body` holding the lock of the folder `dir` (without it when the folder is gone): ranks
-// leaving together take turns.
-void WithFolderLock(const std::string& dir, const std::function<void()>& body) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) flock(fd, LOCK_EX);
-  body();
-  if (fd >= 0) close(fd);  // drops the lock
+// Opens the folder `dir` and takes its lock; -1 when there is no folder. The lock is on the
+// folder that `dir` names once it is held: one removed (and perhaps made again by a joining
+// rank) while this waited is let go, and the folder there now is locked instead. A lock on a
+// removed folder would let a remover list the new one while a rank joins it.
+int LockFolder(const std::string& dir) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat locked;
+    struct stat named;
+    if (flock(fd, LOCK_EX) == 0 && fstat(fd, &locked) == 0 && stat(dir.c_str(), &named) == 0 &&
+        locked.st_dev == named.st_dev && locked.st_ino == named.st_ino) {
+      return fd;
+    }
+    close(fd);
+  }
+  return -1;
 }
 
 // Opens alive.<rank> in `dir` and takes its lock, holding the folder's lock meanwhile: a rank
@@ -213,14 +224,21 @@ NodeGroup::~NodeGroup() {
   }
   // This rank's liveness lock goes inside its turn, so the last of the ranks leaving together
   // finds none held.
-  WithFolderLock(dir_, [this] {
-    close(lock_fd_);
+  const int dir_fd = LockFolder(dir_);
+  close(lock_fd_);
+  if (dir_fd >= 0) {
     RemoveFolderUnlessInUse(dir_);
-  });
+    close(dir_fd);
+  }
 }
 
 void NodeGroup::RemoveFolderIfUnused(const std::string& dir) {
-  WithFolderLock(dir, [&dir] { RemoveFolderUnlessInUse(dir); });
+  // Nothing when the folder is gone: without its lock, this could list a folder that a rank
+  // is just making, before that rank holds its liveness lock there.
+  const int fd = LockFolder(dir);
+  if (fd < 0) return;
+  RemoveFolderUnlessInUse(dir);
+  close(fd);  // drops the lock
 }
 
 void NodeGroup::RemoveUnusedFolders(const std::string& parent, absl::string_view prefix,

@@ -21,7 +21,8 @@ namespace localsgd {
 // opened; one that left, or had not arrived by the deadline, is left out. The layout then
 // assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane
 // (the first of them in slot order, no more than there are chunks or min_shard_values allow),
-// and relays each range's means to one member other than its owner through the coordinator.
+// and relays each range's means to one member other than its owner through the coordinator
+// (not when the whole vector is smaller than min_shard_values: latency-bound, no extra hop).
 // Exchanging: owners send each averaged chunk of their range once; members say when they hold
 // every chunk. The round commits once every chunk reached the coordinator and every member
 // still in the round has delivered. It aborts when an owner leaves before its range is
@@ -58,7 +59,7 @@ class ShardedRound {
     int end_chunk = 0;
     // The member (slot) that gets the range's means from the coordinator instead of from the
     // owner: the next member after the owner in slot order, so no member gets two; -1 when the
-    // owner is the only member.
+    // owner is the only member or the vector is smaller than min_shard_values.
     int relayed_slot = -1;
   };
   enum class Phase { kGathering, kExchanging, kCommitted, kAborted };

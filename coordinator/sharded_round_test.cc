@@ -150,6 +150,19 @@ TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShar
   EXPECT_EQ(every.shards().size(), 4u);
 }
 
+TEST_F(ShardedRoundTest, AVectorSmallerThanOneMinimumShardIsNotRelayed) {
+  // Latency-bound: the owner sends its mean to every member itself.
+  ShardedRound tiny = Make(4, 8, 1, {}, 5000);
+  ArriveAll(tiny, 4);
+  ASSERT_EQ(tiny.shards().size(), 1u);
+  EXPECT_EQ(tiny.shards()[0].relayed_slot, -1);
+  // From one minimum shard on, each range is relayed to the member after its owner.
+  ShardedRound one_shard = Make(4, 8, 1, {}, 1948);
+  ArriveAll(one_shard, 4);
+  ASSERT_EQ(one_shard.shards().size(), 1u);
+  EXPECT_EQ(one_shard.shards()[0].relayed_slot, 1);
+}
+
 TEST_F(ShardedRoundTest, AnUnusableMeanAbortsTheRoundEvenWhenEveryoneDelivered) {
   // The mean was accepted (claimed) and then could not be decoded: the owner's range counts as
   // averaged, so only this tells the round it can never complete.

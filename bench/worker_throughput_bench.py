@@ -3,7 +3,8 @@
 each in a 4-worker run (4 nodes x 1 rank, real coordinator and worker processes on loopback,
 the embedded synthetic task and the MLP). Target: ratio (K=8 / disabled) >= 0.95.
 
-Two figures per mode, both over the whole training, sync rounds included:
+Two figures per mode, both over the whole training, sync rounds included (and a third, the
+share of the machine's CPU left idle meanwhile: the time rounds make every worker wait):
 - cluster samples/s: all workers' samples over the time the cluster trained, from the first
   worker's start of training to the last one's end (each worker's window is its own measured
   training time, ending when its "done" line arrives). This is the figure a cluster gives.
@@ -33,7 +34,34 @@ import time
 from localsgd_cluster import Cluster, build, done_line
 
 
-Throughput = collections.namedtuple("Throughput", ["cluster", "per_worker"])
+Throughput = collections.namedtuple("Throughput", ["cluster", "per_worker", "idle"])
+
+
+class IdleSampler:
+    """Samples the machine's idle CPU time (/proc/stat: idle + iowait, all cores) every 0.2 s,
+    so that the idle share of any span of the run can be read afterwards: the cores averaging
+    leaves unused while workers wait for a round."""
+
+    def __init__(self):
+        self.samples, self.stop = [], threading.Event()
+        self.thread = threading.Thread(target=self.loop)
+        self.thread.start()
+
+    def loop(self):
+        while True:
+            with open("/proc/stat") as f:
+                values = [int(v) for v in f.readline().split()[1:]]
+            self.samples.append((time.monotonic(), values[3] + values[4], sum(values)))
+            if self.stop.wait(0.2):
+                return
+
+    def share(self, start, end):
+        self.stop.set()
+        self.thread.join()
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return float("nan")
+        return (inside[-1][1] - inside[0][1]) / max(1, inside[-1][2] - inside[0][2])
 
 
 def timed_outputs(procs):
@@ -68,13 +96,15 @@ def run(bin_dir, work, exchange, steps, workers=4, batch=64):
                       f'exchange: {mode}'
                       + (f' chunk_bytes: {int(chunk_kb) * 1024}' if chunk_kb else ''))
         windows, rates = [], []
+        idle = IdleSampler()
         for out, done_at in timed_outputs(cluster.worker_procs):
             done = done_line(out)
             samples = done["steps"] * batch
             rates.append(done["samples_per_second"])
             windows.append((done_at - samples / done["samples_per_second"], done_at, samples))
-        span = max(end for _, end, _ in windows) - min(start for start, _, _ in windows)
-        return Throughput(sum(s for _, _, s in windows) / span, statistics.mean(rates))
+        start, end = min(w[0] for w in windows), max(w[1] for w in windows)
+        return Throughput(sum(s for _, _, s in windows) / (end - start), statistics.mean(rates),
+                          idle.share(start, end))
 
 
 def main():
@@ -99,6 +129,9 @@ def main():
             e = statistics.median(getattr(t, field) for t in runs[exchange])
             print(f"  local_sgd_steps=8, {exchange}: {e:.1f}, ratio {e / d:.3f} "
                   f"(runs {[round(getattr(t, field), 1) for t in runs[exchange]]})")
+    print("idle CPU while the cluster trained (all cores): "
+          + ", ".join(f"{exchange or 'disabled'} {statistics.median(t.idle for t in runs[exchange]):.2%}"
+                      for exchange in runs))
 
 
 if __name__ == "__main__":

@@ -141,10 +141,12 @@ int LockFolder(const std::string& dir) {
   return -1;
 }
 
-// Opens alive.<rank> in `dir` and takes its lock, holding the folder's lock meanwhile: a rank
-// removing an unused folder holds that lock too, so it never removes a folder that a rank is
-// joining. The folder may be removed just before this rank gets its lock: it is made again.
-absl::StatusOr<int> HoldAliveLock(const std::string& dir, int local_rank) {
+// Opens alive.<rank> in `dir`, takes its lock and writes `mark` (this process's) into it,
+// holding the folder's lock meanwhile: a rank removing an unused folder holds that lock too, so
+// it never removes a folder that a rank is joining, and a rank reading who runs under it never
+// sees a live rank with an earlier process's mark. The folder may be removed just before this
+// rank gets its lock: it is made again.
+absl::StatusOr<int> HoldAliveLock(const std::string& dir, int local_rank, const std::string& mark) {
   const std::string lock_path = AlivePath(dir, local_rank);
   const absl::Time give_up_at = absl::Now() + absl::Seconds(5);
   while (true) {
@@ -175,12 +177,20 @@ absl::StatusOr<int> HoldAliveLock(const std::string& dir, int local_rank) {
       }
       absl::SleepFor(absl::Milliseconds(5));
     }
+    const bool written = locked && ftruncate(fd, 0) == 0 &&
+                         pwrite(fd, mark.data(), mark.size(), 0) == ssize_t(mark.size());
+    const int write_errno = errno;
     close(dir_fd);  // drops the folder's lock
     if (!locked) {
       close(fd);
       return absl::AlreadyExistsError(absl::StrCat("local rank ", local_rank,
                                                    " already runs on this node (", lock_path,
                                                    " is locked by a live process)"));
+    }
+    if (!written) {
+      close(fd);
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", lock_path, ": ", strerror(write_errno)));
     }
     return fd;
   }
@@ -267,10 +277,14 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
                                                            std::function<bool()> give_up) {
   const std::string incarnation = absl::StrCat(dir, "/incarnation");
   // A rank started again while others of its node train on in a group without it cannot join
-  // that group (groups only shrink): it says so instead of breaking the group's files.
-  if (std::vector<int> running =
-          RunningWithout(dir, local_rank, local_world, ReadSmallFile(incarnation));
-      !running.empty()) {
+  // that group (groups only shrink): it says so instead of breaking the group's files. Under
+  // the folder's lock: a rank of a new start holding its liveness lock has its own mark there.
+  std::vector<int> running;
+  if (const int dir_fd = LockFolder(dir); dir_fd >= 0) {
+    running = RunningWithout(dir, local_rank, local_world, ReadSmallFile(incarnation));
+    close(dir_fd);
+  }
+  if (!running.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("local rank(s) ", absl::StrJoin(running, ", "),
                      " of this node train on in a group "
@@ -281,14 +295,9 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Form(const std::string& di
   }
   // Before rank 0 holds its lock, no incarnation file may name a live rank 0 (see below).
   if (local_rank == 0) unlink(incarnation.c_str());
-  const std::string lock_path = AlivePath(dir, local_rank);
-  LOCALSGD_ASSIGN_OR_RETURN(const int fd, HoldAliveLock(dir, local_rank));
   // This process's mark in alive.<rank>: unique per start (threads of one process too).
   const std::string pid = absl::StrCat(getpid(), "-", absl::ToUnixNanos(absl::Now()));
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot write ", lock_path, ": ", strerror(errno)));
-  }
+  LOCALSGD_ASSIGN_OR_RETURN(const int fd, HoldAliveLock(dir, local_rank, pid));
   std::unique_ptr<NodeGroup> group(new NodeGroup(dir, local_rank, fd, timeout, std::move(factory)));
   // Files of an earlier incarnation of this node's ranks (all killed, then restarted) must not
   // be read: rank 0 removes them, then names itself in `incarnation`; the other ranks go on

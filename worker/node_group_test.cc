@@ -177,6 +177,29 @@ TEST(NodeGroupTest, ARankStartedAgainAloneIsRefusedAndTheWholeNodeForms) {
   EXPECT_EQ(FormAll(dir, 3, absl::Seconds(1)).size(), 3u);
 }
 
+// A rank of a new start holds its liveness lock a moment before its mark is in alive.<rank>
+// (it writes the mark under the folder's lock); a rank started meanwhile must not take it for
+// one of the earlier start that trains on.
+TEST(NodeGroupTest, ARankOfANewStartIsNotTakenForOneThatTrainsOn) {
+  const std::string dir = TestDir("newstart");
+  ASSERT_EQ(FormAll(dir, 2, absl::Seconds(1)).size(), 2u);  // then both gone; their files stay
+  // A new rank 1, between taking its liveness lock and writing its mark.
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_EQ(flock(dir_fd, LOCK_EX), 0);
+  const int alive = open(absl::StrCat(dir, "/alive.1").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_EQ(flock(alive, LOCK_EX), 0);
+  std::thread marks([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_EQ(ftruncate(alive, 0), 0);
+    EXPECT_EQ(pwrite(alive, "new", 3, 0), 3);
+    close(dir_fd);
+  });
+  auto rank0 = NodeGroup::Form(dir, 0, 2, absl::Seconds(1), FakeFactory());
+  marks.join();
+  EXPECT_TRUE(rank0.ok()) << rank0.status();
+  close(alive);
+}
+
 TEST(NodeGroupTest, AloneAfterReformNeedsNoPeers) {
   std::vector<std::unique_ptr<NodeGroup>> groups = FormAll(TestDir("alone"), 2, absl::Seconds(1));
   ASSERT_EQ(groups.size(), 2u);

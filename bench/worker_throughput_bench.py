@@ -3,8 +3,7 @@
 each in a 4-worker run (4 nodes x 1 rank, real coordinator and worker processes on loopback,
 the embedded synthetic task and the MLP). Target: ratio (K=8 / disabled) >= 0.95.
 
-Two figures per mode, both over the whole training, sync rounds included (and a third, the
-share of the machine's CPU left idle meanwhile: the time rounds make every worker wait):
+Two figures per mode, both over the whole training, sync rounds included:
 - cluster samples/s: all workers' samples over the time the cluster trained, from the first
   worker's start of training to the last one's end (each worker's window is its own measured
   training time, ending when its "done" line arrives). This is the figure a cluster gives.
@@ -13,6 +12,8 @@ share of the machine's CPU left idle meanwhile: the time rounds make every worke
   load (or goes on after they finished) has more than its share of the cores; averaging keeps
   the workers in step, and this figure counts that against it although the cluster as a whole
   trains no slower.
+And the share of the machine's CPU left idle while the cluster trained: the time rounds leave
+every worker waiting.
 
 Each worker trains with one thread (--threads=1): the nodes share the cores, where on a cluster
 each would have its own (the automatic setting would give each all of them, and 4 times as many
@@ -129,9 +130,10 @@ def main():
             e = statistics.median(getattr(t, field) for t in runs[exchange])
             print(f"  local_sgd_steps=8, {exchange}: {e:.1f}, ratio {e / d:.3f} "
                   f"(runs {[round(getattr(t, field), 1) for t in runs[exchange]]})")
+    idle = {exchange or "disabled": statistics.median(t.idle for t in times)
+            for exchange, times in runs.items()}
     print("idle CPU while the cluster trained (all cores): "
-          + ", ".join(f"{exchange or 'disabled'} {statistics.median(t.idle for t in runs[exchange]):.2%}"
-                      for exchange in runs))
+          + ", ".join(f"{mode} {share:.2%}" for mode, share in idle.items()))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -89,6 +90,7 @@ class Browser:
     """One headless Chromium with one page."""
 
     def __init__(self, width=1400, height=1800):
+        # Not in bazel's TEST_TMPDIR: Chromium's sockets in the profile need a short path.
         self.profile = tempfile.mkdtemp(prefix="cdp-")
         binary = shutil.which("chromium") or "/usr/bin/chromium"
         self.proc = subprocess.Popen(
@@ -100,6 +102,8 @@ class Browser:
             # Chromium's own temporary folder (org.chromium.Chromium.*) goes in the profile,
             # which close() removes; in TMPDIR it outlived every run.
             env=dict(os.environ, TMPDIR=self.profile),
+            # Its own process group, so that close() ends its helper processes too.
+            start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
         port = None
@@ -154,6 +158,16 @@ class Browser:
         try:
             self.ws.close()
         finally:
-            self.proc.kill()
+            # Chromium's helpers (network service, zygote) outlived a kill of the browser alone
+            # and wrote into the profile after it was removed, leaving it behind.
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
-            shutil.rmtree(self.profile, ignore_errors=True)
+            deadline = time.time() + 5
+            while True:
+                shutil.rmtree(self.profile, ignore_errors=True)
+                if not os.path.exists(self.profile) or time.time() > deadline:
+                    break
+                time.sleep(0.1)

@@ -105,6 +105,15 @@ class Browser:
             # Its own process group, so that close() ends its helper processes too.
             start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.ws = None
+        try:
+            self.connect()
+        except BaseException:
+            self.close()  # no browser and no profile left behind
+            raise
+        self.next_id = 0
+
+    def connect(self):
         deadline = time.time() + 60
         port = None
         while port is None:
@@ -120,7 +129,6 @@ class Browser:
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
         page = next(t for t in targets if t["type"] == "page")
         self.ws = WebSocket(page["webSocketDebuggerUrl"])
-        self.next_id = 0
 
     def call(self, method, **params):
         self.next_id += 1
@@ -156,7 +164,8 @@ class Browser:
 
     def close(self):
         try:
-            self.ws.close()
+            if self.ws is not None:
+                self.ws.close()
         finally:
             # Chromium's helpers (network service, zygote) outlived a kill of the browser alone
             # and wrote into the profile after it was removed, leaving it behind.

@@ -122,10 +122,10 @@ void RemoveFolderUnlessInUse(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
-// Opens the folder `dir` and takes its lock; -1 when there is no folder. The lock is on the
-// folder that `dir` names once it is held: one removed (and perhaps made again by a joining
-// rank) while this waited is let go, and the folder there now is locked instead. A lock on a
-// removed folder would let a remover list the new one while a rank joins it.
+// Opens the folder `dir` and takes its lock; -1 (errno says why) when there is no folder. The
+// lock is on the folder that `dir` names once it is held: one removed (and perhaps made again
+// by a joining rank) while this waited is let go, and the folder there now is locked instead. A
+// lock on a removed folder would let a remover list the new one while a rank joins it.
 int LockFolder(const std::string& dir) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -154,16 +154,18 @@ absl::StatusOr<int> HoldAliveLock(const std::string& dir, int local_rank, const 
       if (absl::IsNotFound(made) && absl::Now() < give_up_at) continue;  // removed meanwhile
       return made;
     }
-    const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const int fd =
-        dir_fd < 0 || flock(dir_fd, LOCK_EX) != 0
-            ? -1
-            : openat(dir_fd, absl::StrCat("alive.", local_rank).c_str(),
-                     O_RDWR | O_CREAT | O_CLOEXEC, 0600);  // ENOENT once the folder is gone
-    const int open_errno = errno;
+    const int dir_fd = LockFolder(dir);
+    if (dir_fd < 0) {
+      const int lock_errno = errno;
+      if (lock_errno == ENOENT && absl::Now() < give_up_at) continue;  // removed meanwhile
+      return absl::UnavailableError(
+          absl::StrCat("cannot lock the folder ", dir, ": ", strerror(lock_errno)));
+    }
+    const int fd = openat(dir_fd, absl::StrCat("alive.", local_rank).c_str(),
+                          O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
-      if (dir_fd >= 0) close(dir_fd);
-      if (open_errno == ENOENT && absl::Now() < give_up_at) continue;
+      const int open_errno = errno;
+      close(dir_fd);
       return absl::UnavailableError(
           absl::StrCat("cannot open ", lock_path, ": ", strerror(open_errno)));
     }

@@ -18,6 +18,7 @@ Usage: /usr/bin/python3 bench/averaging_bench.py [--nodes 2 4] [--sizes_mb 10 10
 """
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,12 @@ CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
 
 def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
+    return localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb)[0]
+
+
+def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
+    """(RoundTimes, the members' CPU seconds per round together, over the rounds after the
+    first; the coordinator's CPU seconds over the whole run / rounds, its start included)."""
     coordinator, address = start_coordinator(bin_dir, work,
                                               log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
@@ -54,13 +61,27 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_
             if member.returncode != 0:
                 raise RuntimeError(f"member failed: {err}")
             outputs.append(out)
-        return member_round_times(outputs)
+        members_cpu = sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1))
+                          for o in outputs)
+        return member_round_times(outputs), members_cpu, process_cpu_seconds(coordinator.pid) / rounds
     finally:
         coordinator.terminate()
         coordinator.wait()
 
 
+def process_cpu_seconds(pid):
+    """User + system seconds of a running process so far, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def gloo_round_seconds(work, nodes, size_mb, rounds):
+    return gloo_round(work, nodes, size_mb, rounds)[0]
+
+
+def gloo_round(work, nodes, size_mb, rounds):
+    """Gloo's round: (median seconds, CPU seconds per round of all ranks together)."""
     import socket
     import torch.multiprocessing as mp
     with socket.socket() as s:
@@ -70,7 +91,9 @@ def gloo_round_seconds(work, nodes, size_mb, rounds):
     mp.spawn(gloo_worker, args=(nodes, int(size_mb * 1e6 / 4), rounds, f"127.0.0.1:{port}",
                                 out_path), nprocs=nodes, join=True)
     with open(out_path) as f:
-        return statistics.median(float(line) for line in f)
+        seconds = statistics.median(float(line) for line in f)
+    with open(out_path + ".cpu") as f:
+        return seconds, float(f.read())
 
 
 def main():

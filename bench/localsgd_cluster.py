@@ -39,7 +39,10 @@ def start_coordinator(bin_dir, work, flags=(), prefix=(), listen="127.0.0.1:0",
 
 def gloo_worker(rank, nodes, numel, rounds, master, out_path, ifname=None):
     """One torch.distributed Gloo process: `rounds` all_reduce + divide of `numel` floats; rank 0
-    writes the slowest rank's time of every round but the first to out_path."""
+    writes the slowest rank's time of every round but the first to out_path, and the CPU seconds
+    per round of all ranks together (user + system, every thread, rounds after the first) to
+    out_path + ".cpu"."""
+    import resource
     import time
     import torch
     import torch.distributed as dist
@@ -48,19 +51,28 @@ def gloo_worker(rank, nodes, numel, rounds, master, out_path, ifname=None):
         os.environ["GLOO_SOCKET_IFNAME"] = ifname
     dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=nodes)
     tensor = torch.randn(numel)
+    def cpu_seconds():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
     times = []
-    for _ in range(rounds):
+    for r in range(rounds):
         dist.barrier()
+        if r == 1:
+            cpu_start = cpu_seconds()
         start = time.perf_counter()
         dist.all_reduce(tensor)
         tensor /= nodes
         times.append(time.perf_counter() - start)
+    cpu = (cpu_seconds() - cpu_start) / (rounds - 1) if rounds > 1 else 0.0
     gathered = [None] * nodes
-    dist.all_gather_object(gathered, times)
+    dist.all_gather_object(gathered, (times, cpu))
     if rank == 0:
         with open(out_path, "w") as f:
             for r in range(1, rounds):
-                f.write(f"{max(g[r] for g in gathered)}\n")
+                f.write(f"{max(g[0][r] for g in gathered)}\n")
+        with open(out_path + ".cpu", "w") as f:
+            f.write(f"{sum(g[1] for g in gathered)}\n")
     dist.destroy_process_group()
 
 

@@ -2,9 +2,12 @@
 // coordinator, waits for the run, uploads (node 0) or fetches the initial model, then syncs
 // --rounds rounds of a random delta in the run's exchange mode and prints one line per round:
 // "round R seconds T from S to E", T the seconds from calling Sync to its return, S and E
-// those moments in Unix seconds (an aborted round is tried again: "round R aborted: ...").
+// those moments in Unix seconds (an aborted round is tried again: "round R aborted: ..."); then
+// "cpu_seconds_per_round X", the process's user + system seconds per round over the rounds
+// after the first (its "training" between rounds included), when it ran more than one.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -45,6 +48,14 @@ using localsgd::v1::Coordinator;
 int Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "averaging_member: %s: %s\n", what.c_str(), status.ToString().c_str());
   return 1;
+}
+
+// User + system seconds of the whole process so far.
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 }  // namespace
@@ -156,6 +167,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(std::hash<std::string>()(joined.worker_id()));
   std::normal_distribution<float> dist(0.0f, 0.01f);
   for (float& x : step) x = dist(rng);
+  double cpu_start = -1;
   for (int64_t round = first_round; round < first_round + absl::GetFlag(FLAGS_rounds); ++round) {
     if (round == absl::GetFlag(FLAGS_stall_in_round)) {
       auto stub = localsgd::v1::Averaging::NewStub(channel);
@@ -189,6 +201,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       while (true) pause();
     }
+    if (round == first_round + 1) cpu_start = CpuSeconds();
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
     absl::StatusOr<localsgd::AveragingClient::SyncResult> result =
@@ -216,6 +229,10 @@ int main(int argc, char** argv) {
                 absl::ToDoubleSeconds(start - absl::UnixEpoch()),
                 absl::ToDoubleSeconds(end - absl::UnixEpoch()));
     std::fflush(stdout);
+  }
+  if (cpu_start >= 0) {
+    std::printf("cpu_seconds_per_round %.4f\n",
+                (CpuSeconds() - cpu_start) / (absl::GetFlag(FLAGS_rounds) - 1));
   }
   stop.store(true);
   heartbeat.join();

@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 from localsgd_cluster import build, gloo_worker, member_round_times, start_coordinator
 
@@ -34,11 +36,12 @@ def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_
 
 
 def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
-    """(RoundTimes, the members' CPU seconds per round together, over the rounds after the
-    first; the coordinator's CPU seconds over the whole run / rounds, its start included)."""
+    """(RoundTimes, the members' CPU seconds per round together and the coordinator's, both
+    over the rounds after the first)."""
     coordinator, address = start_coordinator(bin_dir, work,
                                               log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
+    coordinator_cpu = CpuSampler(coordinator.pid)
     try:
         values = int(size_mb * 1e6 / 4)
         members = [subprocess.Popen(
@@ -63,17 +66,44 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
             outputs.append(out)
         members_cpu = sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1))
                           for o in outputs)
-        return member_round_times(outputs), members_cpu, process_cpu_seconds(coordinator.pid) / rounds
+        measured = [(int(r), float(start), float(end)) for o in outputs
+                    for r, start, end in re.findall(r"round (\d+) seconds \S+ from (\S+) to (\S+)", o)
+                    if int(r) > 1]
+        window = (min(m[1] for m in measured), max(m[2] for m in measured))
+        return (member_round_times(outputs), members_cpu,
+                coordinator_cpu.between(*window) / len({m[0] for m in measured}))
     finally:
+        coordinator_cpu.stop()
         coordinator.terminate()
         coordinator.wait()
 
 
-def process_cpu_seconds(pid):
-    """User + system seconds of a running process so far, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+class CpuSampler:
+    """Samples a process's user + system seconds (/proc/PID/stat) every 20 ms on a thread of
+    its own, for the CPU it used between two moments (Unix seconds)."""
+
+    def __init__(self, pid):
+        self._path = f"/proc/{pid}/stat"
+        self._samples = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._done.wait(0.02):
+            with open(self._path) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            self._samples.append((time.time(), (int(fields[11]) + int(fields[12])) / tick))
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+
+    def between(self, start, end):
+        def at(t):  # the last sample at or before t
+            return max((s for s in self._samples if s[0] <= t), default=self._samples[0])[1]
+        return at(end) - at(start)
 
 
 def gloo_round_seconds(work, nodes, size_mb, rounds):

@@ -10,7 +10,7 @@ averaging_member processes, fp32) and Gloo's all_reduce + divide on the same S M
 are medians of the rounds after the first, `X@ready` as averaging_bench.py defines it (from the
 last member's arrival to the last member's return, how Gloo's round is timed); CPU is the
 ranks' user + system seconds per round, all ranks together, over the rounds after the first;
-for localsgd, the members' figure + the coordinator's (its whole run / rounds). Every bare ring checks its result: max_error is the largest
+for localsgd, the members' figure + the coordinator's. Every bare ring checks its result: max_error is the largest
 distance of any value from the exact mean.
 
 Usage: /usr/bin/python3 bench/ring_ceiling_bench.py [--nodes 2 4] [--size_mb 100] [--rounds 8]

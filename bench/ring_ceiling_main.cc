@@ -7,9 +7,9 @@
 // connection) to the successor carries every round.
 //
 // --transport=grpc: a client-streaming call of raw gRPC buffers (no protobuf), the same
-// channel arguments as localsgd's data plane, each chunk copied once into a gRPC slice and read
-// in gRPC's own slices. --transport=tcp: write() straight from the vector, read() into a chunk
-// buffer (a sum) or into the vector (a mean).
+// channel arguments, allocator settings and write batching as localsgd's data plane, each chunk
+// copied once into a gRPC slice and read in gRPC's own slices. --transport=tcp: write() straight
+// from the vector, read() into a chunk buffer (a sum) or into the vector (a mean).
 //
 // Prints, per round, "round R seconds T from S to E" (S and E: Unix seconds, as
 // averaging_member prints them), then "max_error X" (the largest distance of any value from the
@@ -18,8 +18,8 @@
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/rpc_service_method.h>
-#include <grpcpp/support/method_handler.h>
 #include <grpcpp/impl/codegen/sync_stream.h>
+#include <grpcpp/support/method_handler.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -46,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_channel.h"
 #include "common/process_tuning.h"
+#include "common/write_batch.h"
 
 ABSL_FLAG(int, rank, 0, "This process's rank.");
 ABSL_FLAG(int, ranks, 2, "Processes in the ring (at least 2).");
@@ -55,6 +56,9 @@ ABSL_FLAG(int64_t, values, 25'000'000, "fp32 values averaged every round.");
 ABSL_FLAG(int, chunk_bytes, 128 << 10, "Bytes per message.");
 ABSL_FLAG(int, rounds, 5, "Rounds.");
 ABSL_FLAG(std::string, transport, "grpc", "grpc or tcp.");
+ABSL_FLAG(bool, batch_writes, true,
+          "gRPC: batch a message with the next when that one is ready at once, as localsgd's "
+          "data plane does (common/write_batch.h).");
 
 namespace {
 
@@ -88,7 +92,7 @@ class Schedule {
   int steps() const { return 2 * (ranks_ - 1); }
   int64_t messages() const { return messages_; }  // received (and sent) per round
   int64_t step_start(int s) const { return step_start_[s]; }
-  bool reduces(int s) const { return s < ranks_ - 1; }   // a sum comes in, else a mean
+  bool reduces(int s) const { return s < ranks_ - 1; }    // a sum comes in, else a mean
   bool averages(int s) const { return s == ranks_ - 2; }  // the sum is complete after it
   int SendSegment(int s) const {
     return Mod(reduces(s) ? rank_ - s : rank_ + 1 - (s - (ranks_ - 1)));
@@ -180,6 +184,10 @@ class Ring {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return received_ > index; });
   }
+  bool HasReceived(int64_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_ > index;
+  }
   // The receiving side: where the next message goes, once this rank is in its round.
   ChunkApplier NextApplier() {
     const int64_t index = received_local_;
@@ -224,16 +232,24 @@ struct Times {
   double cpu_start = 0, cpu_end = 0;
 };
 
-// Sends message `m` of the round: the chunk's bytes, handed to `send`.
+// Sends the round's messages in order, each once what it carries has come in: hands `send`
+// the chunk's bytes and whether the next message could go at once (for write batching).
 template <typename Send>
 void SendRound(const Schedule& schedule, Ring* ring, int round, Send send) {
   const int64_t base = static_cast<int64_t>(round) * schedule.messages();
+  // Message c of step s waits for message c of step s - 1 to come in.
+  auto ready = [&](int s, int64_t c) {
+    return s == 0 || ring->HasReceived(base + schedule.step_start(s - 1) + c);
+  };
   for (int s = 0; s < schedule.steps(); ++s) {
     const int k = schedule.SendSegment(s);
-    for (int64_t c = 0; c < schedule.SegmentChunks(k); ++c) {
+    const int64_t chunks = schedule.SegmentChunks(k);
+    for (int64_t c = 0; c < chunks; ++c) {
       if (s > 0) ring->AwaitReceived(base + schedule.step_start(s - 1) + c);
       const auto [first, count] = schedule.Chunk(k, c);
-      send(reinterpret_cast<const char*>(ring->data().data() + first), count * sizeof(float));
+      const bool more =
+          c + 1 < chunks ? ready(s, c + 1) : s + 1 < schedule.steps() && ready(s + 1, 0);
+      send(reinterpret_cast<const char*>(ring->data().data() + first), count * sizeof(float), more);
     }
   }
 }
@@ -291,16 +307,21 @@ void RunGrpc(const Schedule& schedule, Ring* ring, int rounds, Times* times) {
   context.set_wait_for_ready(true);
   grpc::ByteBuffer response;
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                    &context, &response));
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &context,
+                                                                    &response));
+  localsgd::WriteBatch batch;
   for (int r = 0; r < rounds; ++r) {
     if (r == 1) times->cpu_start = CpuSeconds();
     const double start = absl::ToUnixMicros(absl::Now()) / 1e6;
     ring->StartRound(r);
-    SendRound(schedule, ring, r, [&](const char* bytes, size_t n) {
+    SendRound(schedule, ring, r, [&](const char* bytes, size_t n, bool more) {
       grpc::Slice slice(n);  // not zero-filled first
       std::memcpy(const_cast<uint8_t*>(slice.begin()), bytes, n);
-      if (!writer->Write(grpc::ByteBuffer(&slice, 1))) Die("the successor's stream broke");
+      const grpc::WriteOptions options =
+          absl::GetFlag(FLAGS_batch_writes) ? batch.Next(n, more) : grpc::WriteOptions();
+      if (!writer->Write(grpc::ByteBuffer(&slice, 1), options)) {
+        Die("the successor's stream broke");
+      }
     });
     ring->AwaitReceived((r + 1) * schedule.messages() - 1);
     times->rounds.emplace_back(start, absl::ToUnixMicros(absl::Now()) / 1e6);
@@ -377,7 +398,8 @@ void RunTcp(const Schedule& schedule, Ring* ring, int rounds, Times* times) {
     if (r == 1) times->cpu_start = CpuSeconds();
     const double start = absl::ToUnixMicros(absl::Now()) / 1e6;
     ring->StartRound(r);
-    SendRound(schedule, ring, r, [&](const char* bytes, size_t n) { WriteAll(out, bytes, n); });
+    SendRound(schedule, ring, r,
+              [&](const char* bytes, size_t n, bool) { WriteAll(out, bytes, n); });
     ring->AwaitReceived((r + 1) * schedule.messages() - 1);
     times->rounds.emplace_back(start, absl::ToUnixMicros(absl::Now()) / 1e6);
   }

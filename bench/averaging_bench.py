@@ -66,9 +66,9 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
             outputs.append(out)
         members_cpu = sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1))
                           for o in outputs)
+        rounds_run = r"round (\d+) seconds \S+ from (\S+) to (\S+)"
         measured = [(int(r), float(start), float(end)) for o in outputs
-                    for r, start, end in re.findall(r"round (\d+) seconds \S+ from (\S+) to (\S+)", o)
-                    if int(r) > 1]
+                    for r, start, end in re.findall(rounds_run, o) if int(r) > 1]
         window = (min(m[1] for m in measured), max(m[2] for m in measured))
         return (member_round_times(outputs), members_cpu,
                 coordinator_cpu.between(*window) / len({m[0] for m in measured}))

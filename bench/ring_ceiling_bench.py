@@ -4,14 +4,14 @@ them, against localsgd's sharded round and torch.distributed Gloo's all_reduce, 
 
 For each N it runs, on loopback, N processes of //bench:ring_ceiling averaging S MB of fp32 in a
 ring (reduce-scatter then all-gather, pipelined chunks, one stream to the next rank): once over
-gRPC streaming (raw buffers, localsgd's channel arguments and allocator settings) and once over
-plain TCP; then localsgd's sharded round (bench/averaging_bench.py's: a coordinator and N
-averaging_member processes, fp32) and Gloo's all_reduce + divide on the same S MB. Round times
-are medians of the rounds after the first, `X@ready` as averaging_bench.py defines it (from the
-last member's arrival to the last member's return, how Gloo's round is timed); CPU is the
-ranks' user + system seconds per round, all ranks together, over the rounds after the first;
-for localsgd, the members' figure + the coordinator's. Every bare ring checks its result: max_error is the largest
-distance of any value from the exact mean.
+gRPC streaming (raw buffers; localsgd's channel arguments, allocator settings and write
+batching) and once over plain TCP; then localsgd's sharded round (bench/averaging_bench.py's: a
+coordinator and N averaging_member processes, fp32) and Gloo's all_reduce + divide on the same
+S MB. Round times are medians of the rounds after the first, `X@ready` as averaging_bench.py
+defines it (from the last member's arrival to the last member's return, how Gloo's round is
+timed). CPU is user + system seconds per round of all ranks together, over the rounds after the
+first; for localsgd, the members' figure + the coordinator's. Every bare ring checks its
+result: max_error is the largest distance of any value from the exact mean.
 
 Usage: /usr/bin/python3 bench/ring_ceiling_bench.py [--nodes 2 4] [--size_mb 100] [--rounds 8]
        [--chunk_kb 128] [--half_bytes] [--no_localsgd]

@@ -9,7 +9,7 @@
 // --transport=grpc: a client-streaming call of raw gRPC buffers (no protobuf), the same
 // channel arguments, allocator settings and write batching as localsgd's data plane, each chunk
 // copied once into a gRPC slice and read in gRPC's own slices. --transport=tcp: write() straight
-// from the vector, read() into a chunk buffer (a sum) or into the vector (a mean).
+// from the vector, read() into a chunk buffer, then added (a sum) or copied (a mean).
 //
 // Prints, per round, "round R seconds T from S to E" (S and E: Unix seconds, as
 // averaging_member prints them), then "max_error X" (the largest distance of any value from the

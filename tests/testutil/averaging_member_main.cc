@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       while (true) pause();
     }
-    if (round == first_round + 1) cpu_start = CpuSeconds();
+    if (round > first_round && cpu_start < 0) cpu_start = CpuSeconds();  // after the warm-up
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
     absl::StatusOr<localsgd::AveragingClient::SyncResult> result =

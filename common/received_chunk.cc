@@ -1,6 +1,7 @@
 #include "common/received_chunk.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -11,15 +12,23 @@
 namespace localsgd {
 namespace {
 
-// Reads a varint at `*pos` of `bytes[0, size)`: false if it runs past them or past 10 bytes.
-bool ReadVarint(const uint8_t* bytes, size_t size, size_t* pos, uint64_t* value) {
+// Reads a varint at `*pos` of `bytes[0, size)`: false if it runs past them or past
+// `max_bytes` bytes (10: a value's; protobuf reads a tag in at most 5).
+bool ReadVarint(const uint8_t* bytes, size_t size, size_t* pos, uint64_t* value,
+                int max_bytes = 10) {
   *value = 0;
-  for (int shift = 0; shift < 70 && *pos < size; shift += 7) {
+  for (int shift = 0; shift < 7 * max_bytes && *pos < size; shift += 7) {
     const uint8_t byte = bytes[(*pos)++];
     *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
     if ((byte & 0x80) == 0) return true;
   }
   return false;
+}
+
+// A length as protobuf reads one: at most 5 bytes, and under 2 GiB less its 16 bytes of slop
+// (a longer encoding, even of a small value, fails protobuf's parse).
+bool ReadLength(const uint8_t* bytes, size_t size, size_t* pos, uint64_t* value) {
+  return ReadVarint(bytes, size, pos, value, 5) && *value <= INT32_MAX - 16;
 }
 
 constexpr uint8_t kIndexTag = (v1::Chunk::kIndexFieldNumber << 3) | 0;  // varint
@@ -45,8 +54,8 @@ std::optional<ReceivedChunk> ReceivedChunk::Read(const grpc::ByteBuffer& wire) {
   }
   size_t pos = 0;
   uint64_t tag = 0, length = 0, index = 0, data_size = 0;
-  if (!ReadVarint(prefix, have, &pos, &tag) || (tag & 7) != 2 || (tag >> 3) == 0 ||
-      (tag >> 3) > (uint64_t{1} << 29) - 1 || !ReadVarint(prefix, have, &pos, &length) ||
+  if (!ReadVarint(prefix, have, &pos, &tag, 5) || (tag & 7) != 2 || (tag >> 3) == 0 ||
+      (tag >> 3) > (uint64_t{1} << 29) - 1 || !ReadLength(prefix, have, &pos, &length) ||
       length != total - pos) {
     return std::nullopt;
   }
@@ -57,7 +66,7 @@ std::optional<ReceivedChunk> ReceivedChunk::Read(const grpc::ByteBuffer& wire) {
   if (pos < total) {
     if (pos >= have || prefix[pos] != kDataTag) return std::nullopt;
     ++pos;
-    if (!ReadVarint(prefix, have, &pos, &data_size) || data_size != total - pos) {
+    if (!ReadLength(prefix, have, &pos, &data_size) || data_size != total - pos) {
       return std::nullopt;
     }
   }

@@ -4,8 +4,10 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -46,6 +48,40 @@ class ReceivedChunk {
   // INVALID_ARGUMENT, naming the sizes, unless it holds out.size() values; INVALID_ARGUMENT if
   // one is NaN or infinite (`out` then holds them all the same).
   absl::Status DecodeFp32(absl::Span<float> out) const;
+
+  // Walks the data as fp32 values where they lie, in runs: calls `run(bytes, first, n)` with
+  // `bytes` the n whole values from value `first` on (not aligned: read them with memcpy), in
+  // order. A value split between slices (it may span several small ones) is gathered and
+  // given as a run of its own. Bytes after the last whole value are not given: check size()
+  // first.
+  template <typename Run>
+  void ForEachFp32Run(Run&& run) const {
+    char carry[sizeof(float)];
+    size_t carried = 0;
+    size_t first = 0;
+    for (absl::string_view piece : data_) {
+      const char* in = piece.data();
+      size_t left = piece.size();
+      if (carried > 0) {
+        const size_t take = std::min(sizeof(float) - carried, left);
+        std::memcpy(carry + carried, in, take);
+        carried += take;
+        in += take;
+        left -= take;
+        if (carried < sizeof(float)) continue;  // the value goes on in the next slice
+        run(static_cast<const char*>(carry), first, size_t{1});
+        ++first;
+        carried = 0;
+      }
+      const size_t whole = left / sizeof(float);
+      if (whole > 0) run(in, first, whole);
+      first += whole;
+      in += whole * sizeof(float);
+      left -= whole * sizeof(float);
+      std::memcpy(carry, in, left);
+      carried = left;
+    }
+  }
 
  private:
   ReceivedChunk() = default;

@@ -116,6 +116,24 @@ TEST(ReceivedChunkTest, AnyOtherFormIsLeftToATypedParse) {
   }
 }
 
+// A length in more than 5 bytes (an overlong encoding, even of 0) fails protobuf's parse, so
+// Read does not take it either.
+TEST(ReceivedChunkTest, LengthsProtobufRefusesAreLeftToATypedParse) {
+  const std::string overlong_data =
+      std::string("\x12\x0c\x08\x03\x12", 5) + std::string(8, '\x80') + std::string(1, '\0');
+  const std::string overlong_outer =
+      std::string("\x12\x82\x80\x80\x80\x80\x00", 7) + std::string("\x08\x03", 2);
+  for (const std::string& bytes : {overlong_data, overlong_outer}) {
+    v1::PassRequest check;
+    EXPECT_FALSE(check.ParseFromString(bytes)) << absl::CEscape(bytes);
+    EXPECT_FALSE(ReceivedChunk::Read(InPieces(bytes, 5)).has_value()) << absl::CEscape(bytes);
+  }
+  // The same messages with the shortest lengths are read.
+  EXPECT_TRUE(
+      ReceivedChunk::Read(InPieces(std::string("\x12\x04\x08\x03\x12\x00", 6), 5)).has_value());
+  EXPECT_TRUE(ReceivedChunk::Read(InPieces(std::string("\x12\x02\x08\x03", 4), 5)).has_value());
+}
+
 TEST(ReceivedChunkTest, OfGivesTheChunkInThatForm) {
   ReceivedChunk of = ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber, MakeChunk(-7, 40));
   EXPECT_EQ(of.field(), v1::PassRequest::kMeanFieldNumber);
@@ -141,6 +159,49 @@ TEST(ReceivedChunkTest, DecodesFp32AcrossSlicesAndRefusesWrongSizesAndNonFiniteV
   chunk.set_data(std::string(reinterpret_cast<const char*>(values.data()), 20));
   ReceivedChunk bad = ReceivedChunk::Of(v1::PassRequest::kSumFieldNumber, chunk);
   EXPECT_EQ(bad.DecodeFp32(absl::MakeSpan(out)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Values split over two or more slices (down to slices of one byte) are gathered; the runs
+// cover every value once, in order.
+TEST(ReceivedChunkTest, WalksFp32ValuesInRunsWhateverTheSlices) {
+  std::vector<float> values(37);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  v1::Chunk chunk;
+  chunk.set_index(2);
+  chunk.set_data(
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  const std::string wire = PassBytes(v1::PassRequest::kSumFieldNumber, chunk);
+  // The message's bytes with a gap after each piece: gRPC merges small slices that hold their
+  // own bytes, and slices that lie end to end, into one.
+  std::string spread(2 * wire.size(), '\0');
+  for (size_t piece : {1, 2, 3, 5, 7, 4096}) {
+    std::vector<grpc::Slice> slices;
+    for (size_t at = 0; at < wire.size(); at += piece) {
+      const size_t n = std::min(piece, wire.size() - at);
+      std::memcpy(spread.data() + 2 * at, wire.data() + at, n);
+      slices.emplace_back(spread.data() + 2 * at, n, grpc::Slice::STATIC_SLICE);
+    }
+    std::optional<ReceivedChunk> read =
+        ReceivedChunk::Read(grpc::ByteBuffer(slices.data(), slices.size()));
+    ASSERT_TRUE(read.has_value()) << piece;
+    std::vector<float> walked;
+    int runs = 0;
+    read->ForEachFp32Run([&](const char* bytes, size_t first, size_t n) {
+      ASSERT_EQ(first, walked.size()) << piece;
+      ASSERT_GT(n, 0u) << piece;
+      for (size_t j = 0; j < n; ++j) {
+        float value;
+        std::memcpy(&value, bytes + j * sizeof(float), sizeof(float));
+        walked.push_back(value);
+      }
+      ++runs;
+    });
+    ASSERT_EQ(walked.size(), values.size()) << piece;
+    EXPECT_EQ(std::memcmp(walked.data(), values.data(), values.size() * sizeof(float)), 0) << piece;
+    if (piece < sizeof(float)) EXPECT_EQ(runs, static_cast<int>(values.size())) << piece;
+    if (piece == 3) EXPECT_GT(read->data().size(), values.size());  // values over 2 slices
+    if (piece == 4096) EXPECT_EQ(runs, 1);
+  }
 }
 
 }  // namespace

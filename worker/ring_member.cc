@@ -135,32 +135,9 @@ bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char*
   const float* params = setup_.params.data() + begin;
   const float* global = setup_.global.data() + begin;
   uint32_t bad = 0;
-  size_t k = 0;  // values done
-  // gRPC's slices may split a float: its bytes are gathered in `carry`.
-  char carry[sizeof(float)];
-  size_t carried = 0;
-  for (absl::string_view piece : sum.data()) {
-    const char* in = piece.data();
-    size_t left = piece.size();
-    if (carried > 0) {
-      const size_t take = std::min(sizeof(float) - carried, left);
-      std::memcpy(carry + carried, in, take);
-      carried += take;
-      in += take;
-      left -= take;
-      if (carried < sizeof(float)) continue;
-      bad |= AddRun(carry, params + k, global + k, weight_, scale, bytes + k * sizeof(float), 1);
-      ++k;
-      carried = 0;
-    }
-    const size_t whole = left / sizeof(float);
-    bad |= AddRun(in, params + k, global + k, weight_, scale, bytes + k * sizeof(float), whole);
-    k += whole;
-    in += whole * sizeof(float);
-    left -= whole * sizeof(float);
-    std::memcpy(carry, in, left);
-    carried = left;
-  }
+  sum.ForEachFp32Run([&](const char* in, size_t k, size_t n) {
+    bad |= AddRun(in, params + k, global + k, weight_, scale, bytes + k * sizeof(float), n);
+  });
   return bad == 0;
 }
 

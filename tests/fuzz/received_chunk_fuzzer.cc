@@ -1,6 +1,7 @@
 // ReceivedChunk::Read on arbitrary bytes in arbitrary slices (what a data-plane port takes
 // from the outside): never crashes, and what it reads is what protobuf reads: the bytes after
-// the outer tag and length parse as a Chunk with the same index and data.
+// the outer tag and length parse as a Chunk with the same index and data, and walking its fp32
+// values in runs gives the data's whole values in order.
 // Input: byte 0 picks the slice size (1-256), the rest is the message.
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -40,5 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (parsed.index() != chunk->index() || parsed.data() != read) std::abort();
   std::vector<float> values(chunk->size() / sizeof(float));
   (void)chunk->DecodeFp32(absl::MakeSpan(values));
+  // Walked in runs, the whole values are the data's first bytes, in order.
+  std::string walked;
+  chunk->ForEachFp32Run([&](const char* run, size_t first, size_t n) {
+    if (first * sizeof(float) != walked.size() || n == 0) std::abort();
+    walked.append(run, n * sizeof(float));
+  });
+  if (walked != read.substr(0, values.size() * sizeof(float))) std::abort();
   return 0;
 }

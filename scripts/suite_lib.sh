@@ -7,10 +7,14 @@ if [[ -z ${SUITE_FAILURES:-} ]]; then
   SUITE_OWNER=1
 fi
 export SUITE_FAILURES
+# However the script ends (Ctrl-C, a kill), its temporary files go with it.
+SUITE_LOG=""
+trap 'rm -f "$SUITE_LOG"; [[ -z ${SUITE_OWNER:-} ]] || rm -f "$SUITE_FAILURES"' EXIT
 
 suite() {
   local log
   log="$(mktemp)"
+  SUITE_LOG=$log
   bazel test --nocache_test_results --test_summary=short "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local bad='^//[^ ]+ +(FAILED|TIMEOUT|FLAKY|NO STATUS|FAILED TO BUILD)'

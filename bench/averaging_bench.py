@@ -26,13 +26,10 @@ import tempfile
 import threading
 import time
 
-from localsgd_cluster import build, gloo_worker, member_round_times, start_coordinator
+from localsgd_cluster import (build, cpu_per_round, gloo_worker, member_round_times, outputs_of,
+                              start_coordinator)
 
 CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
-
-
-def round_seconds(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
-    return localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb)[0]
 
 
 def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
@@ -58,14 +55,8 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
-        outputs = []
-        for member in members:
-            out, err = member.communicate(timeout=1800)
-            if member.returncode != 0:
-                raise RuntimeError(f"member failed: {err}")
-            outputs.append(out)
-        members_cpu = sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1))
-                          for o in outputs)
+        outputs = outputs_of(members, "member", 1800)
+        members_cpu = cpu_per_round(outputs)
         rounds_run = r"round (\d+) seconds \S+ from (\S+) to (\S+)"
         measured = [(int(r), float(start), float(end)) for o in outputs
                     for r, start, end in re.findall(rounds_run, o) if int(r) > 1]
@@ -106,10 +97,6 @@ class CpuSampler:
         return at(end) - at(start)
 
 
-def gloo_round_seconds(work, nodes, size_mb, rounds):
-    return gloo_round(work, nodes, size_mb, rounds)[0]
-
-
 def gloo_round(work, nodes, size_mb, rounds):
     """Gloo's round: (median seconds, CPU seconds per round of all ranks together)."""
     import socket
@@ -145,11 +132,11 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             for size_mb in args.sizes_mb:
-                gloo = gloo_round_seconds(work, nodes, size_mb, args.rounds)
+                gloo = gloo_round(work, nodes, size_mb, args.rounds)[0]
                 for codec in args.codecs:
                     times = [t for exchange in args.exchanges
-                             for t in round_seconds(bin_dir, work, nodes, size_mb, codec, exchange,
-                                                    args.rounds, args.chunk_kb)]
+                             for t in localsgd_round(bin_dir, work, nodes, size_mb, codec,
+                                                     exchange, args.rounds, args.chunk_kb)[0]]
                     print(f"{nodes:>2} {size_mb:>6g} {codec[6:].lower():<6} " +
                           " ".join(f"{t:>16.4f}" for t in times) + f" {gloo:>9.4f} " +
                           " ".join(f"{t / gloo:>18.2f}" for t in times), flush=True)

@@ -76,6 +76,23 @@ def gloo_worker(rank, nodes, numel, rounds, master, out_path, ifname=None):
     dist.destroy_process_group()
 
 
+def outputs_of(processes, what, timeout):
+    """The stdout of each process (text pipes), once it ended; RuntimeError naming `what` and
+    giving its stderr if one failed."""
+    outputs = []
+    for process in processes:
+        out, err = process.communicate(timeout=timeout)
+        if process.returncode != 0:
+            raise RuntimeError(f"{what} failed: {err}")
+        outputs.append(out)
+    return outputs
+
+
+def cpu_per_round(outputs):
+    """The "cpu_seconds_per_round X" lines of averaging_member or ring_ceiling outputs, summed."""
+    return sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1)) for o in outputs)
+
+
 RoundTimes = collections.namedtuple("RoundTimes", ["slowest", "ready"])
 
 

@@ -18,7 +18,6 @@ Usage: /usr/bin/python3 bench/ring_ceiling_bench.py [--nodes 2 4] [--size_mb 100
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
-import os
 import re
 import socket
 import subprocess
@@ -26,7 +25,7 @@ import sys
 import tempfile
 
 from averaging_bench import gloo_round, localsgd_round
-from localsgd_cluster import build, member_round_times
+from localsgd_cluster import build, cpu_per_round, member_round_times, outputs_of
 
 
 def free_ports(count):
@@ -49,15 +48,9 @@ def bare_ring(bin_dir, transport, nodes, size_mb, rounds, chunk_kb):
          f"--successor=127.0.0.1:{ports[(r + 1) % nodes]}", f"--values={int(size_mb * 1e6 / 4)}",
          f"--rounds={rounds}", f"--chunk_bytes={chunk_kb * 1024}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(nodes)]
-    outputs = []
-    for rank in ranks:
-        out, err = rank.communicate(timeout=600)
-        if rank.returncode != 0:
-            raise RuntimeError(f"ring_ceiling ({transport}) failed: {err}")
-        outputs.append(out)
-    cpu = sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1)) for o in outputs)
+    outputs = outputs_of(ranks, f"ring_ceiling ({transport})", 600)
     error = max(float(re.search(r"max_error (\S+)", o).group(1)) for o in outputs)
-    return member_round_times(outputs), cpu, error
+    return member_round_times(outputs), cpu_per_round(outputs), error
 
 
 def main():

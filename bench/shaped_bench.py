@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from localsgd_cluster import (RoundTimes, build, gloo_worker, member_round_times,
+from localsgd_cluster import (RoundTimes, build, gloo_worker, member_round_times, outputs_of,
                              start_coordinator)
 
 PREFIX = "lsgds"
@@ -63,12 +63,7 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chun
                                   f"--coordinator={address(0)}:50051",
                                   f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
-        outputs = []
-        for member in members:
-            out, err = member.communicate(timeout=3600)
-            if member.returncode != 0:
-                raise RuntimeError(f"member failed: {err}")
-            outputs.append(out)
+        outputs = outputs_of(members, "member", 3600)
         aborts = max(len(re.findall(r"round \d+ aborted", out)) for out in outputs)
         return member_round_times(outputs), aborts
     finally:

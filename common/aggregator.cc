@@ -13,27 +13,54 @@
 namespace localsgd {
 
 AggregatorEngine::AggregatorEngine(Options options, std::vector<float> global)
-    : options_(options), global_(std::move(global)) {
-  const int64_t n = options_.layout.num_values;
-  global_.resize(static_cast<size_t>(n));
-  sum_.assign(static_cast<size_t>(n), 0.0f);
-  pending_update_.assign(static_cast<size_t>(n), 0.0f);
+    : options_(options),
+      global_(std::make_shared<std::vector<float>>(std::move(global))),
+      momentum_(std::make_shared<std::vector<float>>()),
+      pending_momentum_(std::make_shared<std::vector<float>>()) {
+  const size_t n = static_cast<size_t>(options_.layout.num_values);
+  global_->resize(n);
+  sum_.assign(n, 0.0f);
+  pending_update_.assign(n, 0.0f);
   if (options_.outer.momentum != 0) {
-    momentum_.assign(static_cast<size_t>(n), 0.0f);
-    pending_momentum_.assign(static_cast<size_t>(n), 0.0f);
+    momentum_->assign(n, 0.0f);
+    pending_momentum_->assign(n, 0.0f);
   }
   encoded_update_.resize(static_cast<size_t>(options_.layout.num_chunks()));
 }
 
+std::shared_ptr<const std::vector<float>> AggregatorEngine::momentum_buffer() const {
+  if (momentum_->empty()) return nullptr;
+  return momentum_;
+}
+
+void AggregatorEngine::Recycle(std::shared_ptr<std::vector<float>> buffer) {
+  constexpr size_t kMaxSpares = 3;
+  if (buffer == nullptr || buffer->empty()) return;
+  spares_.push_back(std::move(buffer));
+  if (spares_.size() > kMaxSpares) spares_.erase(spares_.begin());
+}
+
+std::shared_ptr<std::vector<float>> AggregatorEngine::SpareBuffer(size_t size) {
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    // Nobody else holds it (and nobody can take it again: only this engine hands it out).
+    if (it->use_count() == 1 && (*it)->size() == size) {
+      std::shared_ptr<std::vector<float>> spare = std::move(*it);
+      spares_.erase(it);
+      return spare;
+    }
+  }
+  return std::make_shared<std::vector<float>>(size);
+}
+
 absl::Status AggregatorEngine::RestoreMomentum(std::vector<float> momentum) {
-  if (momentum.size() != momentum_.size()) {
+  if (momentum.size() != momentum_->size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "momentum: ", momentum.size(), " values, the outer optimizer keeps ", momentum_.size()));
+        "momentum: ", momentum.size(), " values, the outer optimizer keeps ", momentum_->size()));
   }
   if (!std::all_of(momentum.begin(), momentum.end(), [](float v) { return std::isfinite(v); })) {
     return absl::InvalidArgumentError("momentum: NaN or infinity");
   }
-  momentum_ = std::move(momentum);
+  momentum_ = std::make_shared<std::vector<float>>(std::move(momentum));
   return absl::OkStatus();
 }
 
@@ -220,20 +247,23 @@ absl::Status AggregatorEngine::Finalize(int chunk) {
   float* update = pending_update_.data() + begin;
   const float* sum = sum_.data() + begin;
   const float inverse_weight = static_cast<float>(1.0 / chunk_weight_[chunk]);
-  if (momentum_.empty()) {
+  if (momentum_->empty()) {
     for (size_t i = 0; i < n; ++i) {
       update[i] = OuterUpdate(options_.outer, sum[i] * inverse_weight, 0.0f, nullptr);
     }
   } else {
-    const float* old_momentum = momentum_.data() + begin;
-    float* new_momentum = pending_momentum_.data() + begin;
+    if (pending_momentum_.use_count() > 1 || pending_momentum_->size() != momentum_->size()) {
+      pending_momentum_ = SpareBuffer(momentum_->size());  // the old one is still held
+    }
+    const float* old_momentum = momentum_->data() + begin;
+    float* new_momentum = pending_momentum_->data() + begin;
     for (size_t i = 0; i < n; ++i) {
       update[i] =
           OuterUpdate(options_.outer, sum[i] * inverse_weight, old_momentum[i], &new_momentum[i]);
     }
   }
   // Finite deltas can still sum past fp32's range; such an update must not reach the model.
-  const float* global = global_.data() + begin;
+  const float* global = global_->data() + begin;
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(global[i] + update[i])) {
       return absl::OutOfRangeError(absl::StrCat(
@@ -259,17 +289,22 @@ absl::Status AggregatorEngine::Finalize(int chunk) {
 }
 
 void AggregatorEngine::Commit() {
-  const size_t n = global_.size();
-  for (size_t i = 0; i < n; ++i) global_[i] += pending_update_[i];
-  if (!momentum_.empty()) momentum_.swap(pending_momentum_);
+  const size_t n = global_->size();
+  std::shared_ptr<std::vector<float>> next = SpareBuffer(n);
+  const float* old = global_->data();
+  float* out = next->data();
+  for (size_t i = 0; i < n; ++i) out[i] = old[i] + pending_update_[i];
+  Recycle(std::exchange(global_, std::move(next)));
+  if (!momentum_->empty()) momentum_.swap(pending_momentum_);
   num_members_ = 0;
 }
 
 void AggregatorEngine::Abort() { num_members_ = 0; }
 
-void AggregatorEngine::InstallNext(std::vector<float>* global, std::vector<float>* momentum) {
-  global_.swap(*global);
-  if (!momentum_.empty()) momentum_.swap(*momentum);
+void AggregatorEngine::InstallNext(std::shared_ptr<std::vector<float>> global,
+                                   std::shared_ptr<std::vector<float>> momentum) {
+  Recycle(std::exchange(global_, std::move(global)));
+  if (!momentum_->empty()) Recycle(std::exchange(momentum_, std::move(momentum)));
 }
 
 }  // namespace localsgd

@@ -2,6 +2,7 @@
 #define LOCALSGD_COMMON_AGGREGATOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -87,20 +88,29 @@ class AggregatorEngine {
   // Slots not dropped.
   int active_members() const;
 
-  // Applies the round's decoded update to global and advances the optimizer state.
+  // Applies the round's decoded update and advances the optimizer state, into new buffers:
+  // what global_buffer() and momentum_buffer() handed out before stays as it was.
   // Requires AllComplete().
   void Commit();
   // Forgets the round; global and optimizer state stay as they were.
   void Abort();
 
   // Sharded rounds: the next global model and momentum, computed chunk by chunk with
-  // OuterStepInto as the averaged chunks arrived, become this engine's (swapped in: `global`
-  // and `momentum` get the old buffers, to be reused). Sizes must match.
-  void InstallNext(std::vector<float>* global, std::vector<float>* momentum);
+  // OuterStepInto as the averaged chunks arrived (into buffers from SpareBuffer), become this
+  // engine's. Sizes must match: the range's, and the momentum's (0 without momentum).
+  void InstallNext(std::shared_ptr<std::vector<float>> global,
+                   std::shared_ptr<std::vector<float>> momentum);
+  // A buffer of `size` values that nobody else holds: an old model's when it is free (a
+  // fresh model-sized buffer costs a page fault per 4 KiB), else a new one.
+  std::shared_ptr<std::vector<float>> SpareBuffer(size_t size);
 
-  absl::Span<const float> global() const { return global_; }
+  absl::Span<const float> global() const { return *global_; }
   // The outer momentum buffer; empty when the outer optimizer has no momentum.
-  absl::Span<const float> momentum() const { return momentum_; }
+  absl::Span<const float> momentum() const { return *momentum_; }
+  // The same, shared: never changed afterwards (Commit and InstallNext replace them).
+  std::shared_ptr<const std::vector<float>> global_buffer() const { return global_; }
+  // Null when the outer optimizer has no momentum.
+  std::shared_ptr<const std::vector<float>> momentum_buffer() const;
   // Puts back a saved momentum buffer (a restarted coordinator). INVALID_ARGUMENT when its
   // size is not the range's (or not 0 without momentum) or it holds NaN/Inf.
   absl::Status RestoreMomentum(std::vector<float> momentum);
@@ -118,9 +128,13 @@ class AggregatorEngine {
   // Screening: excludes outliers and sums the held deltas of the others into sum_.
   void Screen();
 
+  // Keeps `buffer` for SpareBuffer.
+  void Recycle(std::shared_ptr<std::vector<float>> buffer);
+
   Options options_;
-  std::vector<float> global_;
-  std::vector<float> momentum_;  // outer momentum buffer (empty when momentum is 0)
+  std::shared_ptr<std::vector<float>> global_;
+  std::shared_ptr<std::vector<float>> momentum_;  // outer momentum (empty when momentum is 0)
+  std::vector<std::shared_ptr<std::vector<float>>> spares_;  // old buffers, maybe still held
 
   // The round in progress.
   int num_members_ = 0;
@@ -131,7 +145,7 @@ class AggregatorEngine {
   std::vector<bool> finalized_;         // per chunk
   std::vector<float> sum_;              // weighted deltas summed, per value
   std::vector<float> pending_update_;   // decoded updates of finalised chunks
-  std::vector<float> pending_momentum_;
+  std::shared_ptr<std::vector<float>> pending_momentum_;
   std::vector<std::string> encoded_update_;
   int completed_ = 0;
   // Screening only: each slot's delta as it arrives, its squared norm, the verdicts.

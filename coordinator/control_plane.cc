@@ -37,15 +37,11 @@ v1::MemberStatus MemberIdentity(const Member& member) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options options) {
-  std::optional<RunStore> store;
   std::optional<v1::SavedState> saved;
-  if (!options.state_dir.empty()) {
-    LOCALSGD_ASSIGN_OR_RETURN(RunStore opened, RunStore::Open(options.state_dir));
-    LOCALSGD_ASSIGN_OR_RETURN(std::optional<v1::SavedState> loaded, opened.Load());
-    saved = std::move(loaded);
-    store.emplace(std::move(opened));
+  if (options.state != nullptr) {
+    LOCALSGD_ASSIGN_OR_RETURN(saved, options.state->LoadState());
   }
-  std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options), std::move(store)));
+  std::unique_ptr<ControlPlane> plane(new ControlPlane(std::move(options)));
   if (saved.has_value()) {
     MutexLock lock(&plane->mu_);
     const v1::RunInfo& run = saved->run();
@@ -57,80 +53,53 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
       plane->history_.Upsert(run);
       if (plane->runs_.active()) plane->history_.StartSeries(run.run_id());
     }
+    const std::string& path = plane->options_.state->state_path();
     for (const v1::MemberStatus& member : saved->members()) {
       if (absl::Status s = plane->membership_.Restore(member); !s.ok()) {
-        return absl::DataLossError(absl::StrCat(plane->store_->path(), ": saved member ",
-                                                member.worker_id(), ": ", s.message()));
+        return absl::DataLossError(
+            absl::StrCat(path, ": saved member ", member.worker_id(), ": ", s.message()));
       }
-    }
-    {
-      MutexLock lock(&plane->save_mu_);
-      plane->saved_state_ = saved->SerializeAsString();
     }
     LogInfo(absl::StrCat("restored run ", run.run_id(), " (", EnumName(run.state()), ", round ",
                          run.round(), ", global step ", run.global_step(), ", ",
-                         saved->members_size(), " members on fresh leases) from ",
-                         plane->store_->path()));
+                         saved->members_size(), " members on fresh leases) from ", path));
+  }
+  if (plane->options_.state != nullptr) {
+    ControlPlane* raw = plane.get();
+    plane->options_.state->SetStateSource([raw] { return raw->Snapshot(); });
   }
   return plane;
 }
 
-ControlPlane::ControlPlane(Options options, std::optional<RunStore> store)
+ControlPlane::ControlPlane(Options options)
     : options_(std::move(options)),
       start_time_(options_.clock()),
-      store_(std::move(store)),
       membership_(Membership::Options{options_.lease_timeout, options_.max_members},
                   options_.clock),
       runs_(options_.clock),
-      duration_counts_(RoundDurationBounds().size(), 0) {
-  if (store_.has_value()) writer_ = std::thread([this] { WriterLoop(); });
-}
+      duration_counts_(RoundDurationBounds().size(), 0) {}
 
 ControlPlane::~ControlPlane() {
-  {
-    MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (writer_.joinable()) writer_.join();
+  if (options_.state == nullptr) return;
+  options_.state->AwaitState(options_.state->StateChanged());
+  options_.state->SetStateSource(nullptr);
 }
 
-void ControlPlane::WriterLoop() {
-  while (true) {
-    std::pair<int64_t, v1::SavedState> snapshot;
-    {
-      MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](ControlPlane* p)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->members_dirty_ || p->stopping_; },
-          this));
-      if (!members_dirty_) return;  // stopping, nothing left to save
-      members_dirty_ = false;
-      snapshot = Snapshot();
+StateSnapshot ControlPlane::Snapshot() {
+  MutexLock lock(&mu_);
+  StateSnapshot state;
+  state.run = runs_.info();
+  for (const Member& member : membership_.Members())
+    state.members.push_back(MemberIdentity(member));
+  if (ended_runs_ == nullptr) {
+    auto ended = std::make_shared<std::vector<v1::RunInfo>>();
+    for (const v1::RunInfo& run : history_.runs()) {
+      if (run.run_id() != runs_.info().run_id()) ended->push_back(run);
     }
-    Save(snapshot.first, snapshot.second);
+    ended_runs_ = std::move(ended);
   }
-}
-
-std::pair<int64_t, v1::SavedState> ControlPlane::Snapshot() {
-  v1::SavedState state;
-  *state.mutable_run() = runs_.info();
-  for (const Member& member : membership_.Members()) *state.add_members() = MemberIdentity(member);
-  for (const v1::RunInfo& run : history_.runs()) {
-    if (run.run_id() != runs_.info().run_id()) *state.add_history() = run;
-  }
-  return {++snapshots_, std::move(state)};
-}
-
-void ControlPlane::Save(int64_t sequence, const v1::SavedState& state) {
-  std::string serialized = state.SerializeAsString();
-  MutexLock lock(&save_mu_);
-  if (sequence <= saved_snapshot_ || serialized == saved_state_) return;
-  if (absl::Status status = store_->Save(state); !status.ok()) {
-    LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
-    return;
-  }
-  saved_snapshot_ = sequence;
-  saved_state_ = std::move(serialized);
+  state.history = ended_runs_;
+  return state;
 }
 
 ControlPlane::Persist ControlPlane::RunOrMembers(v1::RunState before) const {
@@ -138,6 +107,7 @@ ControlPlane::Persist ControlPlane::RunOrMembers(v1::RunState before) const {
 }
 
 absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& request) {
+  SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   const bool replaces_live =
@@ -155,7 +125,7 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   }
   const v1::RunState before = runs_.info().state();
   UpdateRun();
-  Changed(RunOrMembers(before));
+  saved.ticket = Changed(RunOrMembers(before));
   v1::JoinResponse response;
   response.set_worker_id(member.worker_id);
   response.set_generation(member.generation);
@@ -169,6 +139,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
   if (request.model_path().size() > kMaxReasonLength * 4) {
     return absl::InvalidArgumentError("model_path: longer than 4096 bytes");
   }
+  SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
   LOCALSGD_RETURN_IF_ERROR(membership_.Heartbeat(request));
   ++heartbeats_total_;
@@ -233,7 +204,11 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
   }
   AfterRunChange(before);
   if (results_changed) FillResults();
-  Changed(run_changed ? Persist::kRun : results_changed ? Persist::kMembers : Persist::kNothing);
+  const int64_t ticket = Changed(run_changed       ? Persist::kRun
+                                 : results_changed ? Persist::kMembers
+                                                   : Persist::kNothing);
+  // Only the end of the run waits for the disk (a worker may exit on this answer).
+  if (runs_.info().state() != before) saved.ticket = ticket;
   v1::HeartbeatResponse response;
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   *response.mutable_run() = runs_.info();
@@ -244,6 +219,7 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   if (request.reason().size() > kMaxReasonLength) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
+  SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
   LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id()));
   const bool failed = absl::StartsWith(request.reason(), "failed");
@@ -262,12 +238,13 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   FailIfEveryWorkerFailed();
   AfterRunChange(updated);
   if (!runs_.active()) FillResults();
-  Changed(RunOrMembers(before));
+  saved.ticket = Changed(RunOrMembers(before));
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& request) {
   if (!request.has_spec()) return absl::InvalidArgumentError("spec: required");
+  SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (!runs_.info().run_id().empty()) history_.Upsert(runs_.info());  // as it ended
@@ -278,12 +255,13 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
   // Rounds, results and series belong to one run.
   results_.clear();
   recent_rounds_.clear();
+  ended_runs_ = nullptr;
   history_.Upsert(run);
   history_.StartSeries(run.run_id());
   Note(v1::EVENT_SEVERITY_INFO, "run_state", "",
        absl::StrCat("run ", run.run_id(), " started: ", EnumName(run.state()), " (min_workers ",
                     run.spec().min_workers(), ", ", membership_.size(), " joined)"));
-  Changed(Persist::kRun);
+  saved.ticket = Changed(Persist::kRun);
   return run;
 }
 
@@ -294,11 +272,12 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StopRun(const v1::StopRunRequest& requ
   if (request.reason().size() > kMaxReasonLength) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
+  SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
   const v1::RunState before = runs_.info().state();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, runs_.Stop(request.run_id(), request.reason()));
   AfterRunChange(before);
-  Changed(Persist::kRun);
+  saved.ticket = Changed(Persist::kRun);
   return run;
 }
 
@@ -646,15 +625,11 @@ void ControlPlane::FailIfEveryWorkerFailed() {
       .IgnoreError();
 }
 
-void ControlPlane::Changed(Persist what) {
+int64_t ControlPlane::Changed(Persist what) {
   ++version_;
-  if (!store_.has_value() || what == Persist::kNothing) return;
-  if (what == Persist::kMembers) {
-    members_dirty_ = true;  // the writer thread saves it
-    return;
-  }
-  std::pair<int64_t, v1::SavedState> snapshot = Snapshot();
-  Save(snapshot.first, snapshot.second);
+  if (options_.state == nullptr || what == Persist::kNothing) return 0;
+  const int64_t ticket = options_.state->StateChanged();
+  return what == Persist::kRun ? ticket : 0;
 }
 
 }  // namespace localsgd

@@ -21,14 +21,16 @@
 #include "coordinator/membership.h"
 #include "coordinator/run_history.h"
 #include "coordinator/run_manager.h"
-#include "coordinator/run_store.h"
+#include "coordinator/state_writer.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
 
 namespace localsgd {
 
-// The coordinator's logic, free of gRPC: membership, the run, counters, persistence of the
-// run record, and a version number that watchers wait on. The gRPC service and the HTTP
-// status endpoint are thin adapters over it.
+// The coordinator's logic, free of gRPC: membership, the run, counters, the run record (kept
+// by the state writer), and a version number that watchers wait on. The gRPC service and the
+// HTTP status endpoint are thin adapters over it. No method writes a file under the lock:
+// changes are queued for the state writer, and a method that moved the run's state (a start,
+// a stop, the end of a run) waits for the record to be on disk after releasing the lock.
 // Thread-safe: every method may be called from any thread.
 class ControlPlane {
  public:
@@ -36,15 +38,15 @@ class ControlPlane {
     absl::Duration lease_timeout = absl::Seconds(15);
     absl::Duration heartbeat_interval = absl::Seconds(3);
     int max_members = 65536;
-    // Where the run record is kept; empty keeps nothing.
-    std::string state_dir;
+    // Where the run record is kept (it outlives the plane); null keeps nothing.
+    StateWriter* state = nullptr;
     std::function<absl::Time()> clock = [] { return absl::Now(); };
     // What status says of how clients reach the coordinator (CoordinatorStatus).
     std::string transport_security = "plaintext";
     bool token_required = false;
   };
 
-  // Opens the state directory and restores a saved run, if any.
+  // Restores the run the state writer's folder holds, if any.
   static absl::StatusOr<std::unique_ptr<ControlPlane>> Create(Options options);
   // Saves what is not saved yet.
   ~ControlPlane();
@@ -96,29 +98,40 @@ class ControlPlane {
   void RecordEvent(v1::EventSeverity severity, const std::string& kind, const std::string& text);
 
   // Commits sync round `round` of run `run_id` at `global_step` (see RunManager::CommitRound).
+  // Queues the record and returns: the caller has the round's model on disk already (and may
+  // be the state writer's thread).
   absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step);
 
   // Keeps a finished round's record for status and metrics, and counts its bytes.
   void RecordRound(v1::RoundRecord record);
 
  private:
-  ControlPlane(Options options, std::optional<RunStore> store);
+  explicit ControlPlane(Options options);
 
   // What a change touched, for persistence: nothing the state file keeps (progress, rounds'
-  // records); the members only (saved soon, off this lock, many changes in one write); or the
-  // run record (saved before the call returns: a commit or a start/stop must be on disk).
+  // records); the members only (written soon, many changes in one write); or the run record
+  // (the public method waits until it is written, after releasing the lock).
   enum class Persist { kNothing, kMembers, kRun };
-  // Bumps the version and persists as `what` says.
-  void Changed(Persist what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits, when destroyed, for the record a method changed: declared before the method's
+  // MutexLock, so it waits after the lock is released.
+  class SavedOnReturn {
+   public:
+    explicit SavedOnReturn(StateWriter* state) : state_(state) {}
+    ~SavedOnReturn() {
+      if (state_ != nullptr && ticket > 0) state_->AwaitState(ticket);
+    }
+    int64_t ticket = 0;
+
+   private:
+    StateWriter* const state_;
+  };
+  // Bumps the version and queues the record as `what` says; returns the ticket of a kRun
+  // change (0 otherwise).
+  int64_t Changed(Persist what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // kRun when the run's state moved since `before`, else kMembers.
   Persist RunOrMembers(v1::RunState before) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The state file's contents now, numbered.
-  std::pair<int64_t, v1::SavedState> Snapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes a snapshot unless a newer one, or the same contents, is on disk already. Takes
-  // save_mu_ only.
-  void Save(int64_t sequence, const v1::SavedState& state) ABSL_LOCKS_EXCLUDED(save_mu_);
-  // Saves the members' changes off the lock, coalescing those that come while it writes.
-  void WriterLoop();
+  // What the state file keeps, now (the state writer's source).
+  StateSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
   void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs a line and keeps it as an event of the current run.
   void Note(v1::EventSeverity severity, const std::string& kind, const std::string& worker_id,
@@ -134,19 +147,12 @@ class ControlPlane {
 
   const Options options_;
   const absl::Time start_time_;
-  const std::optional<RunStore> store_;
 
   mutable Mutex mu_;
   Membership membership_ ABSL_GUARDED_BY(mu_);
   RunManager runs_ ABSL_GUARDED_BY(mu_);
-  int64_t snapshots_ ABSL_GUARDED_BY(mu_) = 0;
-  bool members_dirty_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // Disk writes, in snapshot order. Lock order: mu_, then save_mu_.
-  Mutex save_mu_;
-  int64_t saved_snapshot_ ABSL_GUARDED_BY(save_mu_) = 0;
-  std::string saved_state_ ABSL_GUARDED_BY(save_mu_);  // to skip unchanged saves
-  std::thread writer_;
+  // The ended runs the state file keeps, shared with the writer; null: to be built again.
+  std::shared_ptr<const std::vector<v1::RunInfo>> ended_runs_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t heartbeats_total_ ABSL_GUARDED_BY(mu_) = 0;

@@ -42,11 +42,19 @@ class ControlPlaneTest : public ::testing::Test {
     options.lease_timeout = absl::Seconds(10);
     options.heartbeat_interval = absl::Seconds(2);
     options.clock = clock_.AsFunction();
-    options.state_dir = state_dir;
+    if (!state_dir.empty()) {
+      // A writer per plane, as a restarted coordinator has; it outlives its plane.
+      absl::StatusOr<std::unique_ptr<StateWriter>> writer =
+          StateWriter::Open(StateWriter::Options{state_dir, nullptr});
+      EXPECT_THAT(writer, IsOk());
+      writers_.push_back(std::move(*writer));
+      options.state = writers_.back().get();
+    }
     auto plane = ControlPlane::Create(options);
     EXPECT_THAT(plane, IsOk());
     return std::move(*plane);
   }
+  std::vector<std::unique_ptr<StateWriter>> writers_;
   FakeClock clock_;
 };
 

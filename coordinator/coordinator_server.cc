@@ -43,10 +43,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
                             MakeServerCredentials(options.tls));
 
   std::unique_ptr<CoordinatorServer> self(new CoordinatorServer());
+  if (!options.state_dir.empty()) {
+    StateWriter::Options state;
+    state.state_dir = options.state_dir;
+    state.before_write = options.before_state_write;
+    LOCALSGD_ASSIGN_OR_RETURN(self->state_, StateWriter::Open(std::move(state)));
+  }
   ControlPlane::Options plane_options;
   plane_options.lease_timeout = options.lease_timeout;
   plane_options.heartbeat_interval = options.heartbeat_interval;
-  plane_options.state_dir = options.state_dir;
+  plane_options.state = self->state_.get();
   plane_options.clock = options.clock;
   plane_options.transport_security = options.tls.Name();
   plane_options.token_required = !options.token.empty();
@@ -56,7 +62,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   self->watchers_ = std::make_unique<StatusWatchHub>(self->plane_.get(), options.clock);
   RoundManager::Options round_options;
   round_options.clock = options.clock;
-  round_options.state_dir = options.state_dir;
+  round_options.state = self->state_.get();
   self->rounds_ = std::make_unique<RoundManager>(self->plane_.get(), round_options);
   LOCALSGD_RETURN_IF_ERROR(self->rounds_->Restore());
   self->service_ = std::make_unique<CoordinatorService>(self->plane_.get(), self->rounds_.get(),
@@ -154,15 +160,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   // Leases, quorum timeouts and round deadlines are checked this often.
   absl::Duration tick = std::min(options.lease_timeout / 4, absl::Milliseconds(250));
   CoordinatorServer* raw = self.get();
-  self->ticker_ = std::thread([raw, tick] { raw->TickLoop(tick); });
+  self->plane_ticker_ =
+      std::thread([raw, tick] { raw->TickLoop(tick, [raw] { raw->plane_->Tick(); }); });
+  self->round_ticker_ =
+      std::thread([raw, tick] { raw->TickLoop(tick, [raw] { raw->rounds_->Tick(); }); });
   return self;
 }
 
-void CoordinatorServer::TickLoop(absl::Duration interval) {
-  while (!stop_ticking_.WaitForNotificationWithTimeout(interval)) {
-    plane_->Tick();
-    rounds_->Tick();
-  }
+void CoordinatorServer::TickLoop(absl::Duration interval, const std::function<void()>& tick) {
+  while (!stop_ticking_.WaitForNotificationWithTimeout(interval)) tick();
 }
 
 void CoordinatorServer::Shutdown(absl::Duration grace) {
@@ -178,11 +184,12 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   grpc_server_->Wait();
   if (http_server_ != nullptr) http_server_->Stop();
   stop_ticking_.Notify();
-  ticker_.join();
+  plane_ticker_.join();
+  round_ticker_.join();
 }
 
 CoordinatorServer::~CoordinatorServer() {
-  if (grpc_server_ != nullptr && ticker_.joinable()) Shutdown(absl::Seconds(1));
+  if (grpc_server_ != nullptr && plane_ticker_.joinable()) Shutdown(absl::Seconds(1));
 }
 
 }  // namespace localsgd

@@ -19,13 +19,14 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/http_server.h"
 #include "coordinator/round_manager.h"
+#include "coordinator/state_writer.h"
 #include "coordinator/status_watch.h"
 
 namespace localsgd {
 
 // A running coordinator: the gRPC server (Coordinator and Averaging services, gRPC health
 // checking and server reflection), the HTTP status endpoint (/, /status, /metrics, /healthz) and
-// the thread that expires leases. Thread-safe.
+// the threads that expire leases and check round deadlines, and the state writer. Thread-safe.
 class CoordinatorServer {
  public:
   struct Options {
@@ -42,6 +43,8 @@ class CoordinatorServer {
     absl::Duration lease_timeout = absl::Seconds(15);
     absl::Duration heartbeat_interval = absl::Seconds(3);
     std::function<absl::Time()> clock = [] { return absl::Now(); };
+    // Testing: called on the state writer's thread before each write (a slow disk).
+    std::function<void(const std::string& file)> before_state_write;
   };
 
   // Binds both ports and starts serving. Errors name the flag that is wrong.
@@ -64,8 +67,11 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer() = default;
-  void TickLoop(absl::Duration interval);
+  // Runs `tick` every `interval` until Shutdown.
+  void TickLoop(absl::Duration interval, const std::function<void()>& tick);
 
+  // Outlives everything that queues for it (the plane and the round manager).
+  std::unique_ptr<StateWriter> state_;
   std::unique_ptr<ControlPlane> plane_;
   std::unique_ptr<StatusWatchHub> watchers_;
   std::unique_ptr<CoordinatorService> service_;
@@ -76,7 +82,10 @@ class CoordinatorServer {
   std::string grpc_address_;
   std::string http_address_;
   absl::Notification stop_ticking_;
-  std::thread ticker_;
+  // Leases and the run's timeouts on one thread, rounds on another: lease expiry never waits
+  // behind round work.
+  std::thread plane_ticker_;
+  std::thread round_ticker_;
   Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };

@@ -43,46 +43,40 @@ RoundManager::RoundManager(ControlPlane* plane, Options options)
     : plane_(plane), options_(std::move(options)) {
   std::random_device random;
   next_attempt_ = (uint64_t{random()} << 32) | random();
-  writer_ = std::thread([this] { WriterLoop(); });
 }
 
 RoundManager::~RoundManager() {
-  {
-    MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  writer_.join();
+  MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+      this));
 }
 
-void RoundManager::WriterLoop() {
-  while (true) {
-    PendingCommit* commit = nullptr;
-    {
-      MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](RoundManager* m)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->pending_.has_value() || m->stopping_; },
-          this));
-      if (!pending_.has_value()) return;
-      commit = &*pending_;  // stays until this thread resets it
-    }
-    // Nothing changes the engine's model while the commit is pending (no other commit starts;
-    // a new run installs a new engine), so it is read here without the lock.
-    if (options_.before_save) options_.before_save();
-    absl::Status saved = store_->Save(commit->run_id, commit->round, commit->global_step,
-                                      commit->engine->global(), commit->engine->momentum());
-    {
-      MutexLock lock(&mu_);
-      if (!saved.ok()) {
-        LogError(absl::StrCat("run ", commit->run_id, ": cannot save the global model of round ",
-                              commit->round, ": ", saved.ToString()));
-      }
-      FinishCommit(*pending_);
-      pending_.reset();
-      Advance();  // a commit that waited for this one
-    }
-    FlushTouched();
+void RoundManager::Save(PendingCommit commit) {
+  pending_ = std::move(commit);
+  if (options_.state == nullptr) {
+    FinishCommit(*pending_);
+    pending_.reset();
+    return;
   }
+  options_.state->SaveModel(model_.snapshot, [this](const absl::Status& saved) { OnSaved(saved); });
+}
+
+void RoundManager::OnSaved(const absl::Status& saved) {
+  std::vector<std::shared_ptr<RoundMember>> touched;
+  {
+    MutexLock lock(&mu_);
+    if (!saved.ok()) {
+      LogError(absl::StrCat("run ", pending_->run_id, ": the global model of round ",
+                            pending_->round, " is not on disk: ", saved.ToString()));
+    }
+    FinishCommit(*pending_);
+    pending_.reset();
+    Advance();  // a commit that waited for this one
+    touched.swap(touched_);
+  }
+  // Not through `this`: once pending_ is reset, the manager may be destroyed.
+  FlushMembers(std::move(touched));
 }
 
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
@@ -126,6 +120,10 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
                                       std::vector<float> values) {
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
   MutexLock lock(&mu_);
+  // After a model still being saved (of an earlier run), never before it.
+  mu_.Await(absl::Condition(
+      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+      this));
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   if (model_.engine != nullptr) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
@@ -134,7 +132,9 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
   const ChunkLayout& layout = model_.engine->layout();
   LogInfo(absl::StrCat("run ", model_.run_id, ": initial model (", layout.num_values, " values, ",
                        layout.num_chunks(), " chunks) from ", header.member_id()));
-  SaveModel();
+  PendingCommit initial;  // round 0: nothing to record or announce, only the save
+  initial.run_id = model_.run_id;
+  Save(std::move(initial));
   return absl::OkStatus();
 }
 
@@ -154,44 +154,40 @@ absl::Status RoundManager::InstallModel(std::vector<float> global,
     LOCALSGD_RETURN_IF_ERROR(engine->RestoreMomentum(*std::move(momentum)));
   }
   model_.engine = std::move(engine);
-  model_.snapshot = nullptr;
+  TakeSnapshot();
   return absl::OkStatus();
 }
 
-void RoundManager::SaveModel() {
-  if (!store_.has_value() || model_.engine == nullptr) return;
-  // After a commit still being saved (of an earlier run), never before it.
-  mu_.Await(absl::Condition(
-      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
-      this));
-  if (absl::Status s = store_->Save(model_.run_id, model_.round, model_.global_step,
-                                    model_.engine->global(), model_.engine->momentum());
-      !s.ok()) {
-    LogError(absl::StrCat("run ", model_.run_id, ": cannot save the global model of round ",
-                          model_.round, ": ", s.ToString()));
-  }
+void RoundManager::TakeSnapshot() {
+  auto snapshot = std::make_shared<ModelSnapshot>();
+  snapshot->run_id = model_.run_id;
+  snapshot->round = model_.round;
+  snapshot->global_step = model_.global_step;
+  snapshot->layout = model_.engine->layout();
+  snapshot->values = model_.engine->global_buffer();
+  snapshot->momentum = model_.engine->momentum_buffer();
+  model_.snapshot = std::move(snapshot);
 }
 
 absl::Status RoundManager::Restore() {
-  if (options_.state_dir.empty()) return absl::OkStatus();
-  LOCALSGD_ASSIGN_OR_RETURN(ModelStore store, ModelStore::Open(options_.state_dir));
+  if (options_.state == nullptr) return absl::OkStatus();
+  const std::string& path = options_.state->model_path();
   MutexLock lock(&mu_);
-  store_.emplace(std::move(store));
-  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, store_->Load());
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, options_.state->LoadModel());
   if (!loaded.has_value()) return absl::OkStatus();
   ModelCheckpoint& saved = *loaded;
   const v1::RunInfo run = plane_->Run();
   if (saved.run_id != run.run_id()) {
-    LogInfo(absl::StrCat("not restoring ", store_->path(), ": it holds run ", saved.run_id,
+    LogInfo(absl::StrCat("not restoring ", path, ": it holds run ", saved.run_id,
                          ", the latest run is ", run.run_id()));
     return absl::OkStatus();
   }
   auto disagree = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(
-        store_->path(), " holds round ", saved.round, " (global step ", saved.global_step,
-        ") of run ", saved.run_id, ", but the run record says round ", run.round(),
-        " (global step ", run.global_step(), "): ", why,
-        ". Move model.bin away to let the node leaders upload their model again"));
+    return absl::DataLossError(
+        absl::StrCat(path, " holds round ", saved.round, " (global step ", saved.global_step,
+                     ") of run ", saved.run_id, ", but the run record says round ", run.round(),
+                     " (global step ", run.global_step(), "): ", why,
+                     ". Move model.bin away to let the node leaders upload their model again"));
   };
   if (saved.round < run.round() || saved.round > run.round() + 1) {
     return disagree("they are more than one commit apart");
@@ -213,12 +209,12 @@ absl::Status RoundManager::Restore() {
   const size_t values = saved.global.size();
   if (absl::Status s = InstallModel(std::move(saved.global), std::move(saved.momentum)); !s.ok()) {
     model_ = Model();
-    return absl::DataLossError(absl::StrCat(store_->path(), ": ", s.message()));
+    return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
   }
-  plane_->RecordEvent(v1::EVENT_SEVERITY_INFO, "model_restored",
-                      absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
-                                   model_.round, " (global step ", model_.global_step, ", ", values,
-                                   " values) from ", store_->path()));
+  plane_->RecordEvent(
+      v1::EVENT_SEVERITY_INFO, "model_restored",
+      absl::StrCat("run ", run.run_id(), ": restored the global model of round ", model_.round,
+                   " (global step ", model_.global_step, ", ", values, " values) from ", path));
   return absl::OkStatus();
 }
 
@@ -236,16 +232,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
     return absl::FailedPreconditionError(
         absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
   }
-  if (model_.snapshot == nullptr) {
-    absl::Span<const float> global = model_.engine->global();
-    absl::Span<const float> momentum = model_.engine->momentum();
-    model_.snapshot = std::make_shared<const std::vector<float>>(global.begin(), global.end());
-    model_.momentum_snapshot = momentum.empty() ? nullptr
-                                                : std::make_shared<const std::vector<float>>(
-                                                      momentum.begin(), momentum.end());
-  }
-  return ModelSnapshot{model_.run_id,           model_.round,    model_.global_step,
-                       model_.engine->layout(), model_.snapshot, model_.momentum_snapshot};
+  return *model_.snapshot;
 }
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
@@ -336,23 +323,12 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
     sessions_[session_id] = Session{-1, header.member_id(), member, header.step(), 0};
     return session_id;  // the RoundHeader goes out with the layout (AdvanceSharded)
   }
-  auto it = std::find(round.members.begin(), round.members.end(), header.member_id());
-  if (it == round.members.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", round.number, " opened without member ", header.member_id(),
-                     "; keep training and fetch the model after it commits"));
+  LOCALSGD_ASSIGN_OR_RETURN(
+      const int slot, round.star->Arrive(header.member_id(), header.step(), header.num_workers()));
+  if (absl::Status s = model_.engine->SetWeight(slot, header.weight()); !s.ok()) {
+    DropSlot(slot, std::string(s.message()), s);
+    return s;
   }
-  const int slot = static_cast<int>(it - round.members.begin());
-  if (round.dropped[slot]) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("member ", header.member_id(), " was dropped from round ", round.number));
-  }
-  if (round.session_of_slot[slot] != -1) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("member ", header.member_id(), " is already in round ", round.number));
-  }
-  LOCALSGD_RETURN_IF_ERROR(model_.engine->SetWeight(slot, header.weight()));
-  round.workers[slot] = header.num_workers();
   const int64_t session_id = next_session_++;
   round.session_of_slot[slot] = session_id;
   sessions_[session_id] = Session{slot, header.member_id(), member, header.step(), 0};
@@ -373,14 +349,8 @@ void RoundManager::OpenRound(int64_t number) {
   Round round;
   round.number = number;
   round.opened = options_.clock();
-  round.deadline = round.opened + absl::Seconds(model_.spec.round_deadline_seconds());
-  for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
-    round.members.push_back(leader.worker_id);
-    round.workers.push_back(leader.local_world_size);
-  }
-  round.session_of_slot.assign(round.members.size(), -1);
-  round.dropped.assign(round.members.size(), false);
-  round.excluded.assign(round.members.size(), false);
+  const std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
+  for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
   if (model_.spec.exchange() == v1::EXCHANGE_SHARDED) {
     ShardedRound::Options options;
     options.number = number;
@@ -391,16 +361,26 @@ void RoundManager::OpenRound(int64_t number) {
     options.min_shard_values = model_.spec.min_shard_bytes() / static_cast<int64_t>(sizeof(float));
     options.lossless = model_.spec.codec() == v1::CODEC_FP32;
     std::vector<ShardedRound::Candidate> candidates;
-    for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+    for (const ControlPlane::Leader& leader : leaders) {
       candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});
     }
     round.sharded.emplace(options, std::move(candidates));
     round.attempt = next_attempt_++;
-    round.next =
-        next_scratch_ != nullptr ? std::move(next_scratch_) : std::make_shared<NextModel>();
-    round.next->global.resize(static_cast<size_t>(options.layout.num_values));
-    round.next->momentum.resize(model_.engine->momentum().size());
+    round.next = std::make_shared<NextModel>();
+    round.next->global = model_.engine->SpareBuffer(static_cast<size_t>(options.layout.num_values));
+    round.next->momentum = model_.engine->SpareBuffer(model_.engine->momentum().size());
   } else {
+    StarRound::Options options;
+    options.number = number;
+    options.opened = round.opened;
+    options.deadline = absl::Seconds(model_.spec.round_deadline_seconds());
+    options.min_workers = model_.spec.min_workers();
+    std::vector<StarRound::Candidate> candidates;
+    for (const ControlPlane::Leader& leader : leaders) {
+      candidates.push_back({leader.worker_id, leader.local_world_size});
+    }
+    round.star.emplace(options, std::move(candidates));
+    round.session_of_slot.assign(round.members.size(), -1);
     model_.engine->BeginRound(static_cast<int>(round.members.size()));
   }
   round_ = std::move(round);
@@ -428,11 +408,8 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
   if (sharded()) {
     round_->sharded->Leave(member_id, reason, options_.clock());
   } else if (round_.has_value()) {
-    auto it = std::find(round_->members.begin(), round_->members.end(), member_id);
-    if (it != round_->members.end()) {
-      const int slot = static_cast<int>(it - round_->members.begin());
-      if (round_->session_of_slot[slot] == -1) DropSlot(slot, reason, absl::OkStatus());
-    }
+    const int slot = round_->star->SlotOf(member_id);
+    if (slot >= 0 && !round_->star->arrived(slot)) DropSlot(slot, reason, absl::OkStatus());
   } else if (model_.engine != nullptr) {
     refused_[member_id] = {model_.round + 1, reason};
   }
@@ -488,9 +465,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     } else {
       round_->bytes_received += static_cast<int64_t>(chunk.data().size());
       if (++session.chunks_received == engine->layout().num_chunks()) {
-        absl::Time now = options_.clock();
-        round_->first_done = std::min(round_->first_done, now);
-        round_->last_done = std::max(round_->last_done, now);
+        round_->star->Delivered(session.slot, options_.clock());
       }
     }
     Advance();
@@ -536,7 +511,7 @@ void RoundManager::EndOfInput(int64_t session_id) {
 void RoundManager::Tick() {
   {
     MutexLock lock(&mu_);
-    if (!round_.has_value()) return;
+    if (!round_.has_value() || stopping_run_) return;
     v1::RunInfo run = plane_->Run();
     if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
       Abort(absl::StrCat("the run is no longer running (", EnumName(run.state()), ")"));
@@ -549,63 +524,56 @@ void RoundManager::Tick() {
       round_->sharded->Tick(now);
       AdvanceSharded();
     } else {
-      std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
-      const absl::Time now = options_.clock();
-      const int num_chunks = model_.engine->layout().num_chunks();
-      for (size_t slot = 0; round_.has_value() && slot < round_->members.size(); ++slot) {
-        if (round_->dropped[slot]) continue;
-        if (!IsLeader(leaders, round_->members[slot])) {
-          DropSlot(static_cast<int>(slot), "lease expired or left",
-                   absl::UnavailableError("no longer a live member"));
-          continue;
-        }
-        auto session = sessions_.find(round_->session_of_slot[slot]);
-        const bool delivered =
-            session != sessions_.end() && session->second.chunks_received == num_chunks;
-        if (now > round_->deadline && !delivered) {
-          DropSlot(static_cast<int>(slot),
-                   absl::StrCat("missed the round deadline (", model_.spec.round_deadline_seconds(),
-                                " s)"),
-                   absl::DeadlineExceededError("missed the round deadline"));
-        }
+      std::vector<std::string> live;
+      for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+        live.push_back(leader.worker_id);
       }
-      if (round_.has_value()) Advance();
+      round_->star->Tick(options_.clock(), live);
+      Advance();
     }
   }
   FlushTouched();
 }
 
 absl::StatusOr<v1::RunInfo> RoundManager::StopRun(const v1::StopRunRequest& request) {
-  absl::StatusOr<v1::RunInfo> run;
   {
     MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !m->pending_.has_value() && !m->stopping_run_;
+        },
         this));
-    run = plane_->StopRun(request);
-    if (run.ok() && round_.has_value()) Abort("the run was stopped");
+    stopping_run_ = true;
+  }
+  // Off the lock: the stop waits for the run record to be on disk.
+  absl::StatusOr<v1::RunInfo> run = plane_->StopRun(request);
+  {
+    MutexLock lock(&mu_);
+    stopping_run_ = false;
+    if (run.ok() && round_.has_value()) {
+      Abort("the run was stopped");
+    } else {
+      Advance();  // a round that was ready to commit
+    }
   }
   FlushTouched();
   return run;
 }
 
 void RoundManager::DropSlot(int slot, const std::string& reason, const absl::Status& status) {
+  round_->star->Leave(slot, reason, status);
+  ApplyDrops();
+}
+
+void RoundManager::ApplyDrops() {
   Round& round = *round_;
-  if (round.dropped[slot]) return;
-  round.dropped[slot] = true;
-  model_.engine->Drop(slot);
-  v1::DroppedMember record;
-  record.set_member_id(round.members[slot]);
-  record.set_reason(reason);
-  round.dropped_records.push_back(record);
-  const int64_t session = round.session_of_slot[slot];
-  if (session != -1) {
-    auto it = sessions_.find(session);
-    if (it != sessions_.end()) {
-      it->second.member->Close(status);
-      Touch(it->second.member);
-      sessions_.erase(it);
-    }
+  for (const StarRound::Drop& drop : round.star->TakeDrops()) {
+    model_.engine->Drop(drop.slot);
+    auto it = sessions_.find(round.session_of_slot[drop.slot]);
+    if (it == sessions_.end()) continue;
+    it->second.member->Close(drop.status);
+    Touch(it->second.member);
+    sessions_.erase(it);
   }
 }
 
@@ -616,59 +584,49 @@ void RoundManager::Advance() {
     return;
   }
   Round& round = *round_;
-  int workers = 0;
-  for (size_t slot = 0; slot < round.members.size(); ++slot) {
-    if (!round.dropped[slot]) workers += round.workers[slot];
-  }
-  const int min_workers = model_.spec.min_workers();
-  if (workers < min_workers) {
-    Abort(absl::StrCat("quorum lost: ", workers, " of min_workers ", min_workers, " left"));
-    return;
-  }
-  absl::StatusOr<std::vector<int>> completed = model_.engine->TakeCompleted();
-  if (!completed.ok()) {
-    Abort(std::string(completed.status().message()));
-    return;
-  }
-  for (const AggregatorEngine::Exclusion& exclusion : model_.engine->TakeExclusions()) {
-    round.excluded[exclusion.slot] = true;
-    v1::DroppedMember record;
-    record.set_member_id(round.members[exclusion.slot]);
-    record.set_reason(absl::StrFormat(
-        "delta norm %.6g is more than max_delta_norm_ratio %g times the median of the "
-        "others' (%.6g)",
-        exclusion.norm, model_.spec.max_delta_norm_ratio(), exclusion.others_median));
-    round.excluded_records.push_back(std::move(record));
-  }
-  for (int chunk : *completed) {
-    auto response = std::make_shared<v1::SyncResponse>();
-    response->mutable_update()->set_index(chunk);
-    *response->mutable_update()->mutable_data() = model_.engine->TakeEncodedUpdate(chunk);
-    const int64_t bytes = static_cast<int64_t>(response->update().data().size());
-    for (int64_t session : round.session_of_slot) {
-      auto it = sessions_.find(session);
-      if (it == sessions_.end()) continue;
-      it->second.member->Enqueue(response);
-      Touch(it->second.member);
-      round.bytes_sent += bytes;
+  StarRound& decided = *round.star;
+  ApplyDrops();
+  if (decided.phase() == StarRound::Phase::kOpen) {
+    absl::StatusOr<std::vector<int>> completed = model_.engine->TakeCompleted();
+    if (!completed.ok()) {
+      decided.Fail(std::string(completed.status().message()));
+    } else {
+      for (const AggregatorEngine::Exclusion& exclusion : model_.engine->TakeExclusions()) {
+        decided.Exclude(exclusion.slot,
+                        absl::StrFormat("delta norm %.6g is more than max_delta_norm_ratio %g "
+                                        "times the median of the others' (%.6g)",
+                                        exclusion.norm, model_.spec.max_delta_norm_ratio(),
+                                        exclusion.others_median));
+      }
+      for (int chunk : *completed) {
+        auto response = std::make_shared<v1::SyncResponse>();
+        response->mutable_update()->set_index(chunk);
+        *response->mutable_update()->mutable_data() = model_.engine->TakeEncodedUpdate(chunk);
+        const int64_t bytes = static_cast<int64_t>(response->update().data().size());
+        for (int64_t session : round.session_of_slot) {
+          auto it = sessions_.find(session);
+          if (it == sessions_.end()) continue;
+          it->second.member->Enqueue(response);
+          Touch(it->second.member);
+          round.bytes_sent += bytes;
+        }
+      }
+      if (model_.engine->AllComplete()) decided.Averaged();
     }
   }
-  if (model_.engine->AllComplete() && !pending_.has_value()) Commit();
+  if (decided.phase() == StarRound::Phase::kAborted) {
+    Abort(decided.abort_reason());
+  } else if (decided.phase() == StarRound::Phase::kCommitted && !pending_.has_value() &&
+             !stopping_run_) {
+    Commit();
+  }
 }
 
 void RoundManager::Commit() {
   Round& round = *round_;
   model_.engine->Commit();
-  model_.snapshot = nullptr;
-  int64_t step = model_.global_step;
-  std::vector<std::string> included;
-  for (size_t slot = 0; slot < round.members.size(); ++slot) {
-    auto it = sessions_.find(round.session_of_slot[slot]);
-    if (round.dropped[slot] || round.excluded[slot] || it == sessions_.end()) continue;
-    included.push_back(round.members[slot]);
-    step = std::max(step, it->second.step);
-  }
-  Publish(included, step,
+  const std::vector<std::string> included = round.star->Included();
+  Publish(included, round.star->MaxStep(model_.global_step),
           absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
                        round.members.size(), " members (", absl::StrJoin(included, ", "), ")"));
 }
@@ -678,8 +636,8 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
   Round& round = *round_;
   model_.round = round.number;
   model_.global_step = step;
+  TakeSnapshot();
   PendingCommit commit;
-  commit.engine = model_.engine;
   commit.run_id = model_.run_id;
   commit.round = round.number;
   commit.global_step = step;
@@ -691,14 +649,11 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
       absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(), " s, ",
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
   EndRound();
-  if (store_.has_value()) {
-    pending_ = std::move(commit);  // the writer saves it, then finishes it
-  } else {
-    FinishCommit(commit);
-  }
+  Save(std::move(commit));
 }
 
 void RoundManager::FinishCommit(PendingCommit& commit) {
+  if (commit.round == 0) return;  // the initial model
   // The model is on disk (or there is no disk): the run record follows, then the members hear
   // of the commit. A crash between the two saves is finished by Restore.
   if (absl::Status s = plane_->CommitRound(commit.run_id, commit.round, commit.global_step);
@@ -718,13 +673,7 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
   plane_->RecordRound(std::move(commit.record));
 }
 
-void RoundManager::EndRound() {
-  // Not while a late AddMean still writes into it (it holds a reference).
-  if (round_->next != nullptr && round_->next.use_count() == 1) {
-    next_scratch_ = std::move(round_->next);
-  }
-  round_.reset();
-}
+void RoundManager::EndRound() { round_.reset(); }
 
 void RoundManager::Abort(const std::string& reason) {
   Round& round = *round_;
@@ -783,21 +732,26 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
       record.set_slowest_wait_seconds(absl::ToDoubleSeconds(decided.SlowestWait()));
     }
   }
-  for (size_t slot = 0; slot < round.members.size() && !round.sharded.has_value(); ++slot) {
-    if (!round.dropped[slot] && round.session_of_slot[slot] != -1) {
-      record.add_members(round.members[slot]);
+  if (round.star.has_value()) {
+    const StarRound& decided = *round.star;
+    for (const std::string& id : decided.Present()) record.add_members(id);
+    for (const auto& [id, reason] : decided.dropped()) {
+      v1::DroppedMember* dropped = record.add_dropped();
+      dropped->set_member_id(id);
+      dropped->set_reason(reason);
     }
-  }
-  for (const v1::DroppedMember& dropped : round.dropped_records) *record.add_dropped() = dropped;
-  for (const v1::DroppedMember& excluded : round.excluded_records) {
-    *record.add_excluded() = excluded;
+    for (const auto& [id, reason] : decided.excluded()) {
+      v1::DroppedMember* excluded = record.add_excluded();
+      excluded->set_member_id(id);
+      excluded->set_reason(reason);
+    }
+    if (decided.SlowestWait() > absl::ZeroDuration()) {
+      record.set_slowest_wait_seconds(absl::ToDoubleSeconds(decided.SlowestWait()));
+    }
   }
   record.set_bytes_received(round.bytes_received);
   record.set_bytes_sent(round.bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));
-  if (round.last_done > round.first_done) {
-    record.set_slowest_wait_seconds(absl::ToDoubleSeconds(round.last_done - round.first_done));
-  }
   record.set_codec(model_.spec.codec());
   const int64_t n = model_.engine->layout().num_values;
   record.set_compression_ratio(
@@ -889,7 +843,7 @@ void RoundManager::AdvanceSharded() {
   if (decided.phase() == ShardedRound::Phase::kAborted) {
     Abort(decided.abort_reason());
   } else if (decided.phase() == ShardedRound::Phase::kCommitted && !pending_.has_value() &&
-             round.means_done == model_.engine->layout().num_chunks()) {
+             !stopping_run_ && round.means_done == model_.engine->layout().num_chunks()) {
     CommitSharded();
   }
 }
@@ -898,8 +852,7 @@ void RoundManager::CommitSharded() {
   Round& round = *round_;
   // Every member applies the same decoded mean through the same outer step; so did this copy,
   // chunk by chunk, into round.next.
-  model_.engine->InstallNext(&round.next->global, &round.next->momentum);
-  model_.snapshot = nullptr;
+  model_.engine->InstallNext(std::move(round.next->global), std::move(round.next->momentum));
   const std::vector<std::string> included = round.sharded->Included();
   Publish(included, std::max(model_.global_step, round.sharded->MaxStep()),
           absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
@@ -950,16 +903,16 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
     const ChunkLayout& layout = engine->layout();
     const size_t begin = static_cast<size_t>(layout.begin(index));
     const size_t size = static_cast<size_t>(layout.size(index));
-    absl::Span<float> region = absl::MakeSpan(next->global).subspan(begin, size);
+    absl::Span<float> region = absl::MakeSpan(*next->global).subspan(begin, size);
     absl::Span<const float> momentum = engine->momentum();
     status = Decode(codec, chunk->data(), region);
     if (!status.ok()) {
       status = absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
     } else if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
                               momentum.empty() ? momentum : momentum.subspan(begin, size),
-                              next->momentum.empty()
+                              next->momentum->empty()
                                   ? absl::Span<float>()
-                                  : absl::MakeSpan(next->momentum).subspan(begin, size))) {
+                                  : absl::MakeSpan(*next->momentum).subspan(begin, size))) {
       status = absl::OutOfRangeError(absl::StrCat("the update of chunk ", index,
                                                   " overflows fp32 (the deltas are too large)"));
     }
@@ -1052,6 +1005,10 @@ void RoundManager::FlushTouched() {
     MutexLock lock(&mu_);
     touched.swap(touched_);
   }
+  FlushMembers(std::move(touched));
+}
+
+void RoundManager::FlushMembers(std::vector<std::shared_ptr<RoundMember>> touched) {
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (const auto& member : touched) member->Flush();

@@ -17,8 +17,9 @@
 #include "common/chunking.h"
 #include "common/mutex.h"
 #include "coordinator/control_plane.h"
-#include "coordinator/model_store.h"
 #include "coordinator/sharded_round.h"
+#include "coordinator/star_round.h"
+#include "coordinator/state_writer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
@@ -50,14 +51,12 @@ class RoundManager {
   struct Options {
     std::function<absl::Time()> clock = [] { return absl::Now(); };
     // Where the global model and outer optimizer state are saved after the initial model and
-    // every committed round (model.bin); empty keeps nothing.
-    std::string state_dir;
-    // Testing: called on the writer thread before it saves a commit.
-    std::function<void()> before_save;
+    // every committed round (model.bin; it outlives the manager); null keeps nothing.
+    StateWriter* state = nullptr;
   };
 
   RoundManager(ControlPlane* plane, Options options);
-  // Waits for a commit being saved.
+  // Waits for a model being saved.
   ~RoundManager();
 
   // Loads the saved model of the control plane's (restored) run, so that a restarted
@@ -75,17 +74,10 @@ class RoundManager {
   absl::Status FinishInit(const v1::InitModelHeader& header, std::vector<float> values);
 
   // --- Late joiners ---
-  struct ModelSnapshot {
-    std::string run_id;
-    int64_t round = 0;
-    int64_t global_step = 0;
-    ChunkLayout layout;
-    std::shared_ptr<const std::vector<float>> values;
-    // The outer momentum buffer; null when the outer optimizer has none.
-    std::shared_ptr<const std::vector<float>> momentum;
-  };
-  // The committed global model of `run_id` (empty: the active run). Waits while a commit is
-  // being saved, so a model handed out is always on disk.
+  using ModelSnapshot = ::localsgd::ModelSnapshot;
+  // The committed global model of `run_id` (empty: the active run): the snapshot made at its
+  // commit, shared, not copied. Waits while a model is being saved, so a model handed out is
+  // always on disk.
   absl::StatusOr<ModelSnapshot> FetchModel(const std::string& run_id);
 
   // --- Sync ---
@@ -109,10 +101,10 @@ class RoundManager {
   // Deadlines, expired leases and the run's state; the server calls it periodically.
   void Tick();
 
-  // Stops the active run (ControlPlane::StopRun) with its round closed first, under this
-  // manager's lock so that no round commits in between: a commit being saved is finished and
-  // recorded before the stop, and a round still open is aborted. So the saved model and the
-  // run record never disagree about the last committed round.
+  // Stops the active run (ControlPlane::StopRun) with no commit in between: a commit being
+  // saved is finished and recorded before the stop, no round commits while the stop is being
+  // saved (off this manager's lock), and a round still open is aborted. So the saved model and
+  // the run record never disagree about the last committed round.
   absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
 
  private:
@@ -125,24 +117,18 @@ class RoundManager {
     bool delivered = false;  // sharded
   };
   struct NextModel {
-    std::vector<float> global;
-    std::vector<float> momentum;  // empty without outer momentum
+    std::shared_ptr<std::vector<float>> global;
+    std::shared_ptr<std::vector<float>> momentum;  // empty without outer momentum
   };
   struct Round {
     int64_t number = 0;
     absl::Time opened;
-    absl::Time deadline;
-    std::vector<std::string> members;      // by slot
-    std::vector<int> workers;              // by slot
-    std::vector<int64_t> session_of_slot;  // -1: not joined
-    std::vector<bool> dropped;             // by slot
-    std::vector<v1::DroppedMember> dropped_records;
-    std::vector<bool> excluded;  // by slot: delta screened out of the mean
-    std::vector<v1::DroppedMember> excluded_records;
+    std::vector<std::string> members;  // the leaders expected when it opened
     int64_t bytes_received = 0;
     int64_t bytes_sent = 0;
-    absl::Time first_done = absl::InfiniteFuture();
-    absl::Time last_done = absl::InfinitePast();
+    // Star rounds: the decisions, and each slot's session (-1: not joined).
+    std::optional<StarRound> star;
+    std::vector<int64_t> session_of_slot;
     // Sharded rounds: the decisions, the next model (computed chunk by chunk as the averaged
     // chunks arrive, installed at the commit), how many chunks are in it, each shard's bytes.
     std::optional<ShardedRound> sharded;
@@ -159,8 +145,8 @@ class RoundManager {
     std::shared_ptr<AggregatorEngine> engine;  // null until initialised
     int64_t round = 0;                         // committed rounds
     int64_t global_step = 0;
-    std::shared_ptr<const std::vector<float>> snapshot;  // cached copy of global, per round
-    std::shared_ptr<const std::vector<float>> momentum_snapshot;  // and of the momentum
+    // The engine's model at `round`, as FetchModel and the state writer get it.
+    std::shared_ptr<const ModelSnapshot> snapshot;
   };
 
   // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
@@ -176,9 +162,9 @@ class RoundManager {
   // Sharded rounds: acts on what the ShardedRound decided (drops, layout, commit, abort).
   void AdvanceSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A commit whose model is applied but not yet saved: what to do once it is on disk.
+  // A model applied but not yet saved (a commit, or the initial model without members): what
+  // to do once it is on disk.
   struct PendingCommit {
-    std::shared_ptr<AggregatorEngine> engine;  // not changed until the commit is out
     std::string run_id;
     int64_t round = 0;
     int64_t global_step = 0;
@@ -187,15 +173,17 @@ class RoundManager {
     v1::RoundRecord record;
     std::string log;
   };
-  // The update is applied to model_.engine: records round and step, then (after the save, on
-  // the writer thread when there is a state folder) commits the run, sends the RoundCommit and
-  // ends the round's streams. `log` describes the round.
+  // The update is applied to model_.engine: records round and step, then (once the model is
+  // saved, when there is a state folder) commits the run, sends the RoundCommit and ends the
+  // round's streams. `log` describes the round.
   void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands model_.snapshot to the state writer with `commit` to finish once it is durable (at
+  // once without a state folder).
+  void Save(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state writer saved the pending model (on its thread).
+  void OnSaved(const absl::Status& saved) ABSL_LOCKS_EXCLUDED(mu_);
   void FinishCommit(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Saves pending commits off the lock (heartbeats, joins, status and the members' chunks
-  // never wait for the disk).
-  void WriterLoop();
   // Sharded rounds: the session's member leaves the round (stream ended, bad input); its
   // stream is closed with `status`.
   void DropSession(int64_t session, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,8 +197,12 @@ class RoundManager {
   // Leaves a live leader whose header was refused out of the round (or the next one).
   void Refuse(const std::string& member_id, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Star rounds: the slot's member leaves the round; then ApplyDrops.
   void DropSlot(int slot, const std::string& reason, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Star rounds: the engine stops waiting for the members the StarRound dropped, and their
+  // streams end.
+  void ApplyDrops() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After any change: abort without quorum, else send completed chunks and commit when done.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -218,34 +210,31 @@ class RoundManager {
   // buffer or (nullopt) a zero one.
   absl::Status InstallModel(std::vector<float> global, std::optional<std::vector<float>> momentum)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Saves model_ to the state directory, if there is one (errors are logged).
-  void SaveModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // model_.snapshot from the engine's buffers (no copy).
+  void TakeSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes the members touched under the lock; call after releasing it.
   void FlushTouched() ABSL_LOCKS_EXCLUDED(mu_);
+  static void FlushMembers(std::vector<std::shared_ptr<RoundMember>> touched);
 
   ControlPlane* const plane_;
   const Options options_;
 
   Mutex mu_;
   Model model_ ABSL_GUARDED_BY(mu_);
-  std::optional<ModelStore> store_ ABSL_GUARDED_BY(mu_);
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
-  // Round::next between rounds (reused: a fresh model-sized buffer costs a page fault per
-  // 4 KiB).
-  std::shared_ptr<NextModel> next_scratch_ ABSL_GUARDED_BY(mu_);
   // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<RoundMember>> touched_ ABSL_GUARDED_BY(mu_);
-  // The commit being saved; while it is, no other commit starts and FetchModel waits.
+  // The model being saved; while it is, no other commit starts and FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread writer_;
+  // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
+  bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
 };

@@ -115,30 +115,47 @@ class RoundManagerTest : public ::testing::Test {
     return member;
   }
 
+  // A state writer on the folder `name` (under the test's folder); it outlives its managers.
+  StateWriter* Writer(const std::string& name,
+                      std::function<void(const std::string&)> before_write = nullptr) {
+    state_dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+    absl::StatusOr<std::unique_ptr<StateWriter>> writer =
+        StateWriter::Open(StateWriter::Options{state_dir_, std::move(before_write)});
+    EXPECT_THAT(writer, IsOk());
+    writers_.push_back(std::move(*writer));
+    return writers_.back().get();
+  }
+
   // Options for a state folder `name` whose disk is slow: the first save notifies `saving_`
-  // and every save waits for `release_`.
+  // and every save of a round's model waits for `release_`.
   RoundManager::Options SlowDisk(const std::string& name) {
     RoundManager::Options options;
-    options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-    options.before_save = [this] {
+    options.state = Writer(name, [this](const std::string&) {
+      if (!initial_saved_) {  // the initial model (at Start) goes through
+        initial_saved_ = true;
+        return;
+      }
       if (!saving_.HasBeenNotified()) saving_.Notify();
       release_.WaitForNotification();
-    };
+    });
     return options;
   }
 
-  // Ends this manager, then starts a new one on `state_dir` as a restarted coordinator would:
-  // the round of the model it restores.
-  absl::StatusOr<int64_t> RestoredRound(const std::string& state_dir) {
+  // Ends this manager, then starts a new one on the same folder as a restarted coordinator
+  // would: the round of the model it restores.
+  absl::StatusOr<int64_t> RestoredRound() {
     rounds_.reset();
     RoundManager::Options options;
-    options.state_dir = state_dir;
+    options.state = Writer(state_dir_.substr(state_dir_.rfind('/') + 1));
     RoundManager restored(plane_.get(), options);
     LOCALSGD_RETURN_IF_ERROR(restored.Restore());
     LOCALSGD_ASSIGN_OR_RETURN(RoundManager::ModelSnapshot model, restored.FetchModel(""));
     return model.round;
   }
 
+  std::vector<std::unique_ptr<StateWriter>> writers_;  // outlive the managers below
+  std::string state_dir_;
+  std::atomic<bool> initial_saved_{false};
   absl::Notification saving_, release_;  // SlowDisk
   FakeClock clock_;
   std::unique_ptr<ControlPlane> plane_;
@@ -181,9 +198,62 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   EXPECT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
   EXPECT_EQ(plane_->Run().round(), 1);
   // And it is on disk: a new manager on the same folder restores round 1.
-  absl::StatusOr<int64_t> restored = RestoredRound(options.state_dir);
+  absl::StatusOr<int64_t> restored = RestoredRound();
   ASSERT_THAT(restored, IsOk());
   EXPECT_EQ(*restored, 1);
+}
+
+// One state writer for the run record and the model, as in the coordinator: while it is
+// blocked inside the save of a commit's model, heartbeats, joins, lease expiry and status
+// answer (none of them waits for the disk), and the commit is announced only after the save.
+TEST_F(RoundManagerTest, HeartbeatsJoinsAndStatusAnswerWhileTheWriterIsBlockedInASave) {
+  // Every write goes through but the save of round 1's model, which waits for release_, and
+  // the run record's write that follows it (the commit), which waits for record_release.
+  std::atomic<int> models{0};
+  absl::Notification record_saving, record_release;
+  RoundManager::Options options;
+  options.state = Writer("blocked-writer", [&, this](const std::string& file) {
+    if (file == "model.bin" && ++models == 2) {
+      saving_.Notify();
+      release_.WaitForNotification();
+    } else if (file == "state.textproto" && models == 2 && !record_saving.HasBeenNotified()) {
+      record_saving.Notify();
+      record_release.WaitForNotification();
+    }
+  });
+  ControlPlane::Options plane_options;
+  plane_options.clock = clock_.AsFunction();
+  plane_options.state = options.state;
+  rounds_.reset();
+  plane_ = *ControlPlane::Create(plane_options);
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("n");
+  join.mutable_identity()->set_local_world_size(1);
+  ASSERT_THAT(plane_->Join(join), IsOk());
+  Start(options, "star");
+  std::shared_ptr<FakeMember> member = StarRound(1);
+  saving_.WaitForNotification();
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("n/0");
+  EXPECT_THAT(plane_->Heartbeat(beat), IsOk());
+  v1::JoinRequest other = join;
+  other.mutable_identity()->set_node_name("m");
+  EXPECT_THAT(plane_->Join(other), IsOk());
+  EXPECT_EQ(plane_->Status().members_size(), 2);
+  EXPECT_FALSE(member->committed());
+  EXPECT_EQ(plane_->Run().round(), 0);
+  release_.Notify();
+  // The model is on disk: the commit is announced while its run record is being written,
+  // and the control plane answers meanwhile.
+  record_saving.WaitForNotification();
+  EXPECT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
+  EXPECT_EQ(plane_->Run().round(), 1);
+  EXPECT_THAT(plane_->Heartbeat(beat), IsOk());
+  EXPECT_EQ(plane_->Status().run().round(), 1);
+  clock_.Advance(absl::Seconds(60));  // every lease expires
+  plane_->Tick();
+  EXPECT_EQ(plane_->Status().members_size(), 0);
+  record_release.Notify();
 }
 
 // Issue 12, finding 1: StopRun racing a commit. Whichever comes first, the model file and the
@@ -207,12 +277,12 @@ TEST_F(RoundManagerTest, AStopWhileACommitIsBeingSavedRecordsTheCommitFirst) {
   EXPECT_EQ(stopped->state(), v1::RUN_STATE_STOPPED);
   EXPECT_EQ(stopped->round(), 1);  // the commit was recorded before the stop
   EXPECT_TRUE(member->committed());
-  EXPECT_THAT(RestoredRound(options.state_dir), IsOk());
+  EXPECT_THAT(RestoredRound(), IsOk());
 }
 
 TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
   RoundManager::Options options;
-  options.state_dir = std::string(std::getenv("TEST_TMPDIR")) + "/stop-open-round";
+  options.state = Writer("stop-open-round");
   Start(options, "star");
   auto member = std::make_shared<FakeMember>();
   absl::StatusOr<int64_t> session = rounds_->Join(Header(1), member);
@@ -228,7 +298,7 @@ TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
   v1::CoordinatorStatus status = plane_->Status();
   ASSERT_EQ(status.recent_rounds_size(), 1);
   EXPECT_EQ(status.recent_rounds(0).reason(), "the run was stopped");
-  absl::StatusOr<int64_t> restored = RestoredRound(options.state_dir);
+  absl::StatusOr<int64_t> restored = RestoredRound();
   ASSERT_THAT(restored, IsOk());
   EXPECT_EQ(*restored, 0);
 }

@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.clock = clock;
   auto plane = localsgd::ControlPlane::Create(options);
   if (!plane.ok()) std::abort();
-  localsgd::RoundManager rounds(plane->get(), localsgd::RoundManager::Options{clock, ""});
+  localsgd::RoundManager rounds(plane->get(), localsgd::RoundManager::Options{clock, nullptr});
   int64_t session = 0;
   int64_t round = 0, step = 0;
   // Records: [kind][length][bytes...]

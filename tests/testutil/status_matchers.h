@@ -33,6 +33,16 @@ MATCHER(IsOk, "is OK") {
   return status.ok();
 }
 
+// Matches an OK absl::StatusOr<T> whose value equals `value`.
+MATCHER_P(IsOkAndHolds, value, "is OK and holds " + ::testing::PrintToString(value)) {
+  if (!arg.ok()) {
+    *result_listener << "which is " << arg.status();
+    return false;
+  }
+  *result_listener << "which holds " << ::testing::PrintToString(*arg);
+  return *arg == value;
+}
+
 }  // namespace localsgd::testing
 
 #endif  // LOCALSGD_TESTS_TESTUTIL_STATUS_MATCHERS_H_

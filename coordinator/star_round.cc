@@ -1,0 +1,146 @@
+#include "coordinator/star_round.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+
+StarRound::StarRound(Options options, std::vector<Candidate> expected)
+    : options_(std::move(options)) {
+  for (Candidate& candidate : expected) {
+    members_.push_back(std::move(candidate.member_id));
+    state_.push_back(Member{candidate.workers});
+  }
+  CheckQuorum();  // a round without enough leaders aborts at once
+}
+
+int StarRound::SlotOf(const std::string& member_id) const {
+  auto it = std::find(members_.begin(), members_.end(), member_id);
+  return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
+}
+
+absl::StatusOr<int> StarRound::Arrive(const std::string& member_id, int64_t step, int workers) {
+  const int slot = SlotOf(member_id);
+  if (slot < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", options_.number, " opened without member ", member_id,
+                     "; keep training and fetch the model after it commits"));
+  }
+  if (phase_ == Phase::kAborted) {
+    return absl::AbortedError(absl::StrCat("round ", options_.number, " aborted: ", abort_reason_,
+                                           "; keep your local weights and sync at the next "
+                                           "boundary"));
+  }
+  Member& member = state_[slot];
+  if (member.dropped) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("member ", member_id, " was dropped from round ", options_.number));
+  }
+  if (member.arrived) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("member ", member_id, " is already in round ", options_.number));
+  }
+  member.arrived = true;
+  member.step = step;
+  member.workers = workers;
+  CheckQuorum();
+  return slot;
+}
+
+void StarRound::Delivered(int slot, absl::Time now) {
+  Member& member = state_[slot];
+  if (member.delivered || member.dropped) return;
+  member.delivered = true;
+  first_delivery_ = std::min(first_delivery_, now);
+  last_delivery_ = std::max(last_delivery_, now);
+}
+
+void StarRound::Leave(int slot, const std::string& reason, const absl::Status& status) {
+  Member& member = state_[slot];
+  if (member.dropped || phase_ != Phase::kOpen) return;
+  member.dropped = true;
+  drops_.push_back(Drop{slot, reason, status});
+  all_drops_.emplace_back(members_[slot], reason);
+  CheckQuorum();
+}
+
+void StarRound::Exclude(int slot, const std::string& reason) {
+  Member& member = state_[slot];
+  if (member.excluded) return;
+  member.excluded = true;
+  excluded_.emplace_back(members_[slot], reason);
+}
+
+void StarRound::Averaged() {
+  if (phase_ == Phase::kOpen) phase_ = Phase::kCommitted;
+}
+
+void StarRound::Fail(const std::string& reason) {
+  if (phase_ == Phase::kOpen) AbortWith(reason);
+}
+
+void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leaders) {
+  for (size_t slot = 0; slot < members_.size() && phase_ == Phase::kOpen; ++slot) {
+    const Member& member = state_[slot];
+    if (member.dropped) continue;
+    const int s = static_cast<int>(slot);
+    if (std::find(live_leaders.begin(), live_leaders.end(), members_[slot]) == live_leaders.end()) {
+      Leave(s, "lease expired or left", absl::UnavailableError("no longer a live member"));
+    } else if (now > options_.opened + options_.deadline && !member.delivered) {
+      Leave(s,
+            absl::StrCat("missed the round deadline (", absl::ToDoubleSeconds(options_.deadline),
+                         " s)"),
+            absl::DeadlineExceededError("missed the round deadline"));
+    }
+  }
+}
+
+std::vector<std::string> StarRound::Included() const {
+  std::vector<std::string> included;
+  for (size_t slot = 0; slot < members_.size(); ++slot) {
+    const Member& member = state_[slot];
+    if (member.arrived && !member.dropped && !member.excluded) included.push_back(members_[slot]);
+  }
+  return included;
+}
+
+std::vector<std::string> StarRound::Present() const {
+  std::vector<std::string> present;
+  for (size_t slot = 0; slot < members_.size(); ++slot) {
+    if (state_[slot].arrived && !state_[slot].dropped) present.push_back(members_[slot]);
+  }
+  return present;
+}
+
+int64_t StarRound::MaxStep(int64_t floor) const {
+  int64_t step = floor;
+  for (const Member& member : state_) {
+    if (member.arrived && !member.dropped && !member.excluded) step = std::max(step, member.step);
+  }
+  return step;
+}
+
+absl::Duration StarRound::SlowestWait() const {
+  if (last_delivery_ <= first_delivery_) return absl::ZeroDuration();
+  return last_delivery_ - first_delivery_;
+}
+
+void StarRound::CheckQuorum() {
+  if (phase_ != Phase::kOpen) return;
+  int workers = 0;
+  for (const Member& member : state_) {
+    if (!member.dropped) workers += member.workers;
+  }
+  if (workers < options_.min_workers) {
+    AbortWith(
+        absl::StrCat("quorum lost: ", workers, " of min_workers ", options_.min_workers, " left"));
+  }
+}
+
+void StarRound::AbortWith(const std::string& reason) {
+  phase_ = Phase::kAborted;
+  abort_reason_ = reason;
+}
+
+}  // namespace localsgd

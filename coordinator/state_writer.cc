@@ -1,0 +1,147 @@
+#include "coordinator/state_writer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace localsgd {
+
+absl::StatusOr<std::unique_ptr<StateWriter>> StateWriter::Open(Options options) {
+  LOCALSGD_ASSIGN_OR_RETURN(ModelStore models, ModelStore::Open(options.state_dir));
+  LOCALSGD_ASSIGN_OR_RETURN(RunStore runs, RunStore::Open(options.state_dir));
+  return std::unique_ptr<StateWriter>(
+      new StateWriter(std::move(options), std::move(models), std::move(runs)));
+}
+
+StateWriter::StateWriter(Options options, ModelStore models, RunStore runs)
+    : options_(std::move(options)), models_(std::move(models)), runs_(std::move(runs)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+StateWriter::~StateWriter() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<std::optional<v1::SavedState>> StateWriter::LoadState() {
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<v1::SavedState> saved, runs_.Load());
+  if (saved.has_value()) {
+    MutexLock lock(&mu_);
+    written_state_ = saved->SerializeAsString();
+  }
+  return saved;
+}
+
+absl::StatusOr<std::optional<ModelCheckpoint>> StateWriter::LoadModel() const {
+  return models_.Load();
+}
+
+void StateWriter::SaveModel(std::shared_ptr<const ModelSnapshot> model,
+                            std::function<void(const absl::Status&)> durable) {
+  MutexLock lock(&mu_);
+  queue_.push_back(Job{std::move(model), std::move(durable)});
+}
+
+void StateWriter::SetStateSource(std::function<StateSnapshot()> source) {
+  MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](StateWriter* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !w->in_source_; }, this));
+  source_ = std::move(source);
+}
+
+int64_t StateWriter::StateChanged() {
+  MutexLock lock(&mu_);
+  // One queued job writes every change made before it starts.
+  if (!state_queued_) {
+    queue_.push_back(Job{});
+    state_queued_ = true;
+  }
+  return ++state_requested_;
+}
+
+void StateWriter::AwaitState(int64_t ticket) {
+  MutexLock lock(&mu_);
+  auto written = [this, ticket]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return state_written_ >= ticket; };
+  mu_.Await(absl::Condition(&written));
+}
+
+void StateWriter::Loop() {
+  while (true) {
+    Job job;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](StateWriter* w)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !w->queue_.empty() || w->stopping_; },
+          this));
+      if (queue_.empty()) return;  // stopping, everything written
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (job.model == nullptr) {
+      WriteState();
+      continue;
+    }
+    if (options_.before_write) options_.before_write("model.bin");
+    const ModelSnapshot& model = *job.model;
+    absl::Status saved =
+        models_.Save(model.run_id, model.round, model.global_step, *model.values,
+                     model.momentum != nullptr ? absl::Span<const float>(*model.momentum)
+                                               : absl::Span<const float>());
+    if (!saved.ok()) {
+      LogError(absl::StrCat("run ", model.run_id, ": cannot save the global model of round ",
+                            model.round, ": ", saved.ToString()));
+    }
+    if (job.durable) job.durable(saved);
+  }
+}
+
+void StateWriter::WriteState() {
+  std::function<StateSnapshot()> source;
+  int64_t ticket = 0;
+  {
+    MutexLock lock(&mu_);
+    state_queued_ = false;
+    ticket = state_requested_;  // every change up to here is in what the source returns
+    source = source_;
+    in_source_ = source != nullptr;
+  }
+  std::optional<StateSnapshot> snapshot;
+  if (source) snapshot = source();
+  std::string serialized;
+  v1::SavedState state;
+  if (snapshot.has_value()) {
+    *state.mutable_run() = std::move(snapshot->run);
+    for (v1::MemberStatus& member : snapshot->members) *state.add_members() = std::move(member);
+    if (snapshot->history != nullptr) {
+      for (const v1::RunInfo& run : *snapshot->history) *state.add_history() = run;
+    }
+    serialized = state.SerializeAsString();
+  }
+  bool unchanged = true;
+  {
+    MutexLock lock(&mu_);
+    in_source_ = false;
+    unchanged = !snapshot.has_value() || serialized == written_state_;
+  }
+  if (!unchanged) {
+    if (options_.before_write) options_.before_write("state.textproto");
+    if (absl::Status status = runs_.Save(state); !status.ok()) {
+      LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
+    } else {
+      MutexLock lock(&mu_);
+      written_state_ = std::move(serialized);
+    }
+  }
+  MutexLock lock(&mu_);
+  state_written_ = std::max(state_written_, ticket);
+}
+
+}  // namespace localsgd

@@ -1,0 +1,115 @@
+#ifndef LOCALSGD_COORDINATOR_STATE_WRITER_H_
+#define LOCALSGD_COORDINATOR_STATE_WRITER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/chunking.h"
+#include "common/mutex.h"
+#include "coordinator/model_store.h"
+#include "coordinator/run_store.h"
+#include "proto/localsgd/v1/state.pb.h"
+
+namespace localsgd {
+
+// A committed global model as the coordinator hands it out: immutable, shared by FetchModel,
+// the state writer and the status of the run (docs/design.md, "Persistence").
+struct ModelSnapshot {
+  std::string run_id;
+  int64_t round = 0;  // committed rounds (0: the initial model)
+  int64_t global_step = 0;
+  ChunkLayout layout;
+  std::shared_ptr<const std::vector<float>> values;
+  // The outer momentum buffer; null when the outer optimizer has none.
+  std::shared_ptr<const std::vector<float>> momentum;
+};
+
+// The run record as the control plane hands it to the writer: copied under the plane's lock
+// (small parts; the history of ended runs is shared, not copied), serialised by the writer.
+struct StateSnapshot {
+  v1::RunInfo run;
+  std::vector<v1::MemberStatus> members;
+  std::shared_ptr<const std::vector<v1::RunInfo>> history;
+};
+
+// The one thread that writes the coordinator's state folder: model.bin (ModelStore) and
+// state.textproto (RunStore). Callers queue immutable snapshots and return at once; nothing
+// they hold is needed while a file is serialised, written or fsynced. Writes happen in the
+// order they were queued, so a run record never gets ahead of the model it names: the
+// round manager records a commit only once its model is durable (docs/design.md,
+// "Persistence"). Changes to the run record coalesce: the writer asks the state source for
+// the record when it gets to write it, so many changes make one write.
+// Thread-safe.
+class StateWriter {
+ public:
+  struct Options {
+    std::string state_dir;
+    // Testing: called on the writer thread before every write, with the file's name.
+    std::function<void(const std::string& file)> before_write;
+  };
+
+  // Creates the folder if needed and starts the thread.
+  static absl::StatusOr<std::unique_ptr<StateWriter>> Open(Options options);
+  // Writes what is queued, then stops.
+  ~StateWriter();
+
+  // The saved files, for a coordinator that starts (before anything is queued). DATA_LOSS
+  // names a corrupt file.
+  absl::StatusOr<std::optional<v1::SavedState>> LoadState();
+  absl::StatusOr<std::optional<ModelCheckpoint>> LoadModel() const;
+  const std::string& state_path() const { return runs_.path(); }
+  const std::string& model_path() const { return models_.path(); }
+
+  // Queues `model`; `durable` runs on the writer thread, with no lock of the writer's held,
+  // once model.bin holds it (or with the error that kept it off the disk).
+  void SaveModel(std::shared_ptr<const ModelSnapshot> model,
+                 std::function<void(const absl::Status&)> durable);
+
+  // Where the run record comes from: called on the writer thread, without the writer's lock.
+  // Set it before the first StateChanged; null detaches it, waiting for a call in progress
+  // (the control plane's end).
+  void SetStateSource(std::function<StateSnapshot()> source);
+  // The run record changed: returns a ticket that AwaitState waits for.
+  int64_t StateChanged();
+  // Waits until state.textproto holds every change up to `ticket` (or its write failed,
+  // which is logged). Never call it on the writer thread (from a `durable` callback).
+  void AwaitState(int64_t ticket);
+
+ private:
+  struct Job {
+    std::shared_ptr<const ModelSnapshot> model;  // null: the run record
+    std::function<void(const absl::Status&)> durable;
+  };
+
+  StateWriter(Options options, ModelStore models, RunStore runs);
+  void Loop();
+  void WriteState();
+
+  const Options options_;
+  const ModelStore models_;
+  const RunStore runs_;
+
+  Mutex mu_;
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  bool state_queued_ ABSL_GUARDED_BY(mu_) = false;  // a run-record job waits in queue_
+  int64_t state_requested_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t state_written_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<StateSnapshot()> source_ ABSL_GUARDED_BY(mu_);
+  bool in_source_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The last record written (or loaded), serialised, to skip unchanged writes.
+  std::string written_state_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_STATE_WRITER_H_

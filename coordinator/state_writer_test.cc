@@ -1,0 +1,134 @@
+// The state writer with real files: order, durability callbacks, coalesced run records.
+#include "coordinator/state_writer.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+#include "tests/testutil/wait_for.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::IsOk;
+
+std::shared_ptr<const ModelSnapshot> Model(const std::string& run_id, int64_t round) {
+  auto model = std::make_shared<ModelSnapshot>();
+  model->run_id = run_id;
+  model->round = round;
+  model->global_step = 10 * round;
+  model->values = std::make_shared<const std::vector<float>>(4, static_cast<float>(round));
+  return model;
+}
+
+StateSnapshot Record(const std::string& run_id, int64_t round) {
+  StateSnapshot state;
+  state.run.set_run_id(run_id);
+  state.run.set_round(round);
+  return state;
+}
+
+class StateWriterTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<StateWriter> Open(const std::string& name) {
+    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+    StateWriter::Options options;
+    options.state_dir = dir_;
+    options.before_write = [this](const std::string& file) {
+      {
+        MutexLock lock(&mu_);
+        writes_.push_back(file);
+      }
+      if (blocked_) release_.WaitForNotification();
+    };
+    absl::StatusOr<std::unique_ptr<StateWriter>> writer = StateWriter::Open(options);
+    EXPECT_THAT(writer, IsOk());
+    return std::move(*writer);
+  }
+  std::vector<std::string> writes() {
+    MutexLock lock(&mu_);
+    return writes_;
+  }
+
+  std::string dir_;
+  std::atomic<bool> blocked_{false};
+  absl::Notification release_;
+  Mutex mu_;
+  std::vector<std::string> writes_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(StateWriterTest, AModelIsAnnouncedDurableOnlyOnceItIsOnDisk) {
+  std::unique_ptr<StateWriter> writer = Open("durable");
+  blocked_ = true;
+  std::atomic<bool> durable{false};
+  writer->SaveModel(Model("r", 1), [&](const absl::Status& status) {
+    EXPECT_THAT(status, IsOk());
+    durable = true;
+  });
+  EXPECT_TRUE(WaitFor([&] { return !writes().empty(); }, absl::Seconds(5)));
+  EXPECT_FALSE(WaitFor([&] { return durable.load(); }, absl::Milliseconds(50)));
+  release_.Notify();
+  EXPECT_TRUE(WaitFor([&] { return durable.load(); }, absl::Seconds(5)));
+  absl::StatusOr<std::optional<ModelCheckpoint>> saved = writer->LoadModel();
+  ASSERT_THAT(saved, IsOk());
+  ASSERT_TRUE(saved->has_value());
+  EXPECT_EQ((*saved)->round, 1);
+  EXPECT_EQ((*saved)->global, std::vector<float>(4, 1.0f));
+}
+
+// While one write blocks, a hundred changes to the run record make one write, with the
+// newest record, after the model queued before them; AwaitState returns once it is written.
+TEST_F(StateWriterTest, RecordChangesCoalesceAndKeepTheirPlaceAfterModels) {
+  std::unique_ptr<StateWriter> writer = Open("coalesce");
+  std::atomic<int> round{0};
+  std::atomic<int> asked{0};
+  writer->SetStateSource([&] {
+    ++asked;
+    return Record("r", round.load());
+  });
+  blocked_ = true;
+  writer->SaveModel(Model("r", 1), nullptr);
+  ASSERT_TRUE(WaitFor([&] { return !writes().empty(); }, absl::Seconds(5)));
+  int64_t ticket = 0;
+  for (int i = 1; i <= 100; ++i) {
+    round = i;
+    ticket = writer->StateChanged();
+  }
+  blocked_ = false;
+  release_.Notify();
+  writer->AwaitState(ticket);
+  EXPECT_EQ(asked.load(), 1);
+  EXPECT_EQ(writes(), (std::vector<std::string>{"model.bin", "state.textproto"}));
+  absl::StatusOr<std::optional<v1::SavedState>> saved = writer->LoadState();
+  ASSERT_THAT(saved, IsOk());
+  ASSERT_TRUE(saved->has_value());
+  EXPECT_EQ((*saved)->run().round(), 100);
+  // The same record again is not written again.
+  writer->AwaitState(writer->StateChanged());
+  EXPECT_EQ(writes().size(), 2u);
+  writer->SetStateSource(nullptr);
+}
+
+TEST_F(StateWriterTest, TheSavedRecordSurvivesANewWriterAndEverythingQueuedIsWrittenAtTheEnd) {
+  {
+    std::unique_ptr<StateWriter> writer = Open("reopen");
+    writer->SetStateSource([] { return Record("r", 7); });
+    writer->StateChanged();
+    writer->SaveModel(Model("r", 7), nullptr);
+    writer->SetStateSource(nullptr);  // after the queued change was taken or skipped
+  }
+  std::unique_ptr<StateWriter> reopened = Open("reopen");
+  absl::StatusOr<std::optional<ModelCheckpoint>> model = reopened->LoadModel();
+  ASSERT_THAT(model, IsOk());
+  ASSERT_TRUE(model->has_value());
+  EXPECT_EQ((*model)->round, 7);
+}
+
+}  // namespace
+}  // namespace localsgd

@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/codec.h"
+#include "exchange/codec.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 
 ABSL_FLAG(int64_t, values, 25'000'000, "floats per pass (25 M = 100 MB of fp32)");

@@ -46,7 +46,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_channel.h"
 #include "common/process_tuning.h"
-#include "common/write_batch.h"
+#include "exchange/write_batch.h"
 
 ABSL_FLAG(int, rank, 0, "This process's rank.");
 ABSL_FLAG(int, ranks, 2, "Processes in the ring (at least 2).");

@@ -12,8 +12,8 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
-#include "common/stream_outbox.h"
-#include "common/write_batch.h"
+#include "exchange/stream_outbox.h"
+#include "exchange/write_batch.h"
 
 namespace localsgd {
 namespace {

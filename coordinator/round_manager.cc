@@ -10,13 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/codec.h"
 #include "common/enum_name.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "exchange/codec.h"
 
 namespace localsgd {
 namespace {
@@ -142,14 +142,14 @@ absl::Status RoundManager::InstallModel(std::vector<float> global,
                                         std::optional<std::vector<float>> momentum) {
   const ChunkLayout layout =
       ChunkLayout::ForBytes(static_cast<int64_t>(global.size()), model_.spec.chunk_bytes());
-  AggregatorEngine::Options options;
+  RangeReducer::Options options;
   options.layout = layout;
   options.codec = model_.spec.codec();
   options.outer =
       OuterOptimizer{model_.spec.outer_optimizer().lr(), model_.spec.outer_optimizer().momentum(),
                      model_.spec.outer_optimizer().nesterov()};
   options.max_norm_ratio = model_.spec.max_delta_norm_ratio();
-  auto engine = std::make_shared<AggregatorEngine>(options, std::move(global));
+  auto engine = std::make_shared<RangeReducer>(options, std::move(global));
   if (momentum.has_value()) {
     LOCALSGD_RETURN_IF_ERROR(engine->RestoreMomentum(*std::move(momentum)));
   }
@@ -416,7 +416,7 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
 }
 
 absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
-  std::shared_ptr<AggregatorEngine> engine;
+  std::shared_ptr<RangeReducer> engine;
   {
     MutexLock lock(&mu_);
     if (!sessions_.count(session_id) || !round_.has_value()) {
@@ -591,7 +591,7 @@ void RoundManager::Advance() {
     if (!completed.ok()) {
       decided.Fail(std::string(completed.status().message()));
     } else {
-      for (const AggregatorEngine::Exclusion& exclusion : model_.engine->TakeExclusions()) {
+      for (const RangeReducer::Exclusion& exclusion : model_.engine->TakeExclusions()) {
         decided.Exclude(exclusion.slot,
                         absl::StrFormat("delta norm %.6g is more than max_delta_norm_ratio %g "
                                         "times the median of the others' (%.6g)",
@@ -865,7 +865,7 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
   const int index = chunk->index();
   const int64_t bytes = static_cast<int64_t>(chunk->data().size());
   std::shared_ptr<NextModel> next;
-  std::shared_ptr<AggregatorEngine> engine;
+  std::shared_ptr<RangeReducer> engine;
   v1::Codec codec = v1::CODEC_FP32;
   OuterOptimizer outer;
   absl::Status status;

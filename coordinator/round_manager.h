@@ -13,13 +13,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/aggregator.h"
-#include "common/chunking.h"
 #include "common/mutex.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/sharded_round.h"
 #include "coordinator/star_round.h"
 #include "coordinator/state_writer.h"
+#include "exchange/chunking.h"
+#include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
@@ -142,8 +142,8 @@ class RoundManager {
   struct Model {
     std::string run_id;
     v1::RunSpec spec;
-    std::shared_ptr<AggregatorEngine> engine;  // null until initialised
-    int64_t round = 0;                         // committed rounds
+    std::shared_ptr<RangeReducer> engine;  // null until initialised
+    int64_t round = 0;                     // committed rounds
     int64_t global_step = 0;
     // The engine's model at `round`, as FetchModel and the state writer get it.
     std::shared_ptr<const ModelSnapshot> snapshot;

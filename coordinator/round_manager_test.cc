@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "common/codec.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
+#include "exchange/codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/fake_clock.h"
@@ -153,10 +153,11 @@ class RoundManagerTest : public ::testing::Test {
     return model.round;
   }
 
-  std::vector<std::unique_ptr<StateWriter>> writers_;  // outlive the managers below
-  std::string state_dir_;
+  // What the writers' hooks use, then the writers: they outlive the managers below.
   std::atomic<bool> initial_saved_{false};
   absl::Notification saving_, release_;  // SlowDisk
+  std::string state_dir_;
+  std::vector<std::unique_ptr<StateWriter>> writers_;
   FakeClock clock_;
   std::unique_ptr<ControlPlane> plane_;
   std::unique_ptr<RoundManager> rounds_;
@@ -209,16 +210,23 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
 TEST_F(RoundManagerTest, HeartbeatsJoinsAndStatusAnswerWhileTheWriterIsBlockedInASave) {
   // Every write goes through but the save of round 1's model, which waits for release_, and
   // the run record's write that follows it (the commit), which waits for record_release.
-  std::atomic<int> models{0};
-  absl::Notification record_saving, record_release;
+  // (Shared with the hook: the writer outlives this body.)
+  struct Gates {
+    std::atomic<int> models{0};
+    absl::Notification record_saving, record_release;
+  };
+  auto gates = std::make_shared<Gates>();
+  absl::Notification& record_saving = gates->record_saving;
+  absl::Notification& record_release = gates->record_release;
   RoundManager::Options options;
-  options.state = Writer("blocked-writer", [&, this](const std::string& file) {
-    if (file == "model.bin" && ++models == 2) {
+  options.state = Writer("blocked-writer", [gates, this](const std::string& file) {
+    if (file == "model.bin" && ++gates->models == 2) {
       saving_.Notify();
       release_.WaitForNotification();
-    } else if (file == "state.textproto" && models == 2 && !record_saving.HasBeenNotified()) {
-      record_saving.Notify();
-      record_release.WaitForNotification();
+    } else if (file == "state.textproto" && gates->models == 2 &&
+               !gates->record_saving.HasBeenNotified()) {
+      gates->record_saving.Notify();
+      gates->record_release.WaitForNotification();
     }
   });
   ControlPlane::Options plane_options;

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/chunking.h"
+#include "exchange/chunking.h"
 
 namespace localsgd {
 

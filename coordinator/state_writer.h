@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/chunking.h"
 #include "common/mutex.h"
 #include "coordinator/model_store.h"
 #include "coordinator/run_store.h"
+#include "exchange/chunking.h"
 #include "proto/localsgd/v1/state.pb.h"
 
 namespace localsgd {

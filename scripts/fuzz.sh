@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-30}
 out=${FUZZ_OUT:-$(mktemp -d)}
-fuzzers=(codec run_spec aggregator request received_chunk)
+fuzzers=(codec run_spec range_reducer request received_chunk)
 bazel build --config=fuzz $(printf "//tests/fuzz:%s_fuzzer " "${fuzzers[@]}")
 bin=$(bazel info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz
 status=0

@@ -14,6 +14,6 @@ status=0
 suite --config=asan --test_tag_filters=-no_sanitizers "$@" \
   --test_env=LSAN_OPTIONS="suppressions=$PWD/lsan.supp:print_suppressions=0" //... || status=1
 suite --config=tsan --test_tag_filters=-no_tsan,-no_sanitizers "$@" \
-  //common/... //coordinator/... || status=1
+  //common/... //exchange/... //coordinator/... || status=1
 report_failures
 exit "$status"

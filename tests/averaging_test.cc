@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/codec.h"
 #include "common/file_util.h"
 #include "coordinator/coordinator_server.h"
+#include "exchange/codec.h"
+#include "exchange/star_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
@@ -95,10 +95,10 @@ class AveragingTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_->StopRun(Ctx().get(), v1::StopRunRequest(), &response).ok());
   }
 
-  AveragingClient Client() { return AveragingClient(Channel(), kToken); }
+  StarClient Client() { return StarClient(Channel(), kToken); }
 
-  AveragingClient::Member Member(int node, double weight = 1) {
-    return AveragingClient::Member{run_id_, absl::StrCat("node-", node, "/0"), codec_, weight, 1};
+  StarClient::Member Member(int node, double weight = 1) {
+    return StarClient::Member{run_id_, absl::StrCat("node-", node, "/0"), codec_, weight, 1};
   }
 
   // Uploads global[0] from node-0 and gives every member a copy.
@@ -115,15 +115,15 @@ class AveragingTest : public ::testing::Test {
   }
 
   // Each member in its own thread syncs `params[m]` against `globals[m]` for `round`.
-  std::vector<absl::StatusOr<AveragingClient::SyncResult>> SyncAll(
+  std::vector<absl::StatusOr<StarClient::SyncResult>> SyncAll(
       const std::vector<int>& nodes, int64_t round, const std::vector<std::vector<float>>& params,
       std::vector<std::vector<float>>& globals, const std::vector<double>& weights) {
-    std::vector<absl::StatusOr<AveragingClient::SyncResult>> results(nodes.size(),
-                                                                     absl::UnknownError(""));
+    std::vector<absl::StatusOr<StarClient::SyncResult>> results(nodes.size(),
+                                                                absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t m = 0; m < nodes.size(); ++m) {
       threads.emplace_back([&, m] {
-        AveragingClient client = Client();
+        StarClient client = Client();
         results[m] = client.Sync(Member(nodes[m], weights[m]), round, round * 8, params[m],
                                  absl::MakeSpan(globals[m]), kTimeout);
       });
@@ -225,7 +225,7 @@ TEST_F(AveragingTest, FirstUpdateChunkArrivesBeforeTheLastDeltaChunkIsSent) {
   std::vector<float> global1 = global0;
   std::vector<float> params1 = global0;
   params1[0] += 2.0f;
-  absl::StatusOr<AveragingClient::SyncResult> result1 = absl::UnknownError("");
+  absl::StatusOr<StarClient::SyncResult> result1 = absl::UnknownError("");
   std::thread other([&] {
     result1 = Client().Sync(Member(1), 1, 8, params1, absl::MakeSpan(global1), kTimeout);
   });
@@ -401,7 +401,7 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
   std::vector<float> global0 = InitModel();
   auto stub = v1::Averaging::NewStub(Channel());
   // A valid chunk 0 equal to the good members' (delta 1 at value 0): a member dropped later
-  // keeps the valid chunks it already delivered in their means (see AggregatorEngine), so it
+  // keeps the valid chunks it already delivered in their means (see RangeReducer), so it
   // must not move the mean that the assertions below expect.
   std::vector<float> delta0(static_cast<size_t>(layout_.chunk_values), 0.0f);
   delta0[0] = 1.0f;
@@ -694,7 +694,7 @@ TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
   InitModel();
   EXPECT_THAT(Client().InitModel(run_id_, "node-1/0", global, layout_, kTimeout),
               StatusIs(absl::StatusCode::kAlreadyExists, "fetch"));
-  AveragingClient anonymous(Channel(), "");
+  StarClient anonymous(Channel(), "");
   EXPECT_THAT(anonymous.FetchModel("", kTimeout),
               StatusIs(absl::StatusCode::kUnauthenticated, "token"));
   // A stopped run still serves its model; syncing it is refused.

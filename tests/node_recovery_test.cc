@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/averaging_client.h"
 #include "common/auth.h"
 #include "coordinator/coordinator_server.h"
+#include "exchange/star_client.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "worker/hierarchical_averager.h"
@@ -79,7 +79,7 @@ class NodeRecoveryTest : public ::testing::TestWithParam<int> {
 TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
   const int dead = GetParam();
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/node-", dead);
-  AveragingClient client(Channel(), kToken);
+  StarClient client(Channel(), kToken);
   std::vector<Rank> ranks(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -94,7 +94,7 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
       std::unique_ptr<NodeLeader> leader;
       if (r == 0) {
         leader = std::make_unique<NodeLeader>(
-            &client, AveragingClient::Member{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3},
+            &client, StarClient::Member{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3},
             ChunkLayout::ForBytes(kValues, 65536), kTimeout);
       }
       // Taking over from a dead leader, as the worker does it: join as the node's leader in
@@ -112,8 +112,8 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
         const int left = static_cast<int>((*group)->members().size());
         leader = std::make_unique<NodeLeader>(
             &client,
-            AveragingClient::Member{run_id_, joined.worker_id(), v1::CODEC_FP32,
-                                    static_cast<double>(left), left},
+            StarClient::Member{run_id_, joined.worker_id(), v1::CODEC_FP32,
+                               static_cast<double>(left), left},
             ChunkLayout::ForBytes(kValues, 65536), kTimeout);
         return leader.get();
       };
@@ -138,7 +138,7 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
     });
   }
   for (auto& t : threads) t.join();
-  absl::StatusOr<AveragingClient::Model> global = client.FetchModel(run_id_, kTimeout);
+  absl::StatusOr<StarClient::Model> global = client.FetchModel(run_id_, kTimeout);
   ASSERT_TRUE(global.ok()) << global.status();
   EXPECT_EQ(global->global_step, kLastStep);
   const at::Tensor expected = torch::from_blob(global->values.data(), {kValues}).clone();

@@ -15,20 +15,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/codec.h"
 #include "common/tls.h"
 #include "coordinator/coordinator_server.h"
+#include "exchange/codec.h"
+#include "exchange/data_plane_server.h"
+#include "exchange/sharded_client.h"
+#include "exchange/star_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
-#include "worker/data_plane_server.h"
 #include "worker/node_leader.h"
-#include "worker/sharded_client.h"
 
 namespace localsgd {
 namespace {
@@ -49,7 +49,7 @@ using Vectors = std::vector<std::vector<float>>;
 struct Leader {
   std::unique_ptr<DataPlaneServer> server;
   std::unique_ptr<ShardedClient> client;
-  AveragingClient::Member member;
+  StarClient::Member member;
 };
 
 class ShardedTest : public ::testing::Test {
@@ -122,8 +122,8 @@ class ShardedTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
     run_ = response.run();
     for (auto& [i, leader] : leaders_) {
-      leader.member = AveragingClient::Member{run_.run_id(), absl::StrCat("node-", i, "/0"),
-                                              run_.spec().codec(), 1.0 + i, 1};
+      leader.member = StarClient::Member{run_.run_id(), absl::StrCat("node-", i, "/0"),
+                                         run_.spec().codec(), 1.0 + i, 1};
     }
   }
 
@@ -136,7 +136,7 @@ class ShardedTest : public ::testing::Test {
     return ChunkLayout::ForBytes(values, run_.spec().chunk_bytes());
   }
 
-  AveragingClient Client() { return AveragingClient(Channel(), kToken); }
+  StarClient Client() { return StarClient(Channel(), kToken); }
 
   v1::CoordinatorStatus Status() {
     v1::CoordinatorStatus status;
@@ -145,13 +145,11 @@ class ShardedTest : public ::testing::Test {
   }
 
   // Every node in `nodes` syncs params[k] against its globals[k] / momenta[k] in a thread.
-  std::vector<absl::StatusOr<AveragingClient::SyncResult>> SyncAll(const std::vector<int>& nodes,
-                                                                   int64_t round,
-                                                                   const Vectors& params,
-                                                                   Vectors& globals,
-                                                                   Vectors& momenta) {
-    std::vector<absl::StatusOr<AveragingClient::SyncResult>> results(nodes.size(),
-                                                                     absl::UnknownError(""));
+  std::vector<absl::StatusOr<StarClient::SyncResult>> SyncAll(const std::vector<int>& nodes,
+                                                              int64_t round, const Vectors& params,
+                                                              Vectors& globals, Vectors& momenta) {
+    std::vector<absl::StatusOr<StarClient::SyncResult>> results(nodes.size(),
+                                                                absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t k = 0; k < nodes.size(); ++k) {
       threads.emplace_back([&, k] {
@@ -200,7 +198,7 @@ class ShardedTest : public ::testing::Test {
 
 class ShardedEquivalenceTest : public ShardedTest {
  public:
-  // The star reference: the same deltas through AveragingClient::Sync.
+  // The star reference: the same deltas through StarClient::Sync.
   std::vector<Vectors> Run(bool sharded, int nodes, int64_t values, int rounds,
                            const std::string& codec = "CODEC_FP32") {
     server_.reset();
@@ -499,8 +497,7 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   // A late joiner fetches global and momentum and takes part in the next round, which leaves
   // all three copies identical.
   JoinNode(2);
-  leaders_[2].member =
-      AveragingClient::Member{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
+  leaders_[2].member = StarClient::Member{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
   auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[0].data(), values * sizeof(float)), 0);
@@ -524,7 +521,7 @@ TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
   StartRun("total_steps: 16 round_deadline_seconds: 1");
   const int64_t values = 30'000;
   std::vector<float> start = RandomVector(values, 3);
-  AveragingClient client = Client();
+  StarClient client = Client();
   std::vector<std::unique_ptr<NodeLeader>> nodes;
   for (int i = 0; i < 2; ++i) {
     nodes.push_back(

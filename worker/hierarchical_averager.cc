@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/averaging_client.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "exchange/star_client.h"
 
 namespace localsgd {
 namespace {

@@ -11,7 +11,7 @@
 
 namespace localsgd {
 
-NodeLeader::NodeLeader(AveragingClient* client, AveragingClient::Member member, ChunkLayout layout,
+NodeLeader::NodeLeader(StarClient* client, StarClient::Member member, ChunkLayout layout,
                        absl::Duration round_timeout)
     : client_(client), member_(std::move(member)), layout_(layout), round_timeout_(round_timeout) {}
 
@@ -34,7 +34,7 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
 
 absl::Status NodeLeader::Adopt(absl::Span<float> params) {
   const bool with_momentum = sharded_ != nullptr && outer_.momentum != 0;
-  LOCALSGD_ASSIGN_OR_RETURN(AveragingClient::Model model,
+  LOCALSGD_ASSIGN_OR_RETURN(StarClient::Model model,
                             client_->FetchModel(member_.run_id, round_timeout_, with_momentum));
   if (model.values.size() != params.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -54,7 +54,7 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params) {
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
   if (global_.empty()) return Adopt(params);  // took over: start from the committed model
-  absl::StatusOr<AveragingClient::SyncResult> result =
+  absl::StatusOr<StarClient::SyncResult> result =
       sharded_ != nullptr
           ? sharded_->Sync(member_, outer_, round_ + 1, step, params, absl::MakeSpan(global_),
                            absl::MakeSpan(momentum_), round_timeout_)

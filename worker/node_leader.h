@@ -7,10 +7,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "client/averaging_client.h"
-#include "common/chunking.h"
-#include "common/outer_step.h"
-#include "worker/sharded_client.h"
+#include "exchange/chunking.h"
+#include "exchange/outer_step.h"
+#include "exchange/sharded_client.h"
+#include "exchange/star_client.h"
 
 namespace localsgd {
 
@@ -21,7 +21,7 @@ namespace localsgd {
 // other leaders. Thread-compatible.
 class NodeLeader {
  public:
-  NodeLeader(AveragingClient* client, AveragingClient::Member member, ChunkLayout layout,
+  NodeLeader(StarClient* client, StarClient::Member member, ChunkLayout layout,
              absl::Duration round_timeout);
 
   // Sharded rounds from now on (RunSpec.exchange EXCHANGE_SHARDED), through `client`, with the
@@ -59,8 +59,8 @@ class NodeLeader {
  private:
   absl::Status Adopt(absl::Span<float> params);
 
-  AveragingClient* const client_;
-  AveragingClient::Member member_;
+  StarClient* const client_;
+  StarClient::Member member_;
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
   ShardedClient* sharded_ = nullptr;

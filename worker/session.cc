@@ -6,17 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/averaging_client.h"
 #include "common/log.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
-#include "worker/data_plane_server.h"
+#include "exchange/data_plane_server.h"
+#include "exchange/sharded_client.h"
+#include "exchange/star_client.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
 #include "worker/node_group.h"
 #include "worker/node_leader.h"
-#include "worker/sharded_client.h"
 
 namespace localsgd {
 namespace {
@@ -168,8 +168,8 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
         absl::StrCat("claiming the node's lead: ", s.ToString(), " (retried with the heartbeats)"));
   }
   const int ranks = static_cast<int>(group_->members().size());
-  AveragingClient::Member member{run_id_, coordinator_->worker_id(), spec_.codec(),
-                                 static_cast<double>(ranks), ranks};
+  StarClient::Member member{run_id_, coordinator_->worker_id(), spec_.codec(),
+                            static_cast<double>(ranks), ranks};
   leader_ = std::make_unique<NodeLeader>(
       averaging_.get(), member, ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
       // Sharded rounds gather, then exchange, each within the deadline.
@@ -193,7 +193,7 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   if (group_ == nullptr) return absl::FailedPreconditionError("Start before FormNodeGroup");
   if (tensors.empty()) return absl::InvalidArgumentError("tensors: none to average");
   tensors_ = std::move(tensors);
-  averaging_ = std::make_unique<AveragingClient>(coordinator_->channel(), options_.token);
+  averaging_ = std::make_unique<StarClient>(coordinator_->channel(), options_.token);
   NodeLeader* first_leader = nullptr;
   if (spec_.enabled() && group_->members().front() == options_.local_rank) {
     LOCALSGD_ASSIGN_OR_RETURN(first_leader, TakeLead(""));

@@ -21,7 +21,7 @@
 namespace localsgd {
 
 // The pieces a Session owns; users of this header need not see them.
-class AveragingClient;
+class StarClient;
 class DataPlaneServer;
 class HierarchicalAverager;
 class NodeGroup;
@@ -126,7 +126,7 @@ class Session : public ParameterAverager {
   v1::RunSpec spec_;
   std::unique_ptr<NodeGroup> group_;
   std::vector<at::Tensor> tensors_;
-  std::unique_ptr<AveragingClient> averaging_;
+  std::unique_ptr<StarClient> averaging_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ShardedClient> sharded_;
   std::unique_ptr<NodeLeader> leader_;

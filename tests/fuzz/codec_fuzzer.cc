@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/codec.h"
+#include "exchange/codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/received_chunk.h"
+#include "exchange/received_chunk.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -20,15 +20,15 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/averaging_client.h"
 #include "common/auth.h"
-#include "common/codec.h"
 #include "common/grpc_channel.h"
 #include "common/process_tuning.h"
 #include "common/status_util.h"
+#include "exchange/codec.h"
+#include "exchange/data_plane_server.h"
+#include "exchange/sharded_client.h"
+#include "exchange/star_client.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
-#include "worker/data_plane_server.h"
-#include "worker/sharded_client.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator gRPC HOST:PORT.");
 ABSL_FLAG(std::string, token, "", "Bearer token.");
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     }
   });
 
-  localsgd::AveragingClient client(channel, token);
+  localsgd::StarClient client(channel, token);
   const int64_t n = absl::GetFlag(FLAGS_values);
   std::vector<float> global;
   std::vector<float> momentum_at_start;
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail("init model", s);
   } else {
     while (true) {
-      absl::StatusOr<localsgd::AveragingClient::Model> model =
+      absl::StatusOr<localsgd::StarClient::Model> model =
           client.FetchModel(run.run_id(), absl::Seconds(120), /*include_momentum=*/true);
       if (model.ok()) {
         global = std::move(model->values);
@@ -147,8 +147,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  localsgd::AveragingClient::Member member{run.run_id(), joined.worker_id(), run.spec().codec(),
-                                           1.0, 1};
+  localsgd::StarClient::Member member{run.run_id(), joined.worker_id(), run.spec().codec(), 1.0, 1};
   const bool sharded = run.spec().exchange() == localsgd::v1::EXCHANGE_SHARDED;
   const localsgd::v1::OuterOptimizerSpec& outer_spec = run.spec().outer_optimizer();
   const localsgd::OuterOptimizer outer{outer_spec.lr(), outer_spec.momentum(),
@@ -204,7 +203,7 @@ int main(int argc, char** argv) {
     if (round > first_round && cpu_start < 0) cpu_start = CpuSeconds();  // after the warm-up
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
-    absl::StatusOr<localsgd::AveragingClient::SyncResult> result =
+    absl::StatusOr<localsgd::StarClient::SyncResult> result =
         sharded
             ? sharded_client.Sync(member, outer, round, round * 8, params, absl::MakeSpan(global),
                                   absl::MakeSpan(momentum), absl::Seconds(300))

@@ -1,0 +1,113 @@
+#include "exchange/ring_inbox.h"
+
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+namespace {
+
+// Whether (round, attempt) comes before (other_round, other_attempt).
+bool Before(int64_t round, uint64_t attempt, int64_t other_round, uint64_t other_attempt) {
+  return round < other_round || (round == other_round && attempt < other_attempt);
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
+  MutexLock lock(&mu_);
+  const Key key{header.run_id(), header.round(), header.attempt()};
+  if (followed_.has_value() && followed_->run_id == key.run_id &&
+      Before(key.round, key.attempt, followed_->round, followed_->attempt)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "round ", key.round, " attempt ", key.attempt, " is over here (this member follows round ",
+        followed_->round, " attempt ", followed_->attempt, ")"));
+  }
+  for (const auto& [id, stream] : streams_) {
+    if (stream.key == key) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("a second stream for round ", key.round, " attempt ", key.attempt));
+    }
+  }
+  const int64_t id = next_id_++;
+  Stream& stream = streams_[id];
+  stream.key = key;
+  stream.from = header.member_id();
+  return id;
+}
+
+absl::Status RingInbox::Add(int64_t id, ReceivedChunk message) {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(id);
+  if (it == streams_.end()) {
+    return absl::FailedPreconditionError("this member follows a newer attempt");
+  }
+  // The followed round is over for this member: what still comes is not needed.
+  if (stopped_ && followed_.has_value() && it->second.key == *followed_) return absl::OkStatus();
+  it->second.queue.push_back(std::move(message));
+  return absl::OkStatus();
+}
+
+void RingInbox::Close(int64_t id, const absl::Status& status) {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(id);
+  if (it == streams_.end() || it->second.closed) return;
+  it->second.closed = true;
+  it->second.status = status;
+}
+
+void RingInbox::Follow(const std::string& run_id, int64_t round, uint64_t attempt,
+                       const std::string& from) {
+  MutexLock lock(&mu_);
+  followed_ = Key{run_id, round, attempt};
+  from_ = from;
+  stopped_ = false;
+  // Streams of this attempt or a newer one may already be here; the others are over.
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    const Key& key = it->second.key;
+    const bool kept = key.run_id == run_id && !Before(key.round, key.attempt, round, attempt);
+    it = kept ? std::next(it) : streams_.erase(it);
+  }
+}
+
+RingInbox::Stream* RingInbox::Followed() {
+  if (!followed_.has_value()) return nullptr;
+  for (auto& [id, stream] : streams_) {
+    if (stream.key == *followed_) return &stream;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::optional<ReceivedChunk>> RingInbox::Next() {
+  MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](RingInbox* inbox) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (inbox->stopped_) return true;
+        const Stream* stream = inbox->Followed();
+        return stream != nullptr &&
+               (stream->closed || !stream->queue.empty() || stream->from != inbox->from_);
+      },
+      this));
+  if (stopped_) return absl::CancelledError("the round ended");
+  Stream* stream = Followed();
+  if (stream->from != from_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ring's stream came from ", stream->from, ", not from ", from_));
+  }
+  if (!stream->queue.empty()) {
+    std::optional<ReceivedChunk> message(std::move(stream->queue.front()));
+    stream->queue.pop_front();
+    return message;
+  }
+  if (!stream->status.ok()) return stream->status;
+  return std::nullopt;
+}
+
+void RingInbox::Stop() {
+  MutexLock lock(&mu_);
+  stopped_ = true;
+  if (Stream* stream = Followed()) stream->queue.clear();
+}
+
+}  // namespace localsgd

@@ -1,0 +1,75 @@
+#ifndef LOCALSGD_EXCHANGE_RING_INBOX_H_
+#define LOCALSGD_EXCHANGE_RING_INBOX_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "exchange/received_chunk.h"
+#include "proto/localsgd/v1/averaging.pb.h"
+
+namespace localsgd {
+
+// What a node leader receives in a ring round (docs/design.md, "Ring rounds") from the member
+// before it, over DataPlane.Pass: the gRPC adapter hands every message here as it arrives, and
+// the leader's round takes them in order. A stream may arrive before the leader knows the
+// round's layout: its messages wait here until the leader follows that attempt, each as its
+// chunk was received (a sum or a mean, in gRPC's own buffers). Buffering is unbounded: a
+// sender sends at most about one model's bytes per round. Thread-safe.
+class RingInbox {
+ public:
+  // Server side. A stream opens with its header: FAILED_PRECONDITION for an attempt older than
+  // the one followed (same run), ALREADY_EXISTS for a second stream of the same attempt.
+  absl::StatusOr<int64_t> Open(const v1::ReduceHeader& header);
+  // A message of stream `id` (not a header): FAILED_PRECONDITION once its attempt is no longer
+  // followed (a newer one is), so that the stream ends.
+  absl::Status Add(int64_t id, ReceivedChunk message);
+  // Stream `id` ended: OK when the sender finished, else why not.
+  void Close(int64_t id, const absl::Status& status);
+
+  // Leader side. From now on the leader takes the messages of (run_id, round, attempt) from
+  // member `from`; streams of other attempts are forgotten.
+  void Follow(const std::string& run_id, int64_t round, uint64_t attempt, const std::string& from);
+  // The next message of the followed attempt, waiting for it; nullopt once its stream ended
+  // OK and every message was taken. Errors: the stream's (it broke), INVALID_ARGUMENT (it
+  // came from another member than `from`), CANCELLED (Stop).
+  absl::StatusOr<std::optional<ReceivedChunk>> Next();
+  // The followed round is over for the leader: Next returns CANCELLED, messages still arriving
+  // for it are dropped.
+  void Stop();
+
+ private:
+  struct Key {
+    std::string run_id;
+    int64_t round = 0;
+    uint64_t attempt = 0;
+    bool operator==(const Key& other) const {
+      return run_id == other.run_id && round == other.round && attempt == other.attempt;
+    }
+  };
+  struct Stream {
+    Key key;
+    std::string from;
+    std::deque<ReceivedChunk> queue;
+    bool closed = false;
+    absl::Status status;
+  };
+  // The followed attempt's stream, or null.
+  Stream* Followed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Mutex mu_;
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<int64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
+  std::optional<Key> followed_ ABSL_GUARDED_BY(mu_);
+  std::string from_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_RING_INBOX_H_

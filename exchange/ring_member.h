@@ -1,0 +1,114 @@
+#ifndef LOCALSGD_EXCHANGE_RING_MEMBER_H_
+#define LOCALSGD_EXCHANGE_RING_MEMBER_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/mutex.h"
+#include "exchange/chunking.h"
+#include "exchange/received_chunk.h"
+#include "exchange/ring_inbox.h"
+#include "exchange/shard_owner.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+
+namespace localsgd {
+
+// A node leader's part of a ring round (docs/design.md, "Ring rounds"), on flat float vectors
+// (no LibTorch). Member i of N owns range i and passes to member i + 1 (`succ`) over one
+// DataPlane.Pass stream (a) the running sums: its own weighted delta for the range of member
+// i - 1 (`pred`, whose chain starts here), and for every other range but its own, the sum that
+// came from pred plus its own weighted delta; and (b) every averaged chunk it gets, except
+// those of succ's own range. A sum of its own range that arrives is complete: its mean goes
+// to the sink (the uploader to the coordinator, which relays it to succ) and into this
+// member's update. A writer thread owns the outgoing stream and a reader thread takes pred's
+// stream from the inbox, from construction until Stop; the caller hands in pred's range as
+// the coordinator relays it (PassOn). Errors name the neighbour through `unreachable`.
+// The writer sends means first, then sums to pass on, and starts a chain only within a few
+// chunks of what came from pred (see "Ring rounds", the schedule). Thread-safe.
+class RingMember {
+ public:
+  // Takes averaged chunk `mean` of range `shard` into the member's update.
+  using TakeMean = std::function<absl::Status(int shard, const ReceivedChunk& mean)>;
+  struct Setup {
+    const v1::RoundHeader* header = nullptr;  // a ring layout (fp32, one range per member)
+    v1::ReduceHeader pass_header;             // names this member and the attempt
+    const ChunkLayout* layout = nullptr;
+    int self = 0;  // this member's slot
+    absl::Span<const float> params, global;
+    std::shared_ptr<grpc::Channel> succ_channel;
+    std::unique_ptr<grpc::ClientContext> context;  // the Pass stream's
+    RingInbox* inbox = nullptr;                    // this node's; followed by the caller
+    MeanSink* sink = nullptr;                      // where this member's own means go
+    TakeMean take_mean;
+    // The round cannot complete: the neighbour `member_id` broke its stream or sent what the
+    // ring does not expect. Not called once Stop began.
+    std::function<void(const std::string& member_id, const absl::Status& why)> unreachable;
+  };
+
+  // How many chunks of its chain a member starts more than 1 / (N - 1) of the sums that came
+  // from pred (docs/design.md, "Ring rounds", the schedule).
+  static constexpr int kChainLead = 4;
+
+  explicit RingMember(Setup setup);
+  ~RingMember();
+  RingMember(const RingMember&) = delete;
+  RingMember& operator=(const RingMember&) = delete;
+
+  // A mean of pred's range that the coordinator relayed here (and that was taken): passed on
+  // (moved, not copied), unless succ is pred (a ring of 2).
+  void PassOn(v1::Chunk mean);
+  // The round is over (committed or not): ends both streams and waits for the threads.
+  void Stop();
+
+ private:
+  void Fail(int slot, const absl::Status& status);
+  // Queues message `message` for succ, a PassRequest with field `field` (sum or mean) set.
+  void Queue(int field, grpc::ByteBuffer message);
+  // Whether the writer has something to send: a queued message, or the start of the next
+  // chunk of pred's chain within its allowance.
+  bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // This member's weighted delta over chunk `c`, in fp32 (a sum's start), in a slice of its
+  // own.
+  grpc::Slice OwnDelta(int c) const;
+  // Writes (sum + this member's weighted delta over chunk `c`) * scale to `out`, reading the
+  // fp32 sum `sum` where it was received (its size checked by the caller: one float per value
+  // of the chunk, as `out` has room for). False if a value of `sum` is NaN or infinite.
+  bool AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char* out) const;
+  void Write();
+  void Read();
+  // One message from pred, read where it was received: a sum goes on with this member's delta
+  // added (or becomes a mean), and a mean is taken and passed on in the message it came in.
+  absl::Status Take(const ReceivedChunk& message);
+
+  Setup setup_;
+  int pred_ = 0, succ_ = 0;
+  float weight_ = 0, inverse_total_ = 0;
+  std::vector<int> shard_of_;            // by chunk
+  int expected_in_ = 0;                  // messages from pred
+  int expected_out_ = 0;                 // messages to succ
+  std::vector<bool> sums_seen_;          // by chunk; the reader's
+  int chain_begin_ = 0, chain_end_ = 0;  // the chunks of pred's range: the chain started here
+  Mutex mu_;
+  // Means and sums to pass on, each sent in the order they came.
+  std::deque<grpc::ByteBuffer> means_out_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> sums_out_ ABSL_GUARDED_BY(mu_);
+  int chain_next_ ABSL_GUARDED_BY(mu_) = 0;  // the next chunk of pred's range to start
+  int sums_in_ ABSL_GUARDED_BY(mu_) = 0;     // sums that came from pred
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_, reader_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_RING_MEMBER_H_

@@ -1,0 +1,268 @@
+#include "exchange/ring_member.h"
+
+#include <grpcpp/create_channel.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/auth.h"
+#include "common/mutex.h"
+#include "exchange/codec.h"
+#include "exchange/data_plane_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+constexpr char kToken[] = "ring-token";
+constexpr int64_t kChunkValues = 100;
+
+// What the coordinator would do for the ring: the owners' means, to be relayed to the member
+// after each owner.
+class RelaySink : public MeanSink {
+ public:
+  void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) override {
+    MutexLock lock(&mu_);
+    means_.emplace_back(chunk, std::move(mean));
+  }
+  void OnFailure(const absl::Status&) override {}
+  // The next mean an owner sent; waits for it.
+  std::shared_ptr<const OwnerMean> Next() {
+    MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::deque<std::pair<int, std::shared_ptr<const OwnerMean>>>* means) {
+          return !means->empty();
+        },
+        &means_));
+    auto mean = std::move(means_.front().second);
+    means_.pop_front();
+    return mean;
+  }
+
+ private:
+  Mutex mu_;
+  std::deque<std::pair<int, std::shared_ptr<const OwnerMean>>> means_ ABSL_GUARDED_BY(mu_);
+};
+
+// One member's received means, decoded, by chunk.
+struct Received {
+  Mutex mu;
+  std::map<int, std::vector<float>> chunks ABSL_GUARDED_BY(mu);
+  std::vector<std::string> unreachable ABSL_GUARDED_BY(mu);
+};
+
+// Members over real data planes on loopback, weights 1, 2, 3, ...; `bounds` gives each one's
+// range (member i owns chunks [bounds[i], bounds[i + 1])); the test plays the coordinator's
+// relay. By default three members and 7 chunks, ranges of 2, 2 and 3.
+class RingMemberTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Lay({0, 2, 4, 7}, 7 * kChunkValues - 30); }
+
+  void Lay(const std::vector<int>& bounds, int64_t num_values) {
+    members_ = static_cast<int>(bounds.size()) - 1;
+    layout_ = ChunkLayout{num_values, kChunkValues};
+    ASSERT_EQ(layout_.num_chunks(), bounds.back());
+    servers_.clear();
+    params_.clear();
+    received_.clear();
+    header_ = v1::RoundHeader();
+    header_.set_round(5);
+    header_.set_attempt(2);
+    header_.set_codec(v1::CODEC_FP32);
+    header_.set_ring(true);
+    header_.set_num_chunks(layout_.num_chunks());
+    header_.set_chunk_values(kChunkValues);
+    for (int i = 0; i < members_; ++i) {
+      DataPlaneServer::Options options;
+      options.token = kToken;
+      auto server = DataPlaneServer::Start(options);
+      ASSERT_TRUE(server.ok()) << server.status();
+      servers_.push_back(*std::move(server));
+      header_.add_members(absl::StrCat("m", i));
+      header_.add_weights(i + 1);
+      v1::ShardRange* shard = header_.add_shards();
+      shard->set_owner_id(absl::StrCat("m", i));
+      shard->set_address(servers_.back()->address());
+      shard->set_begin_chunk(bounds[i]);
+      shard->set_end_chunk(bounds[i + 1]);
+      shard->set_relayed_to(absl::StrCat("m", (i + 1) % members_));
+      params_.emplace_back(static_cast<size_t>(layout_.num_values));
+      for (int64_t v = 0; v < layout_.num_values; ++v) {
+        params_.back()[v] = 0.001f * static_cast<float>((v * (i + 3)) % 997) - 0.4f;
+      }
+      received_.push_back(std::make_unique<Received>());
+    }
+    global_.assign(static_cast<size_t>(layout_.num_values), 0.25f);
+  }
+
+  std::unique_ptr<RingMember> Start(int i) {
+    servers_[i]->inbox()->Follow("run", 5, 2, absl::StrCat("m", (i + members_ - 1) % members_));
+    RingMember::Setup setup;
+    setup.header = &header_;
+    setup.pass_header.set_run_id("run");
+    setup.pass_header.set_round(5);
+    setup.pass_header.set_attempt(2);
+    setup.pass_header.set_member_id(absl::StrCat("m", i));
+    setup.layout = &layout_;
+    setup.self = i;
+    setup.params = params_[i];
+    setup.global = global_;
+    setup.succ_channel = grpc::CreateChannel(servers_[(i + 1) % members_]->address(),
+                                             grpc::InsecureChannelCredentials());
+    setup.context = AuthorizedContext(kToken, absl::Seconds(30));
+    setup.inbox = servers_[i]->inbox();
+    setup.sink = &sink_;
+    Received* received = received_[i].get();
+    setup.take_mean = [this, received](int, const ReceivedChunk& mean) {
+      std::vector<float> values(static_cast<size_t>(layout_.size(mean.index())));
+      absl::Status status = mean.DecodeFp32(absl::MakeSpan(values));
+      MutexLock lock(&received->mu);
+      received->chunks[mean.index()] = std::move(values);
+      return status;
+    };
+    setup.unreachable = [received](const std::string& id, const absl::Status&) {
+      MutexLock lock(&received->mu);
+      received->unreachable.push_back(id);
+    };
+    return std::make_unique<RingMember>(std::move(setup));
+  }
+
+  // Runs a whole round over every member; checks every member got the weighted mean of every
+  // chunk, bit for bit the same.
+  void RunRound();
+
+  int members_ = 0;
+  ChunkLayout layout_;
+  v1::RoundHeader header_;
+  std::vector<std::unique_ptr<DataPlaneServer>> servers_;
+  std::vector<std::vector<float>> params_;
+  std::vector<float> global_;
+  RelaySink sink_;
+  std::vector<std::unique_ptr<Received>> received_;
+};
+
+void RingMemberTest::RunRound() {
+  std::vector<std::unique_ptr<RingMember>> members;
+  for (int i = 0; i < members_; ++i) members.push_back(Start(i));
+  // The coordinator's part: each owner's mean goes to the member after the owner.
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    std::shared_ptr<const OwnerMean> mean = sink_.Next();
+    const v1::Chunk& chunk = mean->message().mean();
+    int owner = 0;
+    while (chunk.index() >= header_.shards(owner).end_chunk()) ++owner;
+    const int relayed = (owner + 1) % members_;
+    std::vector<float> values(static_cast<size_t>(layout_.size(chunk.index())));
+    ASSERT_TRUE(Decode(v1::CODEC_FP32, chunk.data(), absl::MakeSpan(values)).ok());
+    {
+      MutexLock lock(&received_[relayed]->mu);
+      received_[relayed]->chunks[chunk.index()] = values;
+    }
+    members[relayed]->PassOn(chunk);
+  }
+  // Every member ends up with every chunk: wait, then stop.
+  for (int i = 0; i < members_; ++i) {
+    std::pair<Received*, int> all(received_[i].get(), layout_.num_chunks());
+    MutexLock lock(&received_[i]->mu);
+    ASSERT_TRUE(received_[i]->mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::pair<Received*, int>* r) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return static_cast<int>(r->first->chunks.size()) == r->second;
+            },
+            &all),
+        absl::Seconds(30)))
+        << "member " << i;
+  }
+  for (auto& member : members) member->Stop();
+  for (int c = 0; c < layout_.num_chunks(); ++c) {
+    MutexLock lock0(&received_[0]->mu);
+    const std::vector<float>& got = received_[0]->chunks[c];
+    for (int64_t k = 0; k < layout_.size(c); ++k) {
+      const int64_t v = layout_.begin(c) + k;
+      double expected = 0;
+      for (int i = 0; i < members_; ++i) expected += (i + 1) * (params_[i][v] - global_[v]);
+      EXPECT_NEAR(got[k], expected / (members_ * (members_ + 1) / 2), 1e-6)
+          << "chunk " << c << " value " << k;
+    }
+    for (int i = 1; i < members_; ++i) {
+      MutexLock lock(&received_[i]->mu);
+      EXPECT_EQ(std::memcmp(received_[i]->chunks[c].data(), got.data(), got.size() * sizeof(float)),
+                0)
+          << "member " << i << " chunk " << c;
+    }
+  }
+  for (int i = 0; i < members_; ++i) {
+    MutexLock lock(&received_[i]->mu);
+    EXPECT_THAT(received_[i]->unreachable, ::testing::IsEmpty()) << "member " << i;
+  }
+}
+
+TEST_F(RingMemberTest, EveryMemberGetsTheWeightedMeanOfEveryChunkBitForBit) { RunRound(); }
+
+// Ranges many times the chain's lead, of unequal sizes: every chain is started a few chunks
+// at a time, as sums come in, and every one completes.
+TEST_F(RingMemberTest, LongRangesOfUnequalSizesComplete) {
+  Lay({0, 15, 30, 45, 61}, 61 * kChunkValues - 7);
+  RunRound();
+}
+
+// With 2 members each is the other's pred and succ: a relayed mean is not passed on (its
+// owner is succ), and each chain is paced by the other's.
+TEST_F(RingMemberTest, ARingOfTwoCompletes) {
+  Lay({0, 20, 41}, 41 * kChunkValues - 3);
+  RunRound();
+}
+
+// A member starts no more than kChainLead chunks of its chain before any sum has come from
+// its predecessor (here never started).
+TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
+  Lay({0, 20, 40, 61}, 61 * kChunkValues);
+  RingInbox* succ_inbox = servers_[2]->inbox();
+  succ_inbox->Follow("run", 5, 2, "m1");
+  std::unique_ptr<RingMember> m1 = Start(1);
+  for (int k = 0; k < RingMember::kChainLead; ++k) {
+    absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_TRUE(next->has_value());
+    EXPECT_EQ((*next)->field(), v1::PassRequest::kSumFieldNumber);
+    EXPECT_EQ((*next)->index(), k);  // m0's range, in order
+  }
+  // Time for a writer that ran on to send more, then the round ends: nothing else came.
+  absl::SleepFor(absl::Milliseconds(300));
+  m1->Stop();
+  absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
+  EXPECT_FALSE(next.ok() && next->has_value()) << "chunk " << (*next)->index() << " came";
+}
+
+// A member whose successor is gone names it; the others, stopped as the round ends, say
+// nothing more.
+TEST_F(RingMemberTest, ANeighbourThatIsGoneIsNamedAndStopEndsTheRound) {
+  servers_[2]->Shutdown();
+  std::unique_ptr<RingMember> m1 = Start(1);
+  {
+    MutexLock lock(&received_[1]->mu);
+    ASSERT_TRUE(received_[1]->mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::vector<std::string>* ids) { return !ids->empty(); },
+            &received_[1]->unreachable),
+        absl::Seconds(30)));
+    EXPECT_EQ(received_[1]->unreachable[0], "m2");
+  }
+  m1->Stop();
+  std::unique_ptr<RingMember> m0 = Start(0);
+  m0->Stop();  // before anything came: ends both threads, reports nothing
+  MutexLock lock(&received_[0]->mu);
+  EXPECT_THAT(received_[0]->unreachable, ::testing::IsEmpty());
+}
+
+}  // namespace
+}  // namespace localsgd

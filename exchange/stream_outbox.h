@@ -1,0 +1,120 @@
+#ifndef LOCALSGD_EXCHANGE_STREAM_OUTBOX_H_
+#define LOCALSGD_EXCHANGE_STREAM_OUTBOX_H_
+
+#include <grpcpp/support/status.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "common/mutex.h"
+#include "common/status_util.h"
+
+namespace localsgd {
+
+// The sending side of a server stream in gRPC's callback API: a queue of messages with at most
+// one write in flight, then Finish after the last one. Enqueue and Close only take the
+// outbox's own lock, so they may be called while holding other locks; Flush (and the reactor's
+// OnWriteDone) call into gRPC and must be called without them.
+//
+// Lifetime: Finish is called exactly once and never while a write is in flight, so the reactor
+// (which gRPC deletes only after Finish) outlives every call the outbox makes into it.
+// Thread-safe.
+template <typename Message>
+class StreamOutbox {
+ public:
+  // `start_write` gets the message itself (kept until the write is done), so that a writer
+  // may share its bytes with gRPC beyond that, and whether more messages are queued behind it
+  // (for WriteBatch, common/write_batch.h).
+  StreamOutbox(std::function<void(const std::shared_ptr<const Message>&, bool more)> start_write,
+               std::function<void(const grpc::Status&)> finish)
+      : start_write_(std::move(start_write)), finish_(std::move(finish)) {}
+
+  // Queues a message; ignored once Close was called.
+  void Enqueue(std::shared_ptr<const Message> message) {
+    MutexLock lock(&mu_);
+    if (closing_) return;
+    queue_.push_back(std::move(message));
+  }
+
+  // Ends the stream with `status` after the queued messages (the first Close wins).
+  void Close(const grpc::Status& status) {
+    MutexLock lock(&mu_);
+    if (closing_) return;
+    closing_ = true;
+    status_ = status;
+  }
+
+  // Ends the stream as soon as the write in flight is done, dropping what is queued.
+  void Abandon(const grpc::Status& status) {
+    {
+      MutexLock lock(&mu_);
+      queue_.clear();
+      if (!closing_) {
+        closing_ = true;
+        status_ = status;
+      }
+    }
+    Flush();
+  }
+
+  // Starts the next write, or the Finish, when nothing is in flight.
+  void Flush() { Next(/*write_done=*/false); }
+
+  // To be called from the reactor's OnWriteDone.
+  void OnWriteDone(bool ok) {
+    if (!ok) {
+      MutexLock lock(&mu_);
+      queue_.clear();
+      if (!closing_) {
+        closing_ = true;
+        status_ = ToGrpcStatus(absl::UnavailableError("stream write failed"));
+      }
+    }
+    Next(/*write_done=*/true);
+  }
+
+ private:
+  void Next(bool write_done) {
+    std::shared_ptr<const Message> next;
+    bool more = false;
+    grpc::Status finish_status;
+    bool finish = false;
+    {
+      MutexLock lock(&mu_);
+      if (write_done) in_flight_ = nullptr;
+      if (in_flight_ != nullptr || finished_) return;
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+        more = !queue_.empty();
+        in_flight_ = next;
+      } else if (closing_) {
+        finished_ = true;
+        finish = true;
+        finish_status = status_;
+      } else {
+        return;
+      }
+    }
+    if (finish) {
+      finish_(finish_status);
+    } else {
+      start_write_(next, more);
+    }
+  }
+
+  const std::function<void(const std::shared_ptr<const Message>&, bool)> start_write_;
+  const std::function<void(const grpc::Status&)> finish_;
+  Mutex mu_;
+  std::deque<std::shared_ptr<const Message>> queue_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Message> in_flight_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_STREAM_OUTBOX_H_

@@ -73,10 +73,10 @@ void RoundManager::OnSaved(const absl::Status& saved) {
     FinishCommit(*pending_);
     pending_.reset();
     Advance();  // a commit that waited for this one
-    touched.swap(touched_);
+    touched = touched_.Take();
   }
   // Not through `this`: once pending_ is reset, the manager may be destroyed.
-  FlushMembers(std::move(touched));
+  TouchedStreams<RoundMember>::Flush(std::move(touched));
 }
 
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
@@ -431,24 +431,9 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     Leave(session_id, status);
     return status;
   }
-  // Checking and decoding run outside the lock, so members' chunks are decoded in parallel.
-  // fp32 bytes are used in place; other codecs decode into a buffer reused across chunks.
-  const bool fp32 = engine->codec() == v1::CODEC_FP32;
-  thread_local std::vector<float> decoded;
-  absl::Status status;
-  if (!fp32) {
-    status = engine->DecodeChunk(chunk.index(), chunk.data(), &decoded);
-  } else if (chunk.index() < 0 || chunk.index() >= engine->layout().num_chunks()) {
-    status = absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(),
-                                                     " is out of range [0, ",
-                                                     engine->layout().num_chunks(), ")"));
-  } else {
-    status = CheckFp32(chunk.data(), static_cast<size_t>(engine->layout().size(chunk.index())));
-    if (!status.ok()) {
-      status =
-          absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ", status.message()));
-    }
-  }
+  // Checked and decoded outside the lock, so members' chunks are decoded in parallel.
+  std::vector<float> decoded;
+  absl::Status status = engine->Check(chunk.index(), chunk.data(), &decoded);
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -456,10 +441,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
     Session& session = it->second;
-    if (status.ok()) {
-      status = fp32 ? engine->AccumulateFp32(session.slot, chunk.index(), chunk.data())
-                    : engine->Accumulate(session.slot, chunk.index(), decoded);
-    }
+    if (status.ok()) status = engine->Add(session.slot, chunk.index(), chunk.data(), decoded);
     if (!status.ok()) {
       DropSlot(session.slot, std::string(status.message()), status);
     } else {
@@ -997,21 +979,15 @@ absl::Status RoundManager::Deliver(int64_t session_id) {
   return status;
 }
 
-void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) { touched_.push_back(member); }
+void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) { touched_.Add(member); }
 
 void RoundManager::FlushTouched() {
   std::vector<std::shared_ptr<RoundMember>> touched;
   {
     MutexLock lock(&mu_);
-    touched.swap(touched_);
+    touched = touched_.Take();
   }
-  FlushMembers(std::move(touched));
-}
-
-void RoundManager::FlushMembers(std::vector<std::shared_ptr<RoundMember>> touched) {
-  std::sort(touched.begin(), touched.end());
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-  for (const auto& member : touched) member->Flush();
+  TouchedStreams<RoundMember>::Flush(std::move(touched));
 }
 
 }  // namespace localsgd

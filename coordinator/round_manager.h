@@ -18,6 +18,7 @@
 #include "coordinator/sharded_round.h"
 #include "coordinator/star_round.h"
 #include "coordinator/state_writer.h"
+#include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
@@ -25,16 +26,7 @@
 namespace localsgd {
 
 // One member's Sync stream as the round manager sees it (the gRPC adapter implements it).
-class RoundMember {
- public:
-  virtual ~RoundMember() = default;
-  // Queues a message. Called under the round lock: must not block or call into gRPC.
-  virtual void Enqueue(std::shared_ptr<const v1::SyncResponse> message) = 0;
-  // Queues the end of the stream with `status`, after the queued messages.
-  virtual void Close(const absl::Status& status) = 0;
-  // Sends what is queued. Called without locks.
-  virtual void Flush() = 0;
-};
+using RoundMember = ChunkStream<v1::SyncResponse>;
 
 // The sync rounds of the active run (docs/design.md, "One round, both modes"). It keeps
 // global[r] and the outer optimizer state and opens a round when the first member's header
@@ -217,7 +209,6 @@ class RoundManager {
   void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes the members touched under the lock; call after releasing it.
   void FlushTouched() ABSL_LOCKS_EXCLUDED(mu_);
-  static void FlushMembers(std::vector<std::shared_ptr<RoundMember>> touched);
 
   ControlPlane* const plane_;
   const Options options_;
@@ -230,7 +221,7 @@ class RoundManager {
   // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<RoundMember>> touched_ ABSL_GUARDED_BY(mu_);
+  TouchedStreams<RoundMember> touched_ ABSL_GUARDED_BY(mu_);
   // The model being saved; while it is, no other commit starts and FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.

@@ -106,6 +106,26 @@ absl::Status RangeReducer::DecodeChunk(int chunk, absl::string_view encoded,
   return absl::OkStatus();
 }
 
+absl::Status RangeReducer::Check(int chunk, absl::string_view encoded,
+                                 std::vector<float>* scratch) const {
+  if (options_.codec != v1::CODEC_FP32) return DecodeChunk(chunk, encoded, scratch);
+  if (chunk < 0 || chunk >= layout().num_chunks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk.index: ", chunk, " is out of range [0, ", layout().num_chunks(), ")"));
+  }
+  if (absl::Status status = CheckFp32(encoded, static_cast<size_t>(layout().size(chunk)));
+      !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, ": ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RangeReducer::Add(int slot, int chunk, absl::string_view encoded,
+                               const std::vector<float>& scratch) {
+  return options_.codec == v1::CODEC_FP32 ? AccumulateFp32(slot, chunk, encoded)
+                                          : Accumulate(slot, chunk, scratch);
+}
+
 absl::Status RangeReducer::Admit(int slot, int chunk, size_t values) {
   if (slot < 0 || slot >= num_members_ || dropped_[slot]) {
     return absl::InvalidArgumentError("member: not in the round");

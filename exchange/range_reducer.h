@@ -56,16 +56,22 @@ class RangeReducer {
   // Sets a slot's weight (finite, > 0) before its chunks arrive.
   absl::Status SetWeight(int slot, double weight);
 
-  // Decodes and checks one encoded chunk without touching the engine (callers may do this
-  // outside their lock). INVALID_ARGUMENT for an index out of range, a wrong size or NaN/Inf.
+  // A member's encoded chunk in two steps, so that members' chunks are checked and decoded in
+  // parallel: Check, without touching the reducer (outside the caller's lock), checks the
+  // index, size and values and, for lossy codecs, decodes into `scratch` (fp32 bytes are
+  // read where they are); Add, under the lock, adds the chunk Check passed (the same
+  // `encoded` and `scratch`) to slot's contribution. INVALID_ARGUMENT for an index out of
+  // range, a wrong size or NaN/Inf (Check); for a duplicate, a dropped slot or a slot without
+  // weight (Add). Complete chunks become available through TakeCompleted.
+  absl::Status Check(int chunk, absl::string_view encoded, std::vector<float>* scratch) const;
+  absl::Status Add(int slot, int chunk, absl::string_view encoded,
+                   const std::vector<float>& scratch);
+
+  // Decodes one encoded chunk into `out` (Check for every codec).
   absl::Status DecodeChunk(int chunk, absl::string_view encoded, std::vector<float>* out) const;
-
-  // Adds slot's decoded chunk. INVALID_ARGUMENT for a duplicate, a dropped slot or a slot
-  // without weight. Complete chunks become available through TakeCompleted.
+  // Adds slot's decoded chunk.
   absl::Status Accumulate(int slot, int chunk, absl::Span<const float> decoded);
-
-  // Adds slot's chunk straight from fp32 bytes (of an fp32 engine) that CheckFp32 passed:
-  // no decoded copy.
+  // Adds slot's chunk straight from fp32 bytes (of an fp32 reducer) that CheckFp32 passed.
   absl::Status AccumulateFp32(int slot, int chunk, absl::string_view bytes);
 
   // Stops waiting for `slot`.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/status_util.h"
 #include "exchange/codec.h"
 
@@ -146,21 +147,20 @@ absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
   }
   // Checked and decoded outside the lock, so members' chunks decode in parallel.
   const int local = chunk.index() - begin_chunk;
-  const bool fp32 = engine->codec() == v1::CODEC_FP32;
-  thread_local std::vector<float> decoded;
+  std::vector<float> decoded;
   absl::Status status;
   if (chunk.index() < begin_chunk || chunk.index() >= end_chunk) {
     status = absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(),
                                                      " is outside this owner's range [",
                                                      begin_chunk, ", ", end_chunk, ")"));
-  } else if (fp32) {
-    status = CheckFp32(chunk.data(), static_cast<size_t>(engine->layout().size(local)));
-    if (!status.ok()) {
-      status =
-          absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ", status.message()));
-    }
   } else {
-    status = engine->DecodeChunk(local, chunk.data(), &decoded);
+    status = engine->Check(local, chunk.data(), &decoded);
+    if (!status.ok()) {
+      // Named by its index in the whole vector, as the member sent it.
+      status = absl::InvalidArgumentError(
+          absl::StrCat("chunk ", chunk.index(), ": ",
+                       absl::StripPrefix(status.message(), absl::StrCat("chunk ", local, ": "))));
+    }
   }
   {
     MutexLock lock(&mu_);
@@ -169,10 +169,7 @@ absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
       return absl::FailedPreconditionError("not in this owner's round (dropped, or it ended)");
     }
     const int slot = it->second.slot;
-    if (status.ok()) {
-      status = fp32 ? engine->AccumulateFp32(slot, local, chunk.data())
-                    : engine->Accumulate(slot, local, decoded);
-    }
+    if (status.ok()) status = engine->Add(slot, local, chunk.data(), decoded);
     if (!status.ok()) {
       CloseSession(session_id, status);
     } else {
@@ -206,7 +203,7 @@ void ShardOwner::Advance() {
       auto it = sessions_.find(session_of_slot[slot]);
       if (it == sessions_.end()) continue;
       it->second.stream->Enqueue(message);
-      touched_.push_back(it->second.stream);
+      touched_.Add(it->second.stream);
     }
     round_->sink->OnMean(begin_chunk + local, std::move(message));
   }
@@ -221,7 +218,7 @@ void ShardOwner::CloseSession(int64_t session_id, const absl::Status& status) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;
   it->second.stream->Close(status);
-  touched_.push_back(it->second.stream);
+  touched_.Add(it->second.stream);
   sessions_.erase(it);
 }
 
@@ -282,12 +279,10 @@ void ShardOwner::FlushTouched() {
   std::vector<std::shared_ptr<ReduceStream>> resumed;
   {
     MutexLock lock(&mu_);
-    touched.swap(touched_);
+    touched = touched_.Take();
     resumed.swap(resumed_);
   }
-  std::sort(touched.begin(), touched.end());
-  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-  for (const auto& stream : touched) stream->Flush();
+  TouchedStreams<ReduceStream>::Flush(std::move(touched));
   for (const auto& stream : resumed) stream->Resume();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
@@ -32,15 +33,8 @@ class OwnerMean {
 };
 
 // One member's DataPlane.Reduce stream as the owner sees it (the gRPC adapter implements it).
-class ReduceStream {
+class ReduceStream : public ChunkStream<OwnerMean> {
  public:
-  virtual ~ReduceStream() = default;
-  // Queues a message. Called under the owner's lock: must not block or call into gRPC.
-  virtual void Enqueue(std::shared_ptr<const OwnerMean> message) = 0;
-  // Queues the end of the stream with `status`, after the queued messages.
-  virtual void Close(const absl::Status& status) = 0;
-  // Sends what is queued. Called without locks.
-  virtual void Flush() = 0;
   // A stream that waited for the round's layout may read on. Called without locks.
   virtual void Resume() = 0;
 };
@@ -137,7 +131,7 @@ class ShardOwner {
   std::string finished_run_ ABSL_GUARDED_BY(mu_);
   int64_t finished_round_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<uint64_t> finished_attempts_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<ReduceStream>> touched_ ABSL_GUARDED_BY(mu_);
+  TouchedStreams<ReduceStream> touched_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<ReduceStream>> resumed_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -312,91 +312,28 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
         absl::StrCat("round: ", header.round(), " is in the future; the next round is ", next));
   }
   if (!round_.has_value()) OpenRound(next);
-  Round& round = *round_;
-  if (round.sharded.has_value()) {
-    if (absl::Status s = round.sharded->Arrive(header.member_id(), header.weight(), header.step(),
-                                               options_.clock());
-        !s.ok()) {
-      return s;
-    }
-    const int64_t session_id = next_session_++;
-    sessions_[session_id] = Session{-1, header.member_id(), member, header.step(), 0};
-    return session_id;  // the RoundHeader goes out with the layout (AdvanceSharded)
-  }
-  LOCALSGD_ASSIGN_OR_RETURN(
-      const int slot, round.star->Arrive(header.member_id(), header.step(), header.num_workers()));
-  if (absl::Status s = model_.engine->SetWeight(slot, header.weight()); !s.ok()) {
-    DropSlot(slot, std::string(s.message()), s);
-    return s;
-  }
-  const int64_t session_id = next_session_++;
-  round.session_of_slot[slot] = session_id;
-  sessions_[session_id] = Session{slot, header.member_id(), member, header.step(), 0};
+  return round_->driver->Arrive(header, member);
+}
 
-  auto response = std::make_shared<v1::SyncResponse>();
-  v1::RoundHeader* round_header = response->mutable_header();
-  round_header->set_round(round.number);
-  for (const std::string& id : round.members) round_header->add_members(id);
-  round_header->set_codec(model_.spec.codec());
-  round_header->set_num_chunks(layout.num_chunks());
-  round_header->set_chunk_values(layout.chunk_values);
-  member->Enqueue(std::move(response));
-  Touch(member);
-  return session_id;
+int64_t RoundManager::AddSession(Session session) {
+  const int64_t id = next_session_++;
+  sessions_[id] = std::move(session);
+  return id;
 }
 
 void RoundManager::OpenRound(int64_t number) {
-  Round round;
-  round.number = number;
-  round.opened = options_.clock();
   const std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
-  for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
-  if (model_.spec.exchange() == v1::EXCHANGE_SHARDED) {
-    ShardedRound::Options options;
-    options.number = number;
-    options.layout = model_.engine->layout();
-    options.opened = round.opened;
-    options.deadline = absl::Seconds(model_.spec.round_deadline_seconds());
-    options.min_workers = model_.spec.min_workers();
-    options.min_shard_values = model_.spec.min_shard_bytes() / static_cast<int64_t>(sizeof(float));
-    options.lossless = model_.spec.codec() == v1::CODEC_FP32;
-    std::vector<ShardedRound::Candidate> candidates;
-    for (const ControlPlane::Leader& leader : leaders) {
-      candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});
-    }
-    round.sharded.emplace(options, std::move(candidates));
-    round.attempt = next_attempt_++;
-    round.next = std::make_shared<NextModel>();
-    round.next->global = model_.engine->SpareBuffer(static_cast<size_t>(options.layout.num_values));
-    round.next->momentum = model_.engine->SpareBuffer(model_.engine->momentum().size());
-  } else {
-    StarRound::Options options;
-    options.number = number;
-    options.opened = round.opened;
-    options.deadline = absl::Seconds(model_.spec.round_deadline_seconds());
-    options.min_workers = model_.spec.min_workers();
-    std::vector<StarRound::Candidate> candidates;
-    for (const ControlPlane::Leader& leader : leaders) {
-      candidates.push_back({leader.worker_id, leader.local_world_size});
-    }
-    round.star.emplace(options, std::move(candidates));
-    round.session_of_slot.assign(round.members.size(), -1);
-    model_.engine->BeginRound(static_cast<int>(round.members.size()));
-  }
-  round_ = std::move(round);
+  round_.emplace();
+  round_->number = number;
+  round_->opened = options_.clock();
+  for (const ControlPlane::Leader& leader : leaders) round_->members.push_back(leader.worker_id);
+  round_->driver = model_.spec.exchange() == v1::EXCHANGE_SHARDED ? MakeShardedDriver(this, leaders)
+                                                                  : MakeStarDriver(this, leaders);
   // Leaders refused for this round before it opened are out from the start.
-  for (auto it = refused_.begin(); it != refused_.end();) {
-    auto slot = std::find(round_->members.begin(), round_->members.end(), it->first);
-    if (it->second.first == number && slot != round_->members.end()) {
-      if (round_->sharded.has_value()) {
-        round_->sharded->Leave(it->first, it->second.second, round_->opened);
-      } else {
-        DropSlot(static_cast<int>(slot - round_->members.begin()), it->second.second,
-                 absl::OkStatus());
-      }
-    }
-    it = refused_.erase(it);
+  for (const auto& [member_id, refused] : refused_) {
+    if (refused.first == number) round_->driver->Refuse(member_id, refused.second);
   }
+  refused_.clear();
 }
 
 bool RoundManager::Stale(const v1::SyncHeader& header) const {
@@ -405,51 +342,36 @@ bool RoundManager::Stale(const v1::SyncHeader& header) const {
 
 void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {
   const std::string reason = absl::StrCat("refused: ", status.message());
-  if (sharded()) {
-    round_->sharded->Leave(member_id, reason, options_.clock());
-  } else if (round_.has_value()) {
-    const int slot = round_->star->SlotOf(member_id);
-    if (slot >= 0 && !round_->star->arrived(slot)) DropSlot(slot, reason, absl::OkStatus());
+  if (round_.has_value()) {
+    round_->driver->Refuse(member_id, reason);
   } else if (model_.engine != nullptr) {
     refused_[member_id] = {model_.round + 1, reason};
   }
 }
 
 absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
-  std::shared_ptr<RangeReducer> engine;
+  absl::StatusOr<std::shared_ptr<RangeReducer>> engine;
   {
     MutexLock lock(&mu_);
     if (!sessions_.count(session_id) || !round_.has_value()) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
-    if (!sharded()) engine = model_.engine;
+    engine = round_->driver->ChunkReducer(session_id);
   }
-  if (engine == nullptr) {
-    absl::Status status = absl::InvalidArgumentError(
-        "chunk: in a sharded round deltas go to the range owners (DataPlane.Reduce), not to "
-        "the coordinator");
-    Leave(session_id, status);
-    return status;
+  if (!engine.ok()) {
+    FlushTouched();
+    return engine.status();
   }
   // Checked and decoded outside the lock, so members' chunks are decoded in parallel.
   std::vector<float> decoded;
-  absl::Status status = engine->Check(chunk.index(), chunk.data(), &decoded);
+  absl::Status checked = (*engine)->Check(chunk.index(), chunk.data(), &decoded);
+  absl::Status status;
   {
     MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || model_.engine != engine) {
+    if (!sessions_.count(session_id) || !round_.has_value() || model_.engine != *engine) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
-    Session& session = it->second;
-    if (status.ok()) status = engine->Add(session.slot, chunk.index(), chunk.data(), decoded);
-    if (!status.ok()) {
-      DropSlot(session.slot, std::string(status.message()), status);
-    } else {
-      round_->bytes_received += static_cast<int64_t>(chunk.data().size());
-      if (++session.chunks_received == engine->layout().num_chunks()) {
-        round_->star->Delivered(session.slot, options_.clock());
-      }
-    }
+    status = round_->driver->AddChunk(session_id, chunk, std::move(checked), decoded);
     Advance();
   }
   FlushTouched();
@@ -459,14 +381,9 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
 void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
   {
     MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !round_.has_value()) return;
-    if (sharded()) {
-      DropSession(session_id, why);
-    } else {
-      DropSlot(it->second.slot, absl::StrCat("stream ended: ", why.message()), why);
-      Advance();
-    }
+    if (!sessions_.count(session_id) || !round_.has_value()) return;
+    round_->driver->Leave(session_id, why);
+    Advance();
   }
   FlushTouched();
 }
@@ -474,20 +391,94 @@ void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
 void RoundManager::EndOfInput(int64_t session_id) {
   {
     MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !round_.has_value()) return;
-    if (sharded()) {
-      if (!it->second.delivered) {
-        DropSession(session_id, absl::InvalidArgumentError(
-                                    "closed its stream before it held the whole update"));
-      }
-    } else if (it->second.chunks_received != model_.engine->layout().num_chunks()) {
-      DropSlot(it->second.slot, "closed its stream before sending every chunk",
-               absl::InvalidArgumentError("stream closed before every chunk was sent"));
-      Advance();
-    }
+    if (!sessions_.count(session_id) || !round_.has_value()) return;
+    round_->driver->EndOfInput(session_id);
+    Advance();
   }
   FlushTouched();
+}
+
+absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
+  const int index = chunk->index();
+  const int64_t bytes = static_cast<int64_t>(chunk->data().size());
+  absl::StatusOr<MeanWork> work;
+  {
+    MutexLock lock(&mu_);
+    if (!sessions_.count(session_id) || !round_.has_value()) {
+      return absl::FailedPreconditionError("mean: not in a sharded round");
+    }
+    // Claims the chunk (its owner, once) before it is decoded.
+    work = round_->driver->ClaimMean(session_id, index);
+    if (!work.ok()) Advance();
+  }
+  if (!work.ok()) {
+    FlushTouched();
+    return work.status();
+  }
+  // Outside the lock: the chunk's range of `next` is this call's alone (claimed above), and
+  // the engine's model does not change before the round commits, which waits for this chunk.
+  // The outer step runs here, as the chunks arrive, rather than all at once at the commit.
+  const ChunkLayout& layout = work->engine->layout();
+  const size_t begin = static_cast<size_t>(layout.begin(index));
+  const size_t size = static_cast<size_t>(layout.size(index));
+  absl::Span<float> region = absl::MakeSpan(*work->next->global).subspan(begin, size);
+  absl::Span<const float> momentum = work->engine->momentum();
+  absl::Status status = Decode(work->codec, chunk->data(), region);
+  if (!status.ok()) {
+    status = absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
+  } else if (!OuterStepInto(work->outer, region, work->engine->global().subspan(begin, size),
+                            momentum.empty() ? momentum : momentum.subspan(begin, size),
+                            work->next->momentum->empty()
+                                ? absl::Span<float>()
+                                : absl::MakeSpan(*work->next->momentum).subspan(begin, size))) {
+    status = absl::OutOfRangeError(
+        absl::StrCat("the update of chunk ", index, " overflows fp32 (the deltas are too large)"));
+  }
+  // The member this range is relayed to gets the owner's bytes as they are (moved, not
+  // copied).
+  std::shared_ptr<v1::SyncResponse> relayed;
+  if (status.ok() && work->relay_session != -1) {
+    relayed = std::make_shared<v1::SyncResponse>();
+    relayed->mutable_update()->Swap(chunk);
+  }
+  {
+    MutexLock lock(&mu_);
+    if (!round_.has_value()) return absl::FailedPreconditionError("mean: the round ended");
+    status = round_->driver->FinishMean(session_id, index, bytes, *work, std::move(status),
+                                        std::move(relayed));
+    Advance();
+  }
+  FlushTouched();
+  return status;
+}
+
+absl::Status RoundManager::Deliver(int64_t session_id) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    if (!sessions_.count(session_id) || !round_.has_value()) {
+      return absl::FailedPreconditionError("delivered: not in a sharded round");
+    }
+    status = round_->driver->Deliver(session_id);
+    Advance();
+  }
+  FlushTouched();
+  return status;
+}
+
+absl::Status RoundManager::Unreachable(int64_t session_id,
+                                       const v1::OwnerUnreachable& unreachable) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    if (!sessions_.count(session_id) || !round_.has_value()) {
+      return absl::FailedPreconditionError("unreachable: not in a sharded round");
+    }
+    status = round_->driver->Unreachable(session_id, unreachable);
+    Advance();
+  }
+  FlushTouched();
+  return status;
 }
 
 void RoundManager::Tick() {
@@ -497,20 +488,8 @@ void RoundManager::Tick() {
     v1::RunInfo run = plane_->Run();
     if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
       Abort(absl::StrCat("the run is no longer running (", EnumName(run.state()), ")"));
-    } else if (sharded()) {
-      std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
-      const absl::Time now = options_.clock();
-      for (const std::string& id : round_->members) {
-        if (!IsLeader(leaders, id)) round_->sharded->Leave(id, "lease expired or left", now);
-      }
-      round_->sharded->Tick(now);
-      AdvanceSharded();
     } else {
-      std::vector<std::string> live;
-      for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
-        live.push_back(leader.worker_id);
-      }
-      round_->star->Tick(options_.clock(), live);
+      round_->driver->Tick(options_.clock(), plane_->LiveLeaders());
       Advance();
     }
   }
@@ -542,86 +521,18 @@ absl::StatusOr<v1::RunInfo> RoundManager::StopRun(const v1::StopRunRequest& requ
   return run;
 }
 
-void RoundManager::DropSlot(int slot, const std::string& reason, const absl::Status& status) {
-  round_->star->Leave(slot, reason, status);
-  ApplyDrops();
-}
-
-void RoundManager::ApplyDrops() {
-  Round& round = *round_;
-  for (const StarRound::Drop& drop : round.star->TakeDrops()) {
-    model_.engine->Drop(drop.slot);
-    auto it = sessions_.find(round.session_of_slot[drop.slot]);
-    if (it == sessions_.end()) continue;
-    it->second.member->Close(drop.status);
-    Touch(it->second.member);
-    sessions_.erase(it);
-  }
-}
-
 void RoundManager::Advance() {
-  if (!round_.has_value()) return;
-  if (sharded()) {
-    AdvanceSharded();
-    return;
-  }
-  Round& round = *round_;
-  StarRound& decided = *round.star;
-  ApplyDrops();
-  if (decided.phase() == StarRound::Phase::kOpen) {
-    absl::StatusOr<std::vector<int>> completed = model_.engine->TakeCompleted();
-    if (!completed.ok()) {
-      decided.Fail(std::string(completed.status().message()));
-    } else {
-      for (const RangeReducer::Exclusion& exclusion : model_.engine->TakeExclusions()) {
-        decided.Exclude(exclusion.slot,
-                        absl::StrFormat("delta norm %.6g is more than max_delta_norm_ratio %g "
-                                        "times the median of the others' (%.6g)",
-                                        exclusion.norm, model_.spec.max_delta_norm_ratio(),
-                                        exclusion.others_median));
-      }
-      for (int chunk : *completed) {
-        auto response = std::make_shared<v1::SyncResponse>();
-        response->mutable_update()->set_index(chunk);
-        *response->mutable_update()->mutable_data() = model_.engine->TakeEncodedUpdate(chunk);
-        const int64_t bytes = static_cast<int64_t>(response->update().data().size());
-        for (int64_t session : round.session_of_slot) {
-          auto it = sessions_.find(session);
-          if (it == sessions_.end()) continue;
-          it->second.member->Enqueue(response);
-          Touch(it->second.member);
-          round.bytes_sent += bytes;
-        }
-      }
-      if (model_.engine->AllComplete()) decided.Averaged();
-    }
-  }
-  if (decided.phase() == StarRound::Phase::kAborted) {
-    Abort(decided.abort_reason());
-  } else if (decided.phase() == StarRound::Phase::kCommitted && !pending_.has_value() &&
-             !stopping_run_) {
-    Commit();
-  }
-}
-
-void RoundManager::Commit() {
-  Round& round = *round_;
-  model_.engine->Commit();
-  const std::vector<std::string> included = round.star->Included();
-  Publish(included, round.star->MaxStep(model_.global_step),
-          absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
-                       round.members.size(), " members (", absl::StrJoin(included, ", "), ")"));
+  if (round_.has_value()) round_->driver->Advance();
 }
 
 void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
                            std::string log) {
-  Round& round = *round_;
-  model_.round = round.number;
+  model_.round = round_->number;
   model_.global_step = step;
   TakeSnapshot();
   PendingCommit commit;
   commit.run_id = model_.run_id;
-  commit.round = round.number;
+  commit.round = round_->number;
   commit.global_step = step;
   commit.included = included;
   for (auto& [id, session] : sessions_) commit.members.push_back(session.member);
@@ -630,7 +541,7 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
   commit.log =
       absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(), " s, ",
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
-  EndRound();
+  round_.reset();
   Save(std::move(commit));
 }
 
@@ -655,14 +566,11 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
   plane_->RecordRound(std::move(commit.record));
 }
 
-void RoundManager::EndRound() { round_.reset(); }
-
 void RoundManager::Abort(const std::string& reason) {
-  Round& round = *round_;
-  if (!round.sharded.has_value()) model_.engine->Abort();
+  round_->driver->OnAbort();
   for (auto& [id, session] : sessions_) {
     session.member->Close(absl::AbortedError(
-        absl::StrCat("round ", round.number, " aborted: ", reason,
+        absl::StrCat("round ", round_->number, " aborted: ", reason,
                      "; keep your local weights and sync at the next boundary")));
     Touch(session.member);
   }
@@ -670,7 +578,7 @@ void RoundManager::Abort(const std::string& reason) {
   v1::RoundRecord record = Record(v1::ROUND_OUTCOME_ABORTED);
   record.set_reason(reason);
   plane_->RecordRound(std::move(record));  // which logs it, as an event
-  EndRound();
+  round_.reset();
 }
 
 v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
@@ -679,58 +587,7 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   record.set_round(round.number);
   record.set_outcome(outcome);
   record.set_exchange(model_.spec.exchange());
-  if (round.sharded.has_value()) {
-    const ShardedRound& decided = *round.sharded;
-    for (const std::string& id : decided.Included()) record.add_members(id);
-    record.set_ring(decided.ring());
-    const int64_t members = static_cast<int64_t>(decided.members().size());
-    const ChunkLayout& layout = model_.engine->layout();
-    for (size_t s = 0; s < decided.shards().size(); ++s) {
-      const ShardedRound::Shard& shard = decided.shards()[s];
-      v1::ShardRecord* out = record.add_shards();
-      out->set_owner_id(shard.owner_id);
-      out->set_address(shard.address);
-      out->set_begin(layout.begin(shard.begin_chunk));
-      out->set_end(layout.begin(shard.end_chunk - 1) + layout.size(shard.end_chunk - 1));
-      const int64_t mean_bytes = s < round.mean_bytes.size() ? round.mean_bytes[s] : 0;
-      out->set_mean_bytes(mean_bytes);
-      const int64_t range = out->end() - out->begin();
-      // A ring's owner gets one fp32 running sum of its range and sends its mean only to the
-      // coordinator; otherwise it gets every member's delta and sends its mean to every
-      // member but the one relayed through the coordinator, and to the coordinator.
-      const bool relayed = shard.relayed_slot >= 0;
-      out->set_bytes_received(decided.ring() ? range * static_cast<int64_t>(sizeof(float))
-                                             : members * static_cast<int64_t>(EncodedBytes(
-                                                             model_.spec.codec(), range)));
-      out->set_bytes_sent(decided.ring() ? mean_bytes : (members + (relayed ? 0 : 1)) * mean_bytes);
-      if (relayed) out->set_relayed_to(decided.members()[shard.relayed_slot]);
-    }
-    for (const auto& [id, reason] : decided.dropped()) {
-      v1::DroppedMember* dropped = record.add_dropped();
-      dropped->set_member_id(id);
-      dropped->set_reason(reason);
-    }
-    if (decided.SlowestWait() > absl::ZeroDuration()) {
-      record.set_slowest_wait_seconds(absl::ToDoubleSeconds(decided.SlowestWait()));
-    }
-  }
-  if (round.star.has_value()) {
-    const StarRound& decided = *round.star;
-    for (const std::string& id : decided.Present()) record.add_members(id);
-    for (const auto& [id, reason] : decided.dropped()) {
-      v1::DroppedMember* dropped = record.add_dropped();
-      dropped->set_member_id(id);
-      dropped->set_reason(reason);
-    }
-    for (const auto& [id, reason] : decided.excluded()) {
-      v1::DroppedMember* excluded = record.add_excluded();
-      excluded->set_member_id(id);
-      excluded->set_reason(reason);
-    }
-    if (decided.SlowestWait() > absl::ZeroDuration()) {
-      record.set_slowest_wait_seconds(absl::ToDoubleSeconds(decided.SlowestWait()));
-    }
-  }
+  round.driver->Record(&record);
   record.set_bytes_received(round.bytes_received);
   record.set_bytes_sent(round.bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));
@@ -750,235 +607,6 @@ std::map<int64_t, RoundManager::Session>::iterator RoundManager::SessionOf(
                       [&](const auto& entry) { return entry.second.member_id == member_id; });
 }
 
-void RoundManager::DropSession(int64_t session_id, const absl::Status& status) {
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return;
-  const std::string member_id = it->second.member_id;
-  it->second.member->Close(status);
-  Touch(it->second.member);
-  sessions_.erase(it);
-  round_->sharded->Leave(member_id, absl::StrCat("stream ended: ", status.message()),
-                         options_.clock());
-  AdvanceSharded();
-}
-
-void RoundManager::AdvanceSharded() {
-  Round& round = *round_;
-  ShardedRound& decided = *round.sharded;
-  // Drops before the layout need no notice: the layout leaves them out.
-  const bool notify = round.laid_out;
-  for (const auto& [id, reason] : decided.TakeDrops()) {
-    auto it = SessionOf(id);
-    if (it != sessions_.end()) {
-      it->second.member->Close(absl::AbortedError(
-          absl::StrCat("dropped from round ", round.number, ": ", reason,
-                       "; keep your local weights and fetch the model after the round commits")));
-      Touch(it->second.member);
-      sessions_.erase(it);
-    }
-    if (!notify) continue;
-    // Owners stop waiting for its delta.
-    auto notice = std::make_shared<v1::SyncResponse>();
-    notice->mutable_dropped()->set_member_id(id);
-    notice->mutable_dropped()->set_reason(reason);
-    for (auto& [session_id, session] : sessions_) {
-      session.member->Enqueue(notice);
-      Touch(session.member);
-    }
-  }
-  if (decided.TakeLaidOut()) {
-    const ChunkLayout& layout = model_.engine->layout();
-    auto response = std::make_shared<v1::SyncResponse>();
-    v1::RoundHeader* header = response->mutable_header();
-    header->set_round(round.number);
-    for (const std::string& id : decided.members()) header->add_members(id);
-    for (double weight : decided.weights()) header->add_weights(weight);
-    header->set_codec(model_.spec.codec());
-    header->set_num_chunks(layout.num_chunks());
-    header->set_chunk_values(layout.chunk_values);
-    header->set_exchange(v1::EXCHANGE_SHARDED);
-    header->set_attempt(round.attempt);
-    header->set_ring(decided.ring());
-    round.relay_session.assign(decided.shards().size(), -1);
-    for (size_t s = 0; s < decided.shards().size(); ++s) {
-      const ShardedRound::Shard& shard = decided.shards()[s];
-      v1::ShardRange* range = header->add_shards();
-      range->set_owner_id(shard.owner_id);
-      range->set_address(shard.address);
-      range->set_begin_chunk(shard.begin_chunk);
-      range->set_end_chunk(shard.end_chunk);
-      if (shard.relayed_slot >= 0) {
-        const std::string& relayed = decided.members()[shard.relayed_slot];
-        range->set_relayed_to(relayed);
-        for (const auto& [session_id, session] : sessions_) {
-          if (session.member_id == relayed) round.relay_session[s] = session_id;
-        }
-      }
-    }
-    round.mean_bytes.assign(decided.shards().size(), 0);
-    round.laid_out = true;
-    for (auto& [session_id, session] : sessions_) {
-      session.member->Enqueue(response);
-      Touch(session.member);
-    }
-  }
-  if (decided.phase() == ShardedRound::Phase::kAborted) {
-    Abort(decided.abort_reason());
-  } else if (decided.phase() == ShardedRound::Phase::kCommitted && !pending_.has_value() &&
-             !stopping_run_ && round.means_done == model_.engine->layout().num_chunks()) {
-    CommitSharded();
-  }
-}
-
-void RoundManager::CommitSharded() {
-  Round& round = *round_;
-  // Every member applies the same decoded mean through the same outer step; so did this copy,
-  // chunk by chunk, into round.next.
-  model_.engine->InstallNext(std::move(round.next->global), std::move(round.next->momentum));
-  const std::vector<std::string> included = round.sharded->Included();
-  Publish(included, std::max(model_.global_step, round.sharded->MaxStep()),
-          absl::StrCat("round ", round.number, " committed: ", included.size(), " of ",
-                       round.members.size(), " members (", absl::StrJoin(included, ", "),
-                       "), sharded over ", round.sharded->shards().size(),
-                       round.sharded->shards().size() == 1 ? " owner" : " owners"));
-}
-
-absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
-  const int index = chunk->index();
-  const int64_t bytes = static_cast<int64_t>(chunk->data().size());
-  std::shared_ptr<NextModel> next;
-  std::shared_ptr<RangeReducer> engine;
-  v1::Codec codec = v1::CODEC_FP32;
-  OuterOptimizer outer;
-  absl::Status status;
-  std::string owner_id;
-  int shard = -1;  // whose range holds the chunk
-  int64_t relay_session = -1;
-  {
-    MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !sharded()) {
-      return absl::FailedPreconditionError("mean: not in a sharded round");
-    }
-    owner_id = it->second.member_id;
-    // Claims the chunk (its owner, once) before it is decoded.
-    status = round_->sharded->AddMean(it->second.member_id, index);
-    if (!status.ok()) {
-      DropSession(session_id, status);
-    } else {
-      // Accepted, so in the owner's range.
-      shard = round_->sharded->ShardOf(index);
-      if (shard >= 0 && static_cast<size_t>(shard) < round_->relay_session.size()) {
-        relay_session = round_->relay_session[shard];
-      }
-      next = round_->next;
-      engine = model_.engine;
-      codec = model_.spec.codec();
-      const v1::OuterOptimizerSpec& spec = model_.spec.outer_optimizer();
-      outer = OuterOptimizer{spec.lr(), spec.momentum(), spec.nesterov()};
-    }
-  }
-  if (status.ok()) {
-    // Outside the lock: the chunk's range of `next` is this call's alone (claimed above), and
-    // the engine's model does not change before the round commits, which waits for this chunk.
-    // The outer step runs here, as the chunks arrive, rather than all at once at the commit.
-    const ChunkLayout& layout = engine->layout();
-    const size_t begin = static_cast<size_t>(layout.begin(index));
-    const size_t size = static_cast<size_t>(layout.size(index));
-    absl::Span<float> region = absl::MakeSpan(*next->global).subspan(begin, size);
-    absl::Span<const float> momentum = engine->momentum();
-    status = Decode(codec, chunk->data(), region);
-    if (!status.ok()) {
-      status = absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
-    } else if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
-                              momentum.empty() ? momentum : momentum.subspan(begin, size),
-                              next->momentum->empty()
-                                  ? absl::Span<float>()
-                                  : absl::MakeSpan(*next->momentum).subspan(begin, size))) {
-      status = absl::OutOfRangeError(absl::StrCat("the update of chunk ", index,
-                                                  " overflows fp32 (the deltas are too large)"));
-    }
-    // The member this range is relayed to gets the owner's bytes as they are (moved, not
-    // copied).
-    std::shared_ptr<v1::SyncResponse> relayed;
-    if (status.ok() && relay_session != -1) {
-      relayed = std::make_shared<v1::SyncResponse>();
-      relayed->mutable_update()->Swap(chunk);
-    }
-    MutexLock lock(&mu_);
-    if (!sharded() || round_->next != next) {
-      return absl::FailedPreconditionError("mean: the round ended");
-    }
-    Round& round = *round_;
-    if (absl::IsOutOfRange(status)) {
-      Abort(std::string(status.message()));
-    } else if (!status.ok()) {
-      DropSession(session_id, status);  // the owner leaves ...
-      if (sharded() && round_->next == next) {
-        // ... and the chunk it claimed can never come: the round aborts at once (the owner's
-        // range counted as averaged, so its leaving alone would not abort it).
-        round_->sharded->RefuseMean(owner_id, index, std::string(status.message()));
-        AdvanceSharded();
-      }
-    } else {
-      ++round.means_done;
-      round.bytes_received += bytes;
-      if (shard >= 0 && static_cast<size_t>(shard) < round.mean_bytes.size()) {
-        round.mean_bytes[shard] += bytes;  // the same round: `next` is unchanged
-      }
-      if (auto target = sessions_.find(relay_session); relayed && target != sessions_.end()) {
-        target->second.member->Enqueue(std::move(relayed));
-        Touch(target->second.member);
-        round.bytes_sent += bytes;
-      }
-      AdvanceSharded();
-    }
-  }
-  FlushTouched();
-  return status;
-}
-
-absl::Status RoundManager::Unreachable(int64_t session_id,
-                                       const v1::OwnerUnreachable& unreachable) {
-  absl::Status status;
-  {
-    MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !sharded()) {
-      return absl::FailedPreconditionError("unreachable: not in a sharded round");
-    }
-    status = round_->sharded->Unreachable(it->second.member_id, unreachable.owner_id(),
-                                          unreachable.reason());
-    if (status.ok()) {
-      AdvanceSharded();
-    } else {
-      DropSession(session_id, status);
-    }
-  }
-  FlushTouched();
-  return status;
-}
-
-absl::Status RoundManager::Deliver(int64_t session_id) {
-  absl::Status status;
-  {
-    MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !sharded()) {
-      return absl::FailedPreconditionError("delivered: not in a sharded round");
-    }
-    status = round_->sharded->Deliver(it->second.member_id, options_.clock());
-    if (status.ok()) {
-      it->second.delivered = true;
-      AdvanceSharded();
-    } else {
-      DropSession(session_id, status);
-    }
-  }
-  FlushTouched();
-  return status;
-}
-
 void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) { touched_.Add(member); }
 
 void RoundManager::FlushTouched() {
@@ -988,6 +616,35 @@ void RoundManager::FlushTouched() {
     touched = touched_.Take();
   }
   TouchedStreams<RoundMember>::Flush(std::move(touched));
+}
+
+// The other mode's calls get these answers.
+absl::StatusOr<std::shared_ptr<RangeReducer>> RoundManager::Driver::ChunkReducer(int64_t) {
+  return absl::InvalidArgumentError(
+      "chunk: in a sharded round deltas go to the range owners (DataPlane.Reduce), not to the "
+      "coordinator");
+}
+
+absl::Status RoundManager::Driver::AddChunk(int64_t, const v1::Chunk&, absl::Status,
+                                            const std::vector<float>&) {
+  return absl::FailedPreconditionError("chunk: not in a star round");
+}
+
+absl::StatusOr<RoundManager::MeanWork> RoundManager::Driver::ClaimMean(int64_t, int) {
+  return absl::FailedPreconditionError("mean: not in a sharded round");
+}
+
+absl::Status RoundManager::Driver::FinishMean(int64_t, int, int64_t, const MeanWork&, absl::Status,
+                                              std::shared_ptr<v1::SyncResponse>) {
+  return absl::FailedPreconditionError("mean: not in a sharded round");
+}
+
+absl::Status RoundManager::Driver::Deliver(int64_t) {
+  return absl::FailedPreconditionError("delivered: not in a sharded round");
+}
+
+absl::Status RoundManager::Driver::Unreachable(int64_t, const v1::OwnerUnreachable&) {
+  return absl::FailedPreconditionError("unreachable: not in a sharded round");
 }
 
 }  // namespace localsgd

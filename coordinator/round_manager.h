@@ -7,7 +7,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,11 +14,10 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "coordinator/control_plane.h"
-#include "coordinator/sharded_round.h"
-#include "coordinator/star_round.h"
 #include "coordinator/state_writer.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
+#include "exchange/outer_step.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
@@ -28,15 +26,15 @@ namespace localsgd {
 // One member's Sync stream as the round manager sees it (the gRPC adapter implements it).
 using RoundMember = ChunkStream<v1::SyncResponse>;
 
-// The sync rounds of the active run (docs/design.md, "One round, both modes"). It keeps
-// global[r] and the outer optimizer state and opens a round when the first member's header
-// arrives (its members are the node leaders alive then). Star rounds: it averages over the
-// aggregator engine, streams each update chunk to every member as soon as it is averaged, drops
-// members whose stream breaks, who send bad input or who miss the deadline, and commits (advancing
-// the run's round and global step) or, when the quorum is lost, aborts. Sharded rounds: a
-// ShardedRound decides; this class sends the layout, the drop notices and the commit, takes
-// each owner's averaged chunks and, on commit, applies the averaged mean through the outer
-// optimizer exactly as the members do. Knows nothing of gRPC.
+// The sync rounds of the active run (docs/design.md, "One round, both modes"): the facade
+// over one lock, the session table, the run's model (global[r] and the outer optimizer
+// state, handed out as immutable snapshots) and the commit pipeline through the state
+// writer. It opens a round when the first member's header arrives (its members are the node
+// leaders alive then) and gives it to the driver of the run's exchange mode: the star driver
+// (star_driver.cc: a StarRound decides, the range reducer averages here) or the sharded
+// driver (sharded_driver.cc: a ShardedRound decides, the owners average, and this copy
+// applies their means through the outer optimizer exactly as the members do). Knows nothing
+// of gRPC.
 // Thread-safe. Lock order: this manager's lock, then the control plane's.
 class RoundManager {
  public:
@@ -101,35 +99,77 @@ class RoundManager {
 
  private:
   struct Session {
-    int slot = -1;
+    int slot = -1;  // star rounds
     std::string member_id;
     std::shared_ptr<RoundMember> member;
     int64_t step = 0;
-    int chunks_received = 0;
-    bool delivered = false;  // sharded
+    int chunks_received = 0;  // star rounds
+    bool delivered = false;   // sharded rounds
   };
+  // A sharded round's next model, computed chunk by chunk as the owners' means arrive.
   struct NextModel {
     std::shared_ptr<std::vector<float>> global;
     std::shared_ptr<std::vector<float>> momentum;  // empty without outer momentum
   };
+  // An owner's mean, claimed under the lock and applied outside it (ShardedDriver).
+  struct MeanWork {
+    int shard = -1;
+    int64_t relay_session = -1;
+    std::shared_ptr<NextModel> next;
+    std::shared_ptr<RangeReducer> engine;
+    v1::Codec codec = v1::CODEC_FP32;
+    OuterOptimizer outer;
+  };
+  // One exchange mode's round (star_driver.cc, sharded_driver.cc): it holds the mode's
+  // decisions (StarRound, ShardedRound) and acts on them. Every method runs under the
+  // manager's lock; a mode answers the calls of the other mode with the error the base gives.
+  class Driver {
+   public:
+    virtual ~Driver() = default;
+    // A header Join checked: enters the member into the round; its session id.
+    virtual absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
+                                           const std::shared_ptr<RoundMember>& member) = 0;
+    // A live leader whose header was refused leaves the round (if it has not joined it).
+    virtual void Refuse(const std::string& member_id, const std::string& reason) = 0;
+    virtual void Leave(int64_t session, const absl::Status& why) = 0;
+    virtual void EndOfInput(int64_t session) = 0;
+    virtual void Tick(absl::Time now, const std::vector<ControlPlane::Leader>& leaders) = 0;
+    // After any change: drops, layout, sends, then commit or abort.
+    virtual void Advance() = 0;
+    // The round is aborting: forget the mode's partial work.
+    virtual void OnAbort() {}
+    // The mode's part of the round's record.
+    virtual void Record(v1::RoundRecord* record) const = 0;
+    // Star rounds: the reducer a member's chunk is checked against (outside the lock), then
+    // the chunk with that check's result.
+    virtual absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t session);
+    virtual absl::Status AddChunk(int64_t session, const v1::Chunk& chunk, absl::Status checked,
+                                  const std::vector<float>& decoded);
+    // Sharded rounds: an owner's mean claimed, then (applied outside the lock) its outcome.
+    virtual absl::StatusOr<MeanWork> ClaimMean(int64_t session, int index);
+    virtual absl::Status FinishMean(int64_t session, int index, int64_t bytes, const MeanWork& work,
+                                    absl::Status applied,
+                                    std::shared_ptr<v1::SyncResponse> relayed);
+    virtual absl::Status Deliver(int64_t session);
+    virtual absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
+  };
+  class StarDriver;
+  class ShardedDriver;
+  // The drivers of a round opened now (star_driver.cc, sharded_driver.cc).
+  static std::unique_ptr<Driver> MakeStarDriver(RoundManager* manager,
+                                                const std::vector<ControlPlane::Leader>& leaders)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(manager->mu_);
+  static std::unique_ptr<Driver> MakeShardedDriver(RoundManager* manager,
+                                                   const std::vector<ControlPlane::Leader>& leaders)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(manager->mu_);
+
   struct Round {
     int64_t number = 0;
     absl::Time opened;
     std::vector<std::string> members;  // the leaders expected when it opened
     int64_t bytes_received = 0;
     int64_t bytes_sent = 0;
-    // Star rounds: the decisions, and each slot's session (-1: not joined).
-    std::optional<StarRound> star;
-    std::vector<int64_t> session_of_slot;
-    // Sharded rounds: the decisions, the next model (computed chunk by chunk as the averaged
-    // chunks arrive, installed at the commit), how many chunks are in it, each shard's bytes.
-    std::optional<ShardedRound> sharded;
-    std::shared_ptr<NextModel> next;
-    int means_done = 0;
-    std::vector<int64_t> mean_bytes;
-    std::vector<int64_t> relay_session;  // by shard: the session its means are relayed to, or -1
-    uint64_t attempt = 0;
-    bool laid_out = false;  // the RoundHeader went out
+    std::unique_ptr<Driver> driver;
   };
   struct Model {
     std::string run_id;
@@ -140,20 +180,6 @@ class RoundManager {
     // The engine's model at `round`, as FetchModel and the state writer get it.
     std::shared_ptr<const ModelSnapshot> snapshot;
   };
-
-  // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
-  absl::StatusOr<v1::RunInfo> RunningRun(const std::string& run_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header,
-                                     const std::shared_ptr<RoundMember>& member)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool sharded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return round_.has_value() && round_->sharded.has_value();
-  }
-  // Sharded rounds: acts on what the ShardedRound decided (drops, layout, commit, abort).
-  void AdvanceSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CommitSharded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A model applied but not yet saved (a commit, or the initial model without members): what
   // to do once it is on disk.
   struct PendingCommit {
@@ -165,22 +191,31 @@ class RoundManager {
     v1::RoundRecord record;
     std::string log;
   };
+
+  // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
+  absl::StatusOr<v1::RunInfo> RunningRun(const std::string& run_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header,
+                                     const std::shared_ptr<RoundMember>& member)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new session for the member in the round.
+  int64_t AddSession(Session session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The update is applied to model_.engine: records round and step, then (once the model is
   // saved, when there is a state folder) commits the run, sends the RoundCommit and ends the
   // round's streams. `log` describes the round.
   void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a decided commit may go ahead now (no model being saved, no stop being saved).
+  bool MayCommit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.has_value() && !stopping_run_;
+  }
   // Hands model_.snapshot to the state writer with `commit` to finish once it is durable (at
   // once without a state folder).
   void Save(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state writer saved the pending model (on its thread).
   void OnSaved(const absl::Status& saved) ABSL_LOCKS_EXCLUDED(mu_);
   void FinishCommit(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sharded rounds: the session's member leaves the round (stream ended, bad input); its
-  // stream is closed with `status`.
-  void DropSession(int64_t session, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets the round (keeping the sharded mean buffer for the next one).
-  void EndRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The session of a member in the round, or sessions_.end().
   std::map<int64_t, Session>::iterator SessionOf(const std::string& member_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -189,21 +224,15 @@ class RoundManager {
   // Leaves a live leader whose header was refused out of the round (or the next one).
   void Refuse(const std::string& member_id, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Star rounds: the slot's member leaves the round; then ApplyDrops.
-  void DropSlot(int slot, const std::string& reason, const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Star rounds: the engine stops waiting for the members the StarRound dropped, and their
-  // streams end.
-  void ApplyDrops() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After any change: abort without quorum, else send completed chunks and commit when done.
+  // Acts on the round's decisions, if a round is open.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Installs the engine for global[model_.round] of model_.spec, with a saved outer momentum
   // buffer or (nullopt) a zero one.
   absl::Status InstallModel(std::vector<float> global, std::optional<std::vector<float>> momentum)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // model_.snapshot from the engine's buffers (no copy).
   void TakeSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every session with ABORTED, records the round and forgets it.
   void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

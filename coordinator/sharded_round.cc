@@ -116,6 +116,10 @@ void ShardedRound::RefuseMean(const std::string& member_id, int chunk, const std
                          reason, ")"));
 }
 
+void ShardedRound::Fail(const std::string& reason) {
+  if (phase_ != Phase::kAborted) AbortWith(reason);
+}
+
 absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::string& owner_id,
                                        const std::string& reason) {
   if (phase_ != Phase::kExchanging) {

@@ -78,6 +78,9 @@ class ShardedRound {
   // The coordinator could not use the averaged chunk `chunk` it accepted from its owner (bad
   // bytes): the round aborts, naming both, even if it was about to commit.
   void RefuseMean(const std::string& member_id, int chunk, const std::string& reason);
+  // The update cannot be made (a mean overflows fp32 through the outer step): the round
+  // aborts with `reason`.
+  void Fail(const std::string& reason);
   // The member's exchange with an owner failed: the owner's range cannot reach everyone, so
   // the round aborts naming both. INVALID_ARGUMENT when that member owns nothing here.
   absl::Status Unreachable(const std::string& member_id, const std::string& owner_id,

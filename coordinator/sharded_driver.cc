@@ -29,8 +29,8 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
 
   absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
                                  const std::shared_ptr<RoundMember>& member) override {
-    if (absl::Status s = round_.Arrive(header.member_id(), header.weight(), header.step(),
-                                       m_->options_.clock());
+    if (absl::Status s =
+            round_.Arrive(header.member_id(), header.weight(), header.step(), m_->options_.clock());
         !s.ok()) {
       return s;
     }
@@ -46,8 +46,8 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
 
   void EndOfInput(int64_t session) override {
     if (!m_->sessions_.at(session).delivered) {
-      DropSession(session, absl::InvalidArgumentError(
-                               "closed its stream before it held the whole update"));
+      DropSession(session,
+                  absl::InvalidArgumentError("closed its stream before it held the whole update"));
     }
   }
 
@@ -150,11 +150,11 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       m_->model_.engine->InstallNext(std::move(next_->global), std::move(next_->momentum));
       const std::vector<std::string> included = round_.Included();
       const size_t owners = round_.shards().size();
-      m_->Publish(included, std::max(m_->model_.global_step, round_.MaxStep()),
-                  absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
-                               m_->round_->members.size(), " members (",
-                               absl::StrJoin(included, ", "), "), sharded over ", owners,
-                               owners == 1 ? " owner" : " owners"));
+      m_->Publish(
+          included, std::max(m_->model_.global_step, round_.MaxStep()),
+          absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
+                       m_->round_->members.size(), " members (", absl::StrJoin(included, ", "),
+                       "), sharded over ", owners, owners == 1 ? " owner" : " owners"));
     }
   }
 
@@ -178,9 +178,9 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       // coordinator; otherwise it gets every member's delta and sends its mean to every
       // member but the one relayed through the coordinator, and to the coordinator.
       const bool relayed = shard.relayed_slot >= 0;
-      out->set_bytes_received(round_.ring() ? range * static_cast<int64_t>(sizeof(float))
-                                            : members * static_cast<int64_t>(
-                                                            EncodedBytes(codec, range)));
+      out->set_bytes_received(round_.ring()
+                                  ? range * static_cast<int64_t>(sizeof(float))
+                                  : members * static_cast<int64_t>(EncodedBytes(codec, range)));
       out->set_bytes_sent(round_.ring() ? mean_bytes : (members + (relayed ? 0 : 1)) * mean_bytes);
       if (relayed) out->set_relayed_to(round_.members()[shard.relayed_slot]);
     }
@@ -225,8 +225,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     it->second.member->Close(status);
     m_->Touch(it->second.member);
     m_->sessions_.erase(it);
-    round_.Leave(member_id, absl::StrCat("stream ended: ", status.message()),
-                 m_->options_.clock());
+    round_.Leave(member_id, absl::StrCat("stream ended: ", status.message()), m_->options_.clock());
   }
 
   // Ends the dropped members' streams and, once laid out, tells the others (owners stop

@@ -25,14 +25,14 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
                                  const std::shared_ptr<RoundMember>& member) override {
-    LOCALSGD_ASSIGN_OR_RETURN(const int slot,
-                              round_.Arrive(header.member_id(), header.step(),
-                                            header.num_workers()));
+    LOCALSGD_ASSIGN_OR_RETURN(
+        const int slot, round_.Arrive(header.member_id(), header.step(), header.num_workers()));
     if (absl::Status s = m_->model_.engine->SetWeight(slot, header.weight()); !s.ok()) {
       Drop(slot, std::string(s.message()), s);
       return s;
     }
-    const int64_t session = m_->AddSession(Session{slot, header.member_id(), member, header.step()});
+    const int64_t session =
+        m_->AddSession(Session{slot, header.member_id(), member, header.step()});
     session_of_slot_[slot] = session;
     const ChunkLayout& layout = m_->model_.engine->layout();
     auto response = std::make_shared<v1::SyncResponse>();
@@ -115,10 +115,10 @@ class RoundManager::StarDriver : public RoundManager::Driver {
     } else if (round_.phase() == StarRound::Phase::kCommitted && m_->MayCommit()) {
       engine.Commit();
       const std::vector<std::string> included = round_.Included();
-      m_->Publish(included, round_.MaxStep(m_->model_.global_step),
-                  absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
-                               round_.members().size(), " members (",
-                               absl::StrJoin(included, ", "), ")"));
+      m_->Publish(
+          included, round_.MaxStep(m_->model_.global_step),
+          absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
+                       round_.members().size(), " members (", absl::StrJoin(included, ", "), ")"));
     }
   }
 

@@ -10,16 +10,13 @@ void TuneProcess() {
   // 32 MiB is the largest threshold glibc accepts on 64-bit systems (a larger one is refused).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  // One arena: a 4-leader bf16 round on loopback faulted in 5-13 MB of new pages per member
-  // with an arena per thread, and about 0.1 MB with one; the members' CPU per round fell by about
-  // a quarter (bench/RESULTS.md, 2026-12-02, "Codecs and the allocator"). Small allocations still
-  // come from each thread's cache without the arena's lock, and training with 1 or 2 threads
-  // ran as fast.
+  // One arena: with an arena per thread, every round faults in fresh pages for the chunks its
+  // threads allocate. Small allocations still come from each thread's cache without the
+  // arena's lock.
   mallopt(M_ARENA_MAX, 1);
 #ifdef NDEBUG
-  // Loopback rounds of 4 leaders at 100 MB (fp32) took about 10 % less time against Gloo's in
-  // the same run; the check had been about 1 % of all CPU samples in GraphCycles alone
-  // (bench/RESULTS.md, 2026-12-02, "Lock checks").
+  // Abseil's lock-order graph costs CPU on every lock of the data plane's hot path; debug
+  // builds (the tests, the sanitizers) keep it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
 }

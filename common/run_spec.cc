@@ -29,14 +29,12 @@ constexpr double kDefaultRoundDeadlineSeconds = 60;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
 // Star rounds: every chunk passes through the coordinator, which handles fewer, larger
 // messages best. Sharded rounds: a ring round's pipeline is 2 (N - 1) hops deep, each hop a
-// chunk's transfer, and an all-to-all round ends with N chunks through the owner's link; on
-// 200 Mbit/s links 128 KiB chunks made ring rounds 4-9 % shorter than 256 KiB at N = 4 and 8
-// (bench/RESULTS.md).
+// chunk's transfer, and an all-to-all round ends with N chunks through the owner's link, so
+// smaller chunks shorten both (docs/design.md, "Limits").
 constexpr int64_t kDefaultStarChunkBytes = 1 << 20;
 constexpr int64_t kDefaultShardedChunkBytes = 128 << 10;
 // A sharded round over more owners costs a stream per owner and member: for small vectors the
-// latency, not the bytes, sets the round's time (bench/RESULTS.md: the MLP's round on 4 leaders
-// took 12-13 ms with four owners, 10-11 ms with one).
+// latency, not the bytes, sets the round's time.
 constexpr int64_t kDefaultMinShardBytes = 1 << 20;
 constexpr int64_t kMaxMinShardBytes = int64_t{1} << 30;
 

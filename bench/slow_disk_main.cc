@@ -7,9 +7,9 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -80,9 +80,8 @@ int Main() {
     std::fprintf(stderr, "coordinator: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  auto channel = grpc::CreateCustomChannel((*server)->grpc_address(),
-                                           grpc::InsecureChannelCredentials(),
-                                           StreamingChannelArguments());
+  auto channel = grpc::CreateCustomChannel(
+      (*server)->grpc_address(), grpc::InsecureChannelCredentials(), StreamingChannelArguments());
   auto stub = v1::Coordinator::NewStub(channel);
   auto call = [](auto method) {
     grpc::ClientContext context;
@@ -93,9 +92,8 @@ int Main() {
   std::vector<std::string> members;
   for (const char* node : {"n0", "n1"}) {
     v1::JoinResponse joined;
-    grpc::Status s = call([&](grpc::ClientContext* c) {
-      return stub->Join(c, JoinAs(node, 0, 1), &joined);
-    });
+    grpc::Status s =
+        call([&](grpc::ClientContext* c) { return stub->Join(c, JoinAs(node, 0, 1), &joined); });
     if (!s.ok()) {
       std::fprintf(stderr, "join: %s\n", s.error_message().c_str());
       return 1;
@@ -119,8 +117,8 @@ int Main() {
   StarClient averaging(channel, "");
   std::vector<float> initial(static_cast<size_t>(n), 0.0f);
   const ChunkLayout layout = ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
-  if (absl::Status s = averaging.InitModel(run.run_id(), members[0], initial, layout,
-                                           absl::Seconds(30));
+  if (absl::Status s =
+          averaging.InitModel(run.run_id(), members[0], initial, layout, absl::Seconds(30));
       !s.ok()) {
     std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
     return 1;
@@ -135,9 +133,8 @@ int Main() {
       StarClient::Member member{run.run_id(), members[m], v1::CODEC_FP32, 1, 1};
       for (int64_t round = 1; !done; ++round) {
         for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + 1e-3f * (m + 1);
-        absl::StatusOr<StarClient::SyncResult> synced =
-            averaging.Sync(member, round, 8 * round, params, absl::MakeSpan(global),
-                           absl::Seconds(60));
+        absl::StatusOr<StarClient::SyncResult> synced = averaging.Sync(
+            member, round, 8 * round, params, absl::MakeSpan(global), absl::Seconds(60));
         if (synced.ok() && m == 0) ++committed;
         if (!synced.ok() && !done) {
           std::fprintf(stderr, "sync %ld: %s\n", static_cast<long>(round),

@@ -351,11 +351,14 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
 
 absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
   absl::StatusOr<std::shared_ptr<RangeReducer>> engine;
+  std::shared_ptr<std::vector<float>> scratch;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value()) {
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || !round_.has_value()) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
+    scratch = it->second.scratch;
     engine = round_->driver->ChunkReducer(session_id);
   }
   if (!engine.ok()) {
@@ -363,7 +366,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     return engine.status();
   }
   // Checked and decoded outside the lock, so members' chunks are decoded in parallel.
-  std::vector<float> decoded;
+  std::vector<float>& decoded = *scratch;
   absl::Status checked = (*engine)->Check(chunk.index(), chunk.data(), &decoded);
   absl::Status status;
   {
@@ -616,6 +619,19 @@ void RoundManager::FlushTouched() {
     touched = touched_.Take();
   }
   TouchedStreams<RoundMember>::Flush(std::move(touched));
+}
+
+void RoundManager::Driver::RecordOutcomes(
+    const std::vector<std::pair<std::string, std::string>>& dropped, absl::Duration slowest_wait,
+    v1::RoundRecord* record) {
+  for (const auto& [id, reason] : dropped) {
+    v1::DroppedMember* out = record->add_dropped();
+    out->set_member_id(id);
+    out->set_reason(reason);
+  }
+  if (slowest_wait > absl::ZeroDuration()) {
+    record->set_slowest_wait_seconds(absl::ToDoubleSeconds(slowest_wait));
+  }
 }
 
 // The other mode's calls get these answers.

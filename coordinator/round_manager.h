@@ -105,6 +105,9 @@ class RoundManager {
     int64_t step = 0;
     int chunks_received = 0;  // star rounds
     bool delivered = false;   // sharded rounds
+    // Star rounds: where this stream's chunks are decoded (outside the lock, one at a time),
+    // reused across its chunks.
+    std::shared_ptr<std::vector<float>> scratch = std::make_shared<std::vector<float>>();
   };
   // A sharded round's next model, computed chunk by chunk as the owners' means arrive.
   struct NextModel {
@@ -140,6 +143,13 @@ class RoundManager {
     virtual void OnAbort() {}
     // The mode's part of the round's record.
     virtual void Record(v1::RoundRecord* record) const = 0;
+
+   protected:
+    // The members dropped (with their reasons) and the slowest wait, into `record`.
+    static void RecordOutcomes(const std::vector<std::pair<std::string, std::string>>& dropped,
+                               absl::Duration slowest_wait, v1::RoundRecord* record);
+
+   public:
     // Star rounds: the reducer a member's chunk is checked against (outside the lock), then
     // the chunk with that check's result.
     virtual absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t session);

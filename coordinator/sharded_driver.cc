@@ -184,14 +184,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       out->set_bytes_sent(round_.ring() ? mean_bytes : (members + (relayed ? 0 : 1)) * mean_bytes);
       if (relayed) out->set_relayed_to(round_.members()[shard.relayed_slot]);
     }
-    for (const auto& [id, reason] : round_.dropped()) {
-      v1::DroppedMember* dropped = record->add_dropped();
-      dropped->set_member_id(id);
-      dropped->set_reason(reason);
-    }
-    if (round_.SlowestWait() > absl::ZeroDuration()) {
-      record->set_slowest_wait_seconds(absl::ToDoubleSeconds(round_.SlowestWait()));
-    }
+    RecordOutcomes(round_.dropped(), round_.SlowestWait(), record);
   }
 
  private:

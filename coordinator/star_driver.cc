@@ -126,18 +126,11 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   void Record(v1::RoundRecord* record) const override {
     for (const std::string& id : round_.Present()) record->add_members(id);
-    for (const auto& [id, reason] : round_.dropped()) {
-      v1::DroppedMember* dropped = record->add_dropped();
-      dropped->set_member_id(id);
-      dropped->set_reason(reason);
-    }
+    RecordOutcomes(round_.dropped(), round_.SlowestWait(), record);
     for (const auto& [id, reason] : round_.excluded()) {
       v1::DroppedMember* excluded = record->add_excluded();
       excluded->set_member_id(id);
       excluded->set_reason(reason);
-    }
-    if (round_.SlowestWait() > absl::ZeroDuration()) {
-      record->set_slowest_wait_seconds(absl::ToDoubleSeconds(round_.SlowestWait()));
     }
   }
 

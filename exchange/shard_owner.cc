@@ -133,6 +133,7 @@ absl::Status ShardOwner::AttachLocked(int64_t session_id, Session& session) {
 
 absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
   std::shared_ptr<RangeReducer> engine;
+  std::shared_ptr<std::vector<float>> scratch;
   int begin_chunk = 0;
   int end_chunk = 0;
   {
@@ -142,12 +143,13 @@ absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
       return absl::FailedPreconditionError("not in this owner's round (dropped, or it ended)");
     }
     engine = engine_;
+    scratch = it->second.scratch;
     begin_chunk = round_->assignment.begin_chunk;
     end_chunk = round_->assignment.end_chunk;
   }
   // Checked and decoded outside the lock, so members' chunks decode in parallel.
   const int local = chunk.index() - begin_chunk;
-  std::vector<float> decoded;
+  std::vector<float>& decoded = *scratch;
   absl::Status status;
   if (chunk.index() < begin_chunk || chunk.index() >= end_chunk) {
     status = absl::InvalidArgumentError(absl::StrCat("chunk.index: ", chunk.index(),

@@ -100,6 +100,9 @@ class ShardOwner {
     v1::ReduceHeader header;
     std::shared_ptr<ReduceStream> stream;
     bool done = false;  // sent every chunk of the range
+    // Where this stream's chunks are decoded (outside the lock: one chunk at a time, since
+    // one stream delivers them), reused across its chunks.
+    std::shared_ptr<std::vector<float>> scratch = std::make_shared<std::vector<float>>();
   };
   struct Round {
     Assignment assignment;

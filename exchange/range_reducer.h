@@ -15,7 +15,7 @@
 
 namespace localsgd {
 
-// The aggregator engine for one range of the flat parameter vector (the whole vector in star
+// The range reducer for one range of the flat parameter vector (the whole vector in star
 // mode, one shard in the sharded mode). It holds global[r-1] for the range and, during a round,
 // sums the members' decoded deltas chunk by chunk in fp32. A chunk is complete once every
 // member still in the round has delivered it; its update (weighted mean of the deltas that

@@ -37,7 +37,7 @@ absl::Status Feed(RangeReducer& engine, int slot, int chunk, const std::vector<f
   return engine.Accumulate(slot, chunk, decoded);
 }
 
-TEST(AggregatorTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
+TEST(RangeReducerTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
   const int kMembers = 4;
   const int64_t n = 10'000;
   std::vector<float> global = RandomVector(n, 99);
@@ -80,7 +80,7 @@ TEST(AggregatorTest, WeightedMeanOfMembersAsThreadsMatchesReference) {
   }
 }
 
-TEST(AggregatorTest, ChunkCompletesAsSoonAsEveryMemberSentIt) {
+TEST(RangeReducerTest, ChunkCompletesAsSoonAsEveryMemberSentIt) {
   RangeReducer engine(Opts(1000, 256), std::vector<float>(1000));
   engine.BeginRound(2);
   std::vector<float> d0(1000, 1.0f), d1(1000, 3.0f);
@@ -96,7 +96,7 @@ TEST(AggregatorTest, ChunkCompletesAsSoonAsEveryMemberSentIt) {
   EXPECT_FLOAT_EQ(update[0], 2.0f);
 }
 
-TEST(AggregatorTest, DroppedMemberNoLongerBlocksAndAbortKeepsGlobal) {
+TEST(RangeReducerTest, DroppedMemberNoLongerBlocksAndAbortKeepsGlobal) {
   std::vector<float> global(512, 5.0f);
   RangeReducer engine(Opts(512, 256), global);
   engine.BeginRound(2);
@@ -122,7 +122,7 @@ TEST(AggregatorTest, DroppedMemberNoLongerBlocksAndAbortKeepsGlobal) {
   EXPECT_FLOAT_EQ(engine.global()[0], 8.0f);
 }
 
-TEST(AggregatorTest, BadInputIsRefusedAndChangesNothing) {
+TEST(RangeReducerTest, BadInputIsRefusedAndChangesNothing) {
   RangeReducer engine(Opts(512, 256), std::vector<float>(512));
   engine.BeginRound(2);
   std::vector<float> d(512, 1.0f);
@@ -145,7 +145,7 @@ TEST(AggregatorTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(engine.TakeCompleted()->size(), 2u);
 }
 
-TEST(AggregatorTest, Fp32BytesAccumulateLikeDecodedValues) {
+TEST(RangeReducerTest, Fp32BytesAccumulateLikeDecodedValues) {
   std::vector<float> d0 = RandomVector(600, 1), d1 = RandomVector(600, 2);
   RangeReducer decoded(Opts(600, 256), std::vector<float>(600));
   RangeReducer in_place(Opts(600, 256), std::vector<float>(600));
@@ -175,7 +175,7 @@ TEST(AggregatorTest, Fp32BytesAccumulateLikeDecodedValues) {
   EXPECT_EQ(std::memcmp(decoded.global().data(), in_place.global().data(), 600 * sizeof(float)), 0);
 }
 
-TEST(AggregatorTest, OuterNesterovMomentumMatchesReference) {
+TEST(RangeReducerTest, OuterNesterovMomentumMatchesReference) {
   OuterOptimizer diloco{0.7, 0.9, true};
   RangeReducer engine(Opts(256, 256, v1::CODEC_FP32, diloco), std::vector<float>(256));
   double global = 0, momentum = 0;
@@ -193,7 +193,7 @@ TEST(AggregatorTest, OuterNesterovMomentumMatchesReference) {
 }
 
 // A coordinator restarted from a saved global and momentum goes on exactly as the original.
-TEST(AggregatorTest, RestoredGlobalAndMomentumContinueBitIdentically) {
+TEST(RangeReducerTest, RestoredGlobalAndMomentumContinueBitIdentically) {
   OuterOptimizer diloco{0.7, 0.9, true};
   auto round = [](RangeReducer& engine, float value) {
     engine.BeginRound(1);
@@ -220,7 +220,7 @@ TEST(AggregatorTest, RestoredGlobalAndMomentumContinueBitIdentically) {
   EXPECT_FALSE(plain.RestoreMomentum(std::vector<float>(64)).ok());
 }
 
-TEST(AggregatorTest, ScreeningExcludesANormOutlierFromEveryChunk) {
+TEST(RangeReducerTest, ScreeningExcludesANormOutlierFromEveryChunk) {
   RangeReducer::Options options = Opts(1000, 300);  // 4 chunks
   options.max_norm_ratio = 5;
   RangeReducer engine(options, std::vector<float>(1000));
@@ -249,7 +249,7 @@ TEST(AggregatorTest, ScreeningExcludesANormOutlierFromEveryChunk) {
   }
 }
 
-TEST(AggregatorTest, ScreeningKeepsMembersOfSimilarNorms) {
+TEST(RangeReducerTest, ScreeningKeepsMembersOfSimilarNorms) {
   RangeReducer::Options options = Opts(256, 256);
   options.max_norm_ratio = 3;
   RangeReducer engine(options, std::vector<float>(256));
@@ -265,7 +265,7 @@ TEST(AggregatorTest, ScreeningKeepsMembersOfSimilarNorms) {
   EXPECT_NEAR(engine.global()[9], (a[9] + b[9]) / 2, 1e-6);
 }
 
-TEST(AggregatorTest, LossyCodecsApplyExactlyTheEncodedUpdate) {
+TEST(RangeReducerTest, LossyCodecsApplyExactlyTheEncodedUpdate) {
   for (v1::Codec codec : {v1::CODEC_BF16, v1::CODEC_FP16, v1::CODEC_INT8}) {
     std::vector<float> global = RandomVector(1000, 5);
     RangeReducer engine(Opts(1000, 512, codec), global);
@@ -291,7 +291,7 @@ TEST(AggregatorTest, LossyCodecsApplyExactlyTheEncodedUpdate) {
   }
 }
 
-TEST(AggregatorTest, Fp16OverflowAbortsInsteadOfApplyingInfinity) {
+TEST(RangeReducerTest, Fp16OverflowAbortsInsteadOfApplyingInfinity) {
   RangeReducer engine(Opts(256, 256, v1::CODEC_FP16, OuterOptimizer{10, 0, false}),
                       std::vector<float>(256));
   engine.BeginRound(1);

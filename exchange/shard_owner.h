@@ -50,7 +50,7 @@ class MeanSink {
 };
 
 // The owner's side of a sharded round (docs/design.md, "Sharded rounds"): it averages one
-// contiguous range of the flat vector over the aggregator engine (weighted mean in fp32, no
+// contiguous range of the flat vector over the range reducer (weighted mean in fp32, no
 // outer step: every member applies that itself), chunk by chunk as the members' deltas arrive,
 // and sends each averaged chunk to every member and to the sink as soon as it is complete.
 // A member's stream may arrive before this node learnt the round's layout from the

@@ -1,4 +1,4 @@
-// Chunk handling: the aggregator engine driven by an arbitrary sequence of member actions
+// Chunk handling: the range reducer driven by an arbitrary sequence of member actions
 // (weights, encoded chunks of any index and size, drops, screening, commits and aborts) never
 // crashes, and the global model it keeps stays finite.
 #include <cmath>

@@ -323,10 +323,11 @@ int64_t RoundManager::AddSession(Session session) {
 
 void RoundManager::OpenRound(int64_t number) {
   const std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
-  round_.emplace();
-  round_->number = number;
-  round_->opened = options_.clock();
-  for (const ControlPlane::Leader& leader : leaders) round_->members.push_back(leader.worker_id);
+  Round round;
+  round.number = number;
+  round.opened = options_.clock();
+  for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
+  round_ = std::move(round);  // the driver reads it
   round_->driver = model_.spec.exchange() == v1::EXCHANGE_SHARDED ? MakeShardedDriver(this, leaders)
                                                                   : MakeStarDriver(this, leaders);
   // Leaders refused for this round before it opened are out from the start.

@@ -419,32 +419,9 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
     FlushTouched();
     return work.status();
   }
-  // Outside the lock: the chunk's range of `next` is this call's alone (claimed above), and
-  // the engine's model does not change before the round commits, which waits for this chunk.
-  // The outer step runs here, as the chunks arrive, rather than all at once at the commit.
-  const ChunkLayout& layout = work->engine->layout();
-  const size_t begin = static_cast<size_t>(layout.begin(index));
-  const size_t size = static_cast<size_t>(layout.size(index));
-  absl::Span<float> region = absl::MakeSpan(*work->next->global).subspan(begin, size);
-  absl::Span<const float> momentum = work->engine->momentum();
-  absl::Status status = Decode(work->codec, chunk->data(), region);
-  if (!status.ok()) {
-    status = absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
-  } else if (!OuterStepInto(work->outer, region, work->engine->global().subspan(begin, size),
-                            momentum.empty() ? momentum : momentum.subspan(begin, size),
-                            work->next->momentum->empty()
-                                ? absl::Span<float>()
-                                : absl::MakeSpan(*work->next->momentum).subspan(begin, size))) {
-    status = absl::OutOfRangeError(
-        absl::StrCat("the update of chunk ", index, " overflows fp32 (the deltas are too large)"));
-  }
-  // The member this range is relayed to gets the owner's bytes as they are (moved, not
-  // copied).
+  // Outside the lock: decoded and stepped into the next model as the chunks arrive.
   std::shared_ptr<v1::SyncResponse> relayed;
-  if (status.ok() && work->relay_session != -1) {
-    relayed = std::make_shared<v1::SyncResponse>();
-    relayed->mutable_update()->Swap(chunk);
-  }
+  absl::Status status = work->Apply(index, chunk, &relayed);
   {
     MutexLock lock(&mu_);
     if (!round_.has_value()) return absl::FailedPreconditionError("mean: the round ended");

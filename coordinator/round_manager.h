@@ -122,6 +122,12 @@ class RoundManager {
     std::shared_ptr<RangeReducer> engine;
     v1::Codec codec = v1::CODEC_FP32;
     OuterOptimizer outer;
+    // Without the lock (sharded_driver.cc): decodes mean `index` into its range of `next` and
+    // runs the outer step there; moves the chunk into *relayed when the range is relayed.
+    // OUT_OF_RANGE when the update overflows fp32, INVALID_ARGUMENT for bytes that do not
+    // decode.
+    absl::Status Apply(int index, v1::Chunk* chunk,
+                       std::shared_ptr<v1::SyncResponse>* relayed) const;
   };
   // One exchange mode's round (star_driver.cc, sharded_driver.cc): it holds the mode's
   // decisions (StarRound, ShardedRound) and acts on them. Every method runs under the
@@ -143,13 +149,6 @@ class RoundManager {
     virtual void OnAbort() {}
     // The mode's part of the round's record.
     virtual void Record(v1::RoundRecord* record) const = 0;
-
-   protected:
-    // The members dropped (with their reasons) and the slowest wait, into `record`.
-    static void RecordOutcomes(const std::vector<std::pair<std::string, std::string>>& dropped,
-                               absl::Duration slowest_wait, v1::RoundRecord* record);
-
-   public:
     // Star rounds: the reducer a member's chunk is checked against (outside the lock), then
     // the chunk with that check's result.
     virtual absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t session);
@@ -162,6 +161,11 @@ class RoundManager {
                                     std::shared_ptr<v1::SyncResponse> relayed);
     virtual absl::Status Deliver(int64_t session);
     virtual absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
+
+   protected:
+    // The members dropped (with their reasons) and the slowest wait, into `record`.
+    static void RecordOutcomes(const std::vector<std::pair<std::string, std::string>>& dropped,
+                               absl::Duration slowest_wait, v1::RoundRecord* record);
   };
   class StarDriver;
   class ShardedDriver;

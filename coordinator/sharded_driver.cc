@@ -13,6 +13,7 @@
 #include "coordinator/round_manager.h"
 #include "coordinator/sharded_round.h"
 #include "exchange/codec.h"
+#include "exchange/outer_step.h"
 
 namespace localsgd {
 
@@ -291,6 +292,35 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
   std::vector<int64_t> mean_bytes_;     // by shard
   std::vector<int64_t> relay_session_;  // by shard: the session its means are relayed to, or -1
 };
+
+absl::Status RoundManager::MeanWork::Apply(int index, v1::Chunk* chunk,
+                                           std::shared_ptr<v1::SyncResponse>* relayed) const {
+  // The chunk's range of `next` is this call's alone (ClaimMean claimed it), and the engine's
+  // model does not change before the round commits, which waits for this chunk.
+  const ChunkLayout& layout = engine->layout();
+  const size_t begin = static_cast<size_t>(layout.begin(index));
+  const size_t size = static_cast<size_t>(layout.size(index));
+  absl::Span<float> region = absl::MakeSpan(*next->global).subspan(begin, size);
+  absl::Span<const float> momentum = engine->momentum();
+  if (absl::Status status = Decode(codec, chunk->data(), region); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
+  }
+  if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
+                     momentum.empty() ? momentum : momentum.subspan(begin, size),
+                     next->momentum->empty()
+                         ? absl::Span<float>()
+                         : absl::MakeSpan(*next->momentum).subspan(begin, size))) {
+    return absl::OutOfRangeError(
+        absl::StrCat("the update of chunk ", index, " overflows fp32 (the deltas are too large)"));
+  }
+  // The member this range is relayed to gets the owner's bytes as they are (moved, not
+  // copied).
+  if (relay_session != -1) {
+    *relayed = std::make_shared<v1::SyncResponse>();
+    (*relayed)->mutable_update()->Swap(chunk);
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<RoundManager::Driver> RoundManager::MakeShardedDriver(
     RoundManager* manager, const std::vector<ControlPlane::Leader>& leaders) {

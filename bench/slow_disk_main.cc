@@ -22,7 +22,8 @@
 #include "common/grpc_channel.h"
 #include "common/mutex.h"
 #include "coordinator/coordinator_server.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
+#include "exchange/star_exchange.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(absl::Duration, write_delay, absl::Milliseconds(200),
@@ -114,11 +115,11 @@ int Main() {
   }
   const v1::RunInfo& run = started.run();
   const int64_t n = absl::GetFlag(FLAGS_values);
-  StarClient averaging(channel, "");
+  ModelClient models(channel, "");
   std::vector<float> initial(static_cast<size_t>(n), 0.0f);
   const ChunkLayout layout = ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
   if (absl::Status s =
-          averaging.InitModel(run.run_id(), members[0], initial, layout, absl::Seconds(30));
+          models.InitModel(run.run_id(), members[0], initial, layout, absl::Seconds(30));
       !s.ok()) {
     std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
     return 1;
@@ -130,11 +131,12 @@ int Main() {
     threads.emplace_back([&, m] {
       std::vector<float> global = initial;
       std::vector<float> params(global.size());
-      StarClient::Member member{run.run_id(), members[m], v1::CODEC_FP32, 1, 1};
+      StarExchange exchange(channel, "");
+      SyncMember member{run.run_id(), members[m], v1::CODEC_FP32, 1, 1};
       for (int64_t round = 1; !done; ++round) {
         for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + 1e-3f * (m + 1);
-        absl::StatusOr<StarClient::SyncResult> synced = averaging.Sync(
-            member, round, 8 * round, params, absl::MakeSpan(global), absl::Seconds(60));
+        absl::StatusOr<ExchangeResult> synced = exchange.Run(
+            member, {round, 8 * round, params, absl::MakeSpan(global), {}, absl::Seconds(60)});
         if (synced.ok() && m == 0) ++committed;
         if (!synced.ok() && !done) {
           std::fprintf(stderr, "sync %ld: %s\n", static_cast<long>(round),
@@ -142,7 +144,7 @@ int Main() {
           std::optional<v1::StaleRound> stale = StaleRoundOf(synced.status());
           if (!stale.has_value()) return;
           round = stale->committed_round();  // catch up: next round
-          absl::StatusOr<StarClient::Model> model = averaging.FetchModel("", absl::Seconds(60));
+          absl::StatusOr<ModelClient::Model> model = models.FetchModel("", absl::Seconds(60));
           if (model.ok()) global = model->values;
         }
       }

@@ -21,7 +21,7 @@
 #include "common/status_util.h"
 #include "coordinator/ctl_format.h"
 #include "coordinator/status_render.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
@@ -85,8 +85,8 @@ class Ctl {
   int Fetch() {
     const std::string path = absl::GetFlag(FLAGS_out);
     if (path.empty()) return Usage("fetch needs --out=FILE");
-    localsgd::StarClient client(streaming_, token_);
-    absl::StatusOr<localsgd::StarClient::Model> model =
+    localsgd::ModelClient client(streaming_, token_);
+    absl::StatusOr<localsgd::ModelClient::Model> model =
         client.FetchModel(absl::GetFlag(FLAGS_run_id), absl::GetFlag(FLAGS_timeout));
     if (!model.ok()) return Fail(model.status());
     const std::string bytes(reinterpret_cast<const char*>(model->values.data()),

@@ -17,46 +17,24 @@
 
 namespace localsgd {
 
-RingMember::RingMember(Setup setup) : setup_(std::move(setup)) {
-  const v1::RoundHeader& header = *setup_.header;
-  const int n = header.members_size();
-  pred_ = (setup_.self + n - 1) % n;
-  succ_ = (setup_.self + 1) % n;
-  double total = 0;
-  for (double w : header.weights()) total += w;
-  weight_ = static_cast<float>(header.weights(setup_.self));
-  inverse_total_ = static_cast<float>(1.0 / total);
-  shard_of_.resize(static_cast<size_t>(setup_.layout->num_chunks()));
-  for (int s = 0; s < header.shards_size(); ++s) {
-    for (int c = header.shards(s).begin_chunk(); c < header.shards(s).end_chunk(); ++c) {
-      shard_of_[c] = s;
-    }
-  }
-  const auto size = [&header](int s) {
-    return header.shards(s).end_chunk() - header.shards(s).begin_chunk();
-  };
-  const int chunks = setup_.layout->num_chunks();
-  expected_in_ = (chunks - size(pred_)) + (chunks - size(pred_) - size(setup_.self));
-  expected_out_ = (chunks - size(setup_.self)) + (chunks - size(setup_.self) - size(succ_));
-  sums_seen_.assign(static_cast<size_t>(chunks), false);
-  chain_begin_ = header.shards(pred_).begin_chunk();
-  chain_end_ = header.shards(pred_).end_chunk();
-  chain_next_ = chain_begin_;
+RingMember::RingMember(Setup setup)
+    : setup_(std::move(setup)), plan_(*setup_.header, *setup_.layout, setup_.self) {
+  chain_next_ = plan_.chain_begin();
   writer_ = std::thread([this] { Write(); });
   reader_ = std::thread([this] { Read(); });
 }
 
-RingMember::~RingMember() { Stop(); }
+RingMember::~RingMember() { Stop(false); }
 
-void RingMember::PassOn(v1::Chunk mean) {
-  if (succ_ == pred_) return;  // a ring of 2: succ owns the range
+void RingMember::Relayed(v1::Chunk mean) {
+  if (!plan_.PassesRelayedMeans()) return;
   // In the bytes it lies in (ChunkMessageBuffer), where the generated stub's serialiser would
   // copy it.
   Queue(v1::PassRequest::kMeanFieldNumber,
         ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber, std::move(mean)));
 }
 
-void RingMember::Stop() {
+absl::Status RingMember::Stop(bool) {
   {
     MutexLock lock(&mu_);
     stopped_ = true;
@@ -65,12 +43,15 @@ void RingMember::Stop() {
   setup_.inbox->Stop();
   if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
+  MutexLock lock(&mu_);
+  return failure_;
 }
 
 void RingMember::Fail(int slot, const absl::Status& status) {
   {
     MutexLock lock(&mu_);
     if (stopped_) return;  // the round ended: cancelled streams say nothing
+    if (failure_.ok()) failure_ = status;
   }
   setup_.unreachable(setup_.header->members(slot), status);
 }
@@ -81,15 +62,9 @@ void RingMember::Queue(int field, grpc::ByteBuffer message) {
       .push_back(std::move(message));
 }
 
-// The chain's lead: a sum from pred is one of N - 1 per chain this member starts, so starting
-// at most kChainLead chunks more than 1 / (N - 1) of the sums in keeps the chains moving
-// together (every range's means complete from early on, while the sums still flow), where
-// starting the whole chain at once would put it in the socket's buffers ahead of every sum to
-// pass on, and the means would all complete at the end.
 bool RingMember::ReadyToWrite() const {
   if (stopped_ || !means_out_.empty() || !sums_out_.empty()) return true;
-  const int others = setup_.header->members_size() - 1;
-  return chain_next_ < chain_end_ && chain_next_ - chain_begin_ < kChainLead + sums_in_ / others;
+  return plan_.MayStartChain(chain_next_, sums_in_);
 }
 
 // Rings are fp32: the delta as the others would see it is params - global itself, and a sum
@@ -102,7 +77,7 @@ grpc::Slice RingMember::OwnDelta(int c) const {
   grpc::Slice data(n * sizeof(float));  // not zero-filled first
   char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(data.begin()));
   for (size_t k = 0; k < n; ++k) {
-    const float delta = weight_ * (params[k] - global[k]);
+    const float delta = plan_.weight() * (params[k] - global[k]);
     std::memcpy(bytes + k * sizeof(float), &delta, sizeof(float));
   }
   return data;
@@ -136,7 +111,7 @@ bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char*
   const float* global = setup_.global.data() + begin;
   uint32_t bad = 0;
   sum.ForEachFp32Run([&](const char* in, size_t k, size_t n) {
-    bad |= AddRun(in, params + k, global + k, weight_, scale, bytes + k * sizeof(float), n);
+    bad |= AddRun(in, params + k, global + k, plan_.weight(), scale, bytes + k * sizeof(float), n);
   });
   return bad == 0;
 }
@@ -154,7 +129,7 @@ void RingMember::Write() {
   bool ok = stream->Write(SerializedBuffer(first));
   int sent = 0;
   WriteBatch batch;
-  while (ok && sent < expected_out_) {
+  while (ok && sent < plan_.expected_out()) {
     grpc::ByteBuffer message;
     int start = -1;     // a chunk of pred's range whose chain starts with this message
     bool more = false;  // another message is queued behind this one
@@ -175,60 +150,42 @@ void RingMember::Write() {
       message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, start, OwnDelta(start));
     }
     ++sent;
-    ok = stream->Write(
-        message, batch.Next(static_cast<int64_t>(message.Length()), more && sent < expected_out_));
+    ok = stream->Write(message, batch.Next(static_cast<int64_t>(message.Length()),
+                                           more && sent < plan_.expected_out()));
   }
-  if (ok && sent == expected_out_) stream->WritesDone();
+  if (ok && sent == plan_.expected_out()) stream->WritesDone();
   const grpc::Status status = stream->Finish();
   if (!status.ok() || !ok) {
-    Fail(succ_, status.ok() ? absl::UnavailableError("the stream broke") : FromGrpcStatus(status));
+    Fail(plan_.succ(),
+         status.ok() ? absl::UnavailableError("the stream broke") : FromGrpcStatus(status));
   }
 }
 
 void RingMember::Read() {
   absl::Status status;
-  for (int taken = 0; status.ok() && taken < expected_in_; ++taken) {
+  for (int taken = 0; status.ok() && taken < plan_.expected_in(); ++taken) {
     absl::StatusOr<std::optional<ReceivedChunk>> next = setup_.inbox->Next();
     if (!next.ok()) {
       status = next.status();
     } else if (!next->has_value()) {
       status = absl::UnavailableError(
-          absl::StrCat("its stream ended after ", taken, " of ", expected_in_, " messages"));
+          absl::StrCat("its stream ended after ", taken, " of ", plan_.expected_in(), " messages"));
     } else {
       status = Take(**next);
     }
   }
-  if (!status.ok() && !absl::IsCancelled(status)) Fail(pred_, status);
+  if (!status.ok() && !absl::IsCancelled(status)) Fail(plan_.pred(), status);
 }
 
 absl::Status RingMember::Take(const ReceivedChunk& message) {
-  const bool sum = message.field() == v1::PassRequest::kSumFieldNumber;
-  if (!sum && message.field() != v1::PassRequest::kMeanFieldNumber) {
-    return absl::InvalidArgumentError("neither sum nor mean");
-  }
   const int c = message.index();
-  if (c < 0 || c >= setup_.layout->num_chunks()) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk ", c, " is out of range"));
-  }
-  const int s = shard_of_[c];
-  if (!sum) {
-    if (s == setup_.self || s == pred_) {
-      return absl::InvalidArgumentError(absl::StrCat("a mean of chunk ", c, " came on the ring"));
-    }
-    LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(s, message));
+  LOCALSGD_ASSIGN_OR_RETURN(RingPlan::Accepted accepted,
+                            plan_.Accept(message.field(), c, message.size()));
+  if (accepted.action == RingPlan::Action::kTakeMean) {
+    LOCALSGD_RETURN_IF_ERROR(setup_.take_mean(accepted.range, message));
     // Passed on in the message it came in.
-    if (s != succ_) Queue(v1::PassRequest::kMeanFieldNumber, message.wire());
+    if (accepted.passes_on) Queue(v1::PassRequest::kMeanFieldNumber, message.wire());
     return absl::OkStatus();
-  }
-  if (s == pred_ || sums_seen_[c]) {
-    return absl::InvalidArgumentError(absl::StrCat("an unexpected sum of chunk ", c));
-  }
-  sums_seen_[c] = true;
-  const size_t n = static_cast<size_t>(setup_.layout->size(c));
-  if (message.size() != n * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", message.size(),
-                                                   " bytes, expected ", n * sizeof(float), " for ",
-                                                   n, " values in fp32"));
   }
   {
     MutexLock lock(&mu_);
@@ -241,7 +198,7 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
     return absl::InvalidArgumentError(
         absl::StrCat("the sum of chunk ", c, ": chunk data: decodes to NaN or infinity"));
   };
-  if (s != setup_.self) {
+  if (accepted.action == RingPlan::Action::kAddAndPass) {
     grpc::Slice next(message.size());  // not zero-filled first
     if (!AddOwnDelta(c, message, 1.0f,
                      reinterpret_cast<char*>(const_cast<uint8_t*>(next.begin())))) {
@@ -255,7 +212,8 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
   v1::Chunk* chunk = response.mutable_mean();
   chunk->set_index(c);
   chunk->mutable_data()->resize(message.size());
-  if (!AddOwnDelta(c, message, inverse_total_, chunk->mutable_data()->data())) return refused();
+  if (!AddOwnDelta(c, message, plan_.inverse_total(), chunk->mutable_data()->data()))
+    return refused();
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
   setup_.sink->OnMean(c, mean);
   return setup_.take_mean(setup_.self, ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber,

@@ -17,26 +17,26 @@
 #include "absl/types/span.h"
 #include "common/mutex.h"
 #include "exchange/chunking.h"
+#include "exchange/range_schedule.h"
 #include "exchange/received_chunk.h"
 #include "exchange/ring_inbox.h"
+#include "exchange/ring_plan.h"
 #include "exchange/shard_owner.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 
 namespace localsgd {
 
 // A node leader's part of a ring round (docs/design.md, "Ring rounds"), on flat float vectors
-// (no LibTorch). Member i of N owns range i and passes to member i + 1 (`succ`) over one
-// DataPlane.Pass stream (a) the running sums: its own weighted delta for the range of member
-// i - 1 (`pred`, whose chain starts here), and for every other range but its own, the sum that
-// came from pred plus its own weighted delta; and (b) every averaged chunk it gets, except
-// those of succ's own range. A sum of its own range that arrives is complete: its mean goes
-// to the sink (the uploader to the coordinator, which relays it to succ) and into this
-// member's update. A writer thread owns the outgoing stream and a reader thread takes pred's
-// stream from the inbox, from construction until Stop; the caller hands in pred's range as
-// the coordinator relays it (PassOn). Errors name the neighbour through `unreachable`.
-// The writer sends means first, then sums to pass on, and starts a chain only within a few
-// chunks of what came from pred (see "Ring rounds", the schedule). Thread-safe.
-class RingMember {
+// (no LibTorch), as RingPlan lays it out: it passes to succ over one DataPlane.Pass stream the
+// running sums (its own weighted delta starts pred's chain; every other sum but its own
+// range's goes on with its delta added) and the averaged chunks it gets. A sum of its own range
+// that arrives is complete: its mean goes to the sink (the uploader to the coordinator, which
+// relays it to succ) and into this member's update. A writer thread owns the outgoing stream
+// and a reader thread takes pred's stream from the inbox, from construction until Stop; the
+// caller hands in pred's range as the coordinator relays it (Relayed). Errors name the
+// neighbour through `unreachable`. The writer sends means first, then sums to pass on, and
+// starts a chain only within RingPlan's lead. Thread-safe.
+class RingMember : public RangeSchedule {
  public:
   // Takes averaged chunk `mean` of range `shard` into the member's update.
   using TakeMean = std::function<absl::Status(int shard, const ReceivedChunk& mean)>;
@@ -56,20 +56,14 @@ class RingMember {
     std::function<void(const std::string& member_id, const absl::Status& why)> unreachable;
   };
 
-  // How many chunks of its chain a member starts more than 1 / (N - 1) of the sums that came
-  // from pred (docs/design.md, "Ring rounds", the schedule).
-  static constexpr int kChainLead = 4;
-
   explicit RingMember(Setup setup);
-  ~RingMember();
+  ~RingMember() override;
   RingMember(const RingMember&) = delete;
   RingMember& operator=(const RingMember&) = delete;
 
-  // A mean of pred's range that the coordinator relayed here (and that was taken): passed on
-  // (moved, not copied), unless succ is pred (a ring of 2).
-  void PassOn(v1::Chunk mean);
-  // The round is over (committed or not): ends both streams and waits for the threads.
-  void Stop();
+  // A mean of pred's range: passed on (moved, not copied), unless succ is pred (a ring of 2).
+  void Relayed(v1::Chunk mean) override;
+  absl::Status Stop(bool committed) override;
 
  private:
   void Fail(int slot, const absl::Status& status);
@@ -92,13 +86,7 @@ class RingMember {
   absl::Status Take(const ReceivedChunk& message);
 
   Setup setup_;
-  int pred_ = 0, succ_ = 0;
-  float weight_ = 0, inverse_total_ = 0;
-  std::vector<int> shard_of_;            // by chunk
-  int expected_in_ = 0;                  // messages from pred
-  int expected_out_ = 0;                 // messages to succ
-  std::vector<bool> sums_seen_;          // by chunk; the reader's
-  int chain_begin_ = 0, chain_end_ = 0;  // the chunks of pred's range: the chain started here
+  RingPlan plan_;  // Accept is the reader's
   Mutex mu_;
   // Means and sums to pass on, each sent in the order they came.
   std::deque<grpc::ByteBuffer> means_out_ ABSL_GUARDED_BY(mu_);
@@ -106,6 +94,7 @@ class RingMember {
   int chain_next_ ABSL_GUARDED_BY(mu_) = 0;  // the next chunk of pred's range to start
   int sums_in_ ABSL_GUARDED_BY(mu_) = 0;     // sums that came from pred
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the first, before Stop
   std::thread writer_, reader_;
 };
 

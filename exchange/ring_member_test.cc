@@ -167,7 +167,7 @@ void RingMemberTest::RunRound() {
       MutexLock lock(&received_[relayed]->mu);
       received_[relayed]->chunks[chunk.index()] = values;
     }
-    members[relayed]->PassOn(chunk);
+    members[relayed]->Relayed(chunk);
   }
   // Every member ends up with every chunk: wait, then stop.
   for (int i = 0; i < members_; ++i) {
@@ -182,7 +182,7 @@ void RingMemberTest::RunRound() {
         absl::Seconds(30)))
         << "member " << i;
   }
-  for (auto& member : members) member->Stop();
+  for (auto& member : members) member->Stop(true);
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     MutexLock lock0(&received_[0]->mu);
     const std::vector<float>& got = received_[0]->chunks[c];
@@ -229,7 +229,7 @@ TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
   RingInbox* succ_inbox = servers_[2]->inbox();
   succ_inbox->Follow("run", 5, 2, "m1");
   std::unique_ptr<RingMember> m1 = Start(1);
-  for (int k = 0; k < RingMember::kChainLead; ++k) {
+  for (int k = 0; k < RingPlan::kChainLead; ++k) {
     absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
     ASSERT_TRUE(next.ok()) << next.status();
     ASSERT_TRUE(next->has_value());
@@ -238,7 +238,7 @@ TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
   }
   // Time for a writer that ran on to send more, then the round ends: nothing else came.
   absl::SleepFor(absl::Milliseconds(300));
-  m1->Stop();
+  m1->Stop(false);
   absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
   EXPECT_FALSE(next.ok() && next->has_value()) << "chunk " << (*next)->index() << " came";
 }
@@ -257,9 +257,9 @@ TEST_F(RingMemberTest, ANeighbourThatIsGoneIsNamedAndStopEndsTheRound) {
         absl::Seconds(30)));
     EXPECT_EQ(received_[1]->unreachable[0], "m2");
   }
-  m1->Stop();
+  m1->Stop(false);
   std::unique_ptr<RingMember> m0 = Start(0);
-  m0->Stop();  // before anything came: ends both threads, reports nothing
+  m0->Stop(false);  // before anything came: ends both threads, reports nothing
   MutexLock lock(&received_[0]->mu);
   EXPECT_THAT(received_[0]->unreachable, ::testing::IsEmpty());
 }

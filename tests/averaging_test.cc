@@ -14,7 +14,8 @@
 #include "common/file_util.h"
 #include "coordinator/coordinator_server.h"
 #include "exchange/codec.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
+#include "exchange/star_exchange.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
@@ -95,10 +96,17 @@ class AveragingTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_->StopRun(Ctx().get(), v1::StopRunRequest(), &response).ok());
   }
 
-  StarClient Client() { return StarClient(Channel(), kToken); }
+  ModelClient Client() { return ModelClient(Channel(), kToken); }
 
-  StarClient::Member Member(int node, double weight = 1) {
-    return StarClient::Member{run_id_, absl::StrCat("node-", node, "/0"), codec_, weight, 1};
+  // One star round of `member` through a StarExchange of its own.
+  absl::StatusOr<ExchangeResult> Sync(const SyncMember& member, int64_t round, int64_t step,
+                                      absl::Span<const float> params, absl::Span<float> global) {
+    StarExchange exchange(Channel(), kToken);
+    return exchange.Run(member, {round, step, params, global, {}, kTimeout});
+  }
+
+  SyncMember Member(int node, double weight = 1) {
+    return SyncMember{run_id_, absl::StrCat("node-", node, "/0"), codec_, weight, 1};
   }
 
   // Uploads global[0] from node-0 and gives every member a copy.
@@ -115,17 +123,16 @@ class AveragingTest : public ::testing::Test {
   }
 
   // Each member in its own thread syncs `params[m]` against `globals[m]` for `round`.
-  std::vector<absl::StatusOr<StarClient::SyncResult>> SyncAll(
-      const std::vector<int>& nodes, int64_t round, const std::vector<std::vector<float>>& params,
-      std::vector<std::vector<float>>& globals, const std::vector<double>& weights) {
-    std::vector<absl::StatusOr<StarClient::SyncResult>> results(nodes.size(),
-                                                                absl::UnknownError(""));
+  std::vector<absl::StatusOr<ExchangeResult>> SyncAll(const std::vector<int>& nodes, int64_t round,
+                                                      const std::vector<std::vector<float>>& params,
+                                                      std::vector<std::vector<float>>& globals,
+                                                      const std::vector<double>& weights) {
+    std::vector<absl::StatusOr<ExchangeResult>> results(nodes.size(), absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t m = 0; m < nodes.size(); ++m) {
       threads.emplace_back([&, m] {
-        StarClient client = Client();
-        results[m] = client.Sync(Member(nodes[m], weights[m]), round, round * 8, params[m],
-                                 absl::MakeSpan(globals[m]), kTimeout);
+        results[m] = Sync(Member(nodes[m], weights[m]), round, round * 8, params[m],
+                          absl::MakeSpan(globals[m]));
       });
     }
     for (auto& t : threads) t.join();
@@ -225,10 +232,8 @@ TEST_F(AveragingTest, FirstUpdateChunkArrivesBeforeTheLastDeltaChunkIsSent) {
   std::vector<float> global1 = global0;
   std::vector<float> params1 = global0;
   params1[0] += 2.0f;
-  absl::StatusOr<StarClient::SyncResult> result1 = absl::UnknownError("");
-  std::thread other([&] {
-    result1 = Client().Sync(Member(1), 1, 8, params1, absl::MakeSpan(global1), kTimeout);
-  });
+  absl::StatusOr<ExchangeResult> result1 = absl::UnknownError("");
+  std::thread other([&] { result1 = Sync(Member(1), 1, 8, params1, absl::MakeSpan(global1)); });
   // node-0 sends its first chunk only, and waits for the first update chunk before sending
   // the rest: store-and-forward would never send it, and this read would time out.
   auto stub = v1::Averaging::NewStub(Channel());
@@ -681,7 +686,7 @@ TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
   EXPECT_THAT(Client().FetchModel("", kTimeout),
               StatusIs(absl::StatusCode::kFailedPrecondition, "no model"));
   std::vector<float> global(kValues), params(kValues);
-  EXPECT_THAT(Client().Sync(Member(0), 1, 8, params, absl::MakeSpan(global), kTimeout),
+  EXPECT_THAT(Sync(Member(0), 1, 8, params, absl::MakeSpan(global)),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not initialised"));
   ChunkLayout wrong{kValues, layout_.chunk_values / 2};
   EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global, wrong, kTimeout),
@@ -694,13 +699,13 @@ TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
   InitModel();
   EXPECT_THAT(Client().InitModel(run_id_, "node-1/0", global, layout_, kTimeout),
               StatusIs(absl::StatusCode::kAlreadyExists, "fetch"));
-  StarClient anonymous(Channel(), "");
+  ModelClient anonymous(Channel(), "");
   EXPECT_THAT(anonymous.FetchModel("", kTimeout),
               StatusIs(absl::StatusCode::kUnauthenticated, "token"));
   // A stopped run still serves its model; syncing it is refused.
   StopRun();
   EXPECT_THAT(Client().FetchModel(run_id_, kTimeout), IsOk());
-  EXPECT_THAT(Client().Sync(Member(0), 1, 8, params, absl::MakeSpan(global), kTimeout),
+  EXPECT_THAT(Sync(Member(0), 1, 8, params, absl::MakeSpan(global)),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not running"));
 }
 

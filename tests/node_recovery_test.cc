@@ -18,7 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "coordinator/coordinator_server.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
+#include "exchange/star_exchange.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "worker/hierarchical_averager.h"
@@ -79,7 +80,7 @@ class NodeRecoveryTest : public ::testing::TestWithParam<int> {
 TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
   const int dead = GetParam();
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/node-", dead);
-  StarClient client(Channel(), kToken);
+  ModelClient client(Channel(), kToken);
   std::vector<Rank> ranks(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -91,11 +92,12 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
                             return MakeGlooAverager(store, rank, size, kTimeout);
                           });
       ASSERT_TRUE(group.ok()) << group.status();
+      StarExchange exchange(Channel(), kToken);  // this rank's, should it lead
       std::unique_ptr<NodeLeader> leader;
       if (r == 0) {
-        leader = std::make_unique<NodeLeader>(
-            &client, StarClient::Member{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3},
-            ChunkLayout::ForBytes(kValues, 65536), kTimeout);
+        leader = std::make_unique<NodeLeader>(&client, &exchange,
+                                              SyncMember{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3},
+                                              ChunkLayout::ForBytes(kValues, 65536), kTimeout);
       }
       // Taking over from a dead leader, as the worker does it: join as the node's leader in
       // its place, then sync as the node's member.
@@ -110,11 +112,11 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
         grpc::Status s = v1::Coordinator::NewStub(Channel())->Join(Ctx().get(), join, &joined);
         if (!s.ok()) return absl::UnavailableError(s.error_message());
         const int left = static_cast<int>((*group)->members().size());
-        leader = std::make_unique<NodeLeader>(
-            &client,
-            StarClient::Member{run_id_, joined.worker_id(), v1::CODEC_FP32,
-                               static_cast<double>(left), left},
-            ChunkLayout::ForBytes(kValues, 65536), kTimeout);
+        leader =
+            std::make_unique<NodeLeader>(&client, &exchange,
+                                         SyncMember{run_id_, joined.worker_id(), v1::CODEC_FP32,
+                                                    static_cast<double>(left), left},
+                                         ChunkLayout::ForBytes(kValues, 65536), kTimeout);
         return leader.get();
       };
       HierarchicalAverager averager(group->get(), leader.get(), take_lead);
@@ -138,7 +140,7 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
     });
   }
   for (auto& t : threads) t.join();
-  absl::StatusOr<StarClient::Model> global = client.FetchModel(run_id_, kTimeout);
+  absl::StatusOr<ModelClient::Model> global = client.FetchModel(run_id_, kTimeout);
   ASSERT_TRUE(global.ok()) << global.status();
   EXPECT_EQ(global->global_step, kLastStep);
   const at::Tensor expected = torch::from_blob(global->values.data(), {kValues}).clone();

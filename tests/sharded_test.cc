@@ -20,8 +20,9 @@
 #include "coordinator/coordinator_server.h"
 #include "exchange/codec.h"
 #include "exchange/data_plane_server.h"
-#include "exchange/sharded_client.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
+#include "exchange/sharded_exchange.h"
+#include "exchange/star_exchange.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
@@ -45,11 +46,12 @@ constexpr char kDiloco[] = "outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: tr
 
 using Vectors = std::vector<std::vector<float>>;
 
-// One node leader: its data plane and its client.
+// One node leader: its data plane and its exchange.
 struct Leader {
   std::unique_ptr<DataPlaneServer> server;
-  std::unique_ptr<ShardedClient> client;
-  StarClient::Member member;
+  bool serves = false;  // owns ranges on `server`
+  std::unique_ptr<ShardedExchange> client;
+  SyncMember member;
 };
 
 class ShardedTest : public ::testing::Test {
@@ -91,17 +93,20 @@ class ShardedTest : public ::testing::Test {
     v1::JoinResponse response;
     grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
+    leader.serves = serve;
     leader.client = MakeClient(serve ? leader.server.get() : nullptr);
   }
 
-  // A leader's client of the current coordinator, owning ranges on `server` (null: none).
-  std::unique_ptr<ShardedClient> MakeClient(DataPlaneServer* server) {
-    ShardedClient::Options options;
+  // A leader's exchange with the current coordinator and run, owning ranges on `server` (null:
+  // none).
+  std::unique_ptr<ShardedExchange> MakeClient(DataPlaneServer* server) {
+    ShardedExchange::Options options;
     options.coordinator = Channel();
     options.token = kToken;
     options.owner = server != nullptr ? server->owner() : nullptr;
     options.inbox = server != nullptr ? server->inbox() : nullptr;
-    return std::make_unique<ShardedClient>(options);
+    options.outer = Outer();
+    return std::make_unique<ShardedExchange>(options);
   }
 
   // Uploads a random global[0] of `values` values from node-0 and returns it.
@@ -122,8 +127,9 @@ class ShardedTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
     run_ = response.run();
     for (auto& [i, leader] : leaders_) {
-      leader.member = StarClient::Member{run_.run_id(), absl::StrCat("node-", i, "/0"),
-                                         run_.spec().codec(), 1.0 + i, 1};
+      leader.member = SyncMember{run_.run_id(), absl::StrCat("node-", i, "/0"), run_.spec().codec(),
+                                 1.0 + i, 1};
+      leader.client = MakeClient(leader.serves ? leader.server.get() : nullptr);
     }
   }
 
@@ -136,7 +142,7 @@ class ShardedTest : public ::testing::Test {
     return ChunkLayout::ForBytes(values, run_.spec().chunk_bytes());
   }
 
-  StarClient Client() { return StarClient(Channel(), kToken); }
+  ModelClient Client() { return ModelClient(Channel(), kToken); }
 
   v1::CoordinatorStatus Status() {
     v1::CoordinatorStatus status;
@@ -145,18 +151,17 @@ class ShardedTest : public ::testing::Test {
   }
 
   // Every node in `nodes` syncs params[k] against its globals[k] / momenta[k] in a thread.
-  std::vector<absl::StatusOr<StarClient::SyncResult>> SyncAll(const std::vector<int>& nodes,
-                                                              int64_t round, const Vectors& params,
-                                                              Vectors& globals, Vectors& momenta) {
-    std::vector<absl::StatusOr<StarClient::SyncResult>> results(nodes.size(),
-                                                                absl::UnknownError(""));
+  std::vector<absl::StatusOr<ExchangeResult>> SyncAll(const std::vector<int>& nodes, int64_t round,
+                                                      const Vectors& params, Vectors& globals,
+                                                      Vectors& momenta) {
+    std::vector<absl::StatusOr<ExchangeResult>> results(nodes.size(), absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t k = 0; k < nodes.size(); ++k) {
       threads.emplace_back([&, k] {
         Leader& leader = leaders_[nodes[k]];
-        results[k] =
-            leader.client->Sync(leader.member, Outer(), round, round * 8, params[k],
-                                absl::MakeSpan(globals[k]), absl::MakeSpan(momenta[k]), kTimeout);
+        results[k] = leader.client->Run(leader.member,
+                                        {round, round * 8, params[k], absl::MakeSpan(globals[k]),
+                                         absl::MakeSpan(momenta[k]), kTimeout});
       });
     }
     for (auto& t : threads) t.join();
@@ -198,7 +203,7 @@ class ShardedTest : public ::testing::Test {
 
 class ShardedEquivalenceTest : public ShardedTest {
  public:
-  // The star reference: the same deltas through StarClient::Sync.
+  // The star reference: the same deltas through StarExchange.
   std::vector<Vectors> Run(bool sharded, int nodes, int64_t values, int rounds,
                            const std::string& codec = "CODEC_FP32") {
     server_.reset();
@@ -223,9 +228,11 @@ class ShardedEquivalenceTest : public ShardedTest {
         std::vector<std::thread> threads;
         for (int k = 0; k < nodes; ++k) {
           threads.emplace_back([&, k] {
-            EXPECT_THAT(Client().Sync(leaders_[k].member, round, round * 8, params[k],
-                                      absl::MakeSpan(globals[k]), kTimeout),
-                        IsOk());
+            StarExchange star(Channel(), kToken);
+            EXPECT_THAT(
+                star.Run(leaders_[k].member,
+                         {round, round * 8, params[k], absl::MakeSpan(globals[k]), {}, kTimeout}),
+                IsOk());
           });
         }
         for (auto& t : threads) t.join();
@@ -497,7 +504,7 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   // A late joiner fetches global and momentum and takes part in the next round, which leaves
   // all three copies identical.
   JoinNode(2);
-  leaders_[2].member = StarClient::Member{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
+  leaders_[2].member = SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
   auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[0].data(), values * sizeof(float)), 0);
@@ -521,12 +528,11 @@ TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
   StartRun("total_steps: 16 round_deadline_seconds: 1");
   const int64_t values = 30'000;
   std::vector<float> start = RandomVector(values, 3);
-  StarClient client = Client();
+  ModelClient client = Client();
   std::vector<std::unique_ptr<NodeLeader>> nodes;
   for (int i = 0; i < 2; ++i) {
-    nodes.push_back(
-        std::make_unique<NodeLeader>(&client, leaders_[i].member, Layout(values), kTimeout));
-    nodes.back()->UseShardedExchange(leaders_[i].client.get(), Outer());
+    nodes.push_back(std::make_unique<NodeLeader>(&client, leaders_[i].client.get(),
+                                                 leaders_[i].member, Layout(values), kTimeout));
   }
   Vectors params(2, start);
   ASSERT_THAT(nodes[0]->Start(absl::MakeSpan(params[0])), IsOk());

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "exchange/star_client.h"
+#include "exchange/sync_stream.h"
 
 namespace localsgd {
 namespace {

@@ -11,9 +11,13 @@
 
 namespace localsgd {
 
-NodeLeader::NodeLeader(StarClient* client, StarClient::Member member, ChunkLayout layout,
-                       absl::Duration round_timeout)
-    : client_(client), member_(std::move(member)), layout_(layout), round_timeout_(round_timeout) {}
+NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member,
+                       ChunkLayout layout, absl::Duration round_timeout)
+    : models_(models),
+      exchange_(exchange),
+      member_(std::move(member)),
+      layout_(layout),
+      round_timeout_(round_timeout) {}
 
 absl::Status NodeLeader::Start(absl::Span<float> params) {
   // A coordinator that is restarting or cut off for a moment is waited for, up to the round
@@ -22,7 +26,7 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     absl::Status status =
-        client_->InitModel(member_.run_id, member_.member_id, params, layout_, round_timeout_);
+        models_->InitModel(member_.run_id, member_.member_id, params, layout_, round_timeout_);
     if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params);
     if (!absl::IsUnavailable(status) || absl::Now() + backoff > give_up) return status;
     LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
@@ -33,9 +37,9 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
 }
 
 absl::Status NodeLeader::Adopt(absl::Span<float> params) {
-  const bool with_momentum = sharded_ != nullptr && outer_.momentum != 0;
-  LOCALSGD_ASSIGN_OR_RETURN(StarClient::Model model,
-                            client_->FetchModel(member_.run_id, round_timeout_, with_momentum));
+  const bool with_momentum = exchange_->keeps_momentum();
+  LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
+                            models_->FetchModel(member_.run_id, round_timeout_, with_momentum));
   if (model.values.size() != params.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker's model has ", params.size(), " values, the run's global model has ",
@@ -54,12 +58,9 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params) {
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
   if (global_.empty()) return Adopt(params);  // took over: start from the committed model
-  absl::StatusOr<StarClient::SyncResult> result =
-      sharded_ != nullptr
-          ? sharded_->Sync(member_, outer_, round_ + 1, step, params, absl::MakeSpan(global_),
-                           absl::MakeSpan(momentum_), round_timeout_)
-          : client_->Sync(member_, round_ + 1, step, params, absl::MakeSpan(global_),
-                          round_timeout_);
+  absl::StatusOr<ExchangeResult> result =
+      exchange_->Run(member_, ExchangeRound{round_ + 1, step, params, absl::MakeSpan(global_),
+                                            absl::MakeSpan(momentum_), round_timeout_});
   if (result.ok()) {
     round_ = result->round;
     global_step_ = result->global_step;

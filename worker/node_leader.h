@@ -8,28 +8,21 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "exchange/chunking.h"
-#include "exchange/outer_step.h"
-#include "exchange/sharded_client.h"
-#include "exchange/star_client.h"
+#include "exchange/exchange.h"
+#include "exchange/model_client.h"
 
 namespace localsgd {
 
 // The node leader's side of the rounds, on flat float vectors (no LibTorch): it keeps
 // global[r-1], the last agreed model (and in sharded rounds the outer momentum, since every
 // member applies the outer step itself), and turns the node's parameters into global[r]
-// through one round per call: a star Sync with the coordinator, or a sharded exchange with the
-// other leaders. Thread-compatible.
+// through one round of the run's Exchange per call. Thread-compatible.
 class NodeLeader {
  public:
-  NodeLeader(StarClient* client, StarClient::Member member, ChunkLayout layout,
+  // `models` fetches and uploads the run's model, `exchange` runs the rounds; both outlive
+  // the leader.
+  NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member, ChunkLayout layout,
              absl::Duration round_timeout);
-
-  // Sharded rounds from now on (RunSpec.exchange EXCHANGE_SHARDED), through `client`, with the
-  // run's outer optimizer. Call before Start.
-  void UseShardedExchange(ShardedClient* client, OuterOptimizer outer) {
-    sharded_ = client;
-    outer_ = outer;
-  }
 
   // Start of training: offers `params` as global[0] (the first leader's upload wins), then
   // fetches the run's current global model into `params` and keeps it. FAILED_PRECONDITION
@@ -59,14 +52,13 @@ class NodeLeader {
  private:
   absl::Status Adopt(absl::Span<float> params);
 
-  StarClient* const client_;
-  StarClient::Member member_;
+  ModelClient* const models_;
+  Exchange* const exchange_;
+  SyncMember member_;
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
-  ShardedClient* sharded_ = nullptr;
-  OuterOptimizer outer_;
   std::vector<float> global_;
-  std::vector<float> momentum_;  // sharded rounds with outer momentum
+  std::vector<float> momentum_;  // when the exchange keeps it
   int64_t round_ = 0;
   int64_t global_step_ = 0;
 };

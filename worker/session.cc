@@ -10,8 +10,9 @@
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "exchange/data_plane_server.h"
-#include "exchange/sharded_client.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
+#include "exchange/sharded_exchange.h"
+#include "exchange/star_exchange.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
@@ -167,25 +168,27 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
     LogWarning(
         absl::StrCat("claiming the node's lead: ", s.ToString(), " (retried with the heartbeats)"));
   }
+  if (exchange_ == nullptr && sharded_exchange) {
+    ShardedExchange::Options sharded;
+    sharded.coordinator = coordinator_->channel();
+    sharded.token = options_.token;
+    sharded.peer_credentials = credentials_;
+    sharded.owner = data_plane_ != nullptr ? data_plane_->owner() : nullptr;
+    sharded.inbox = data_plane_ != nullptr ? data_plane_->inbox() : nullptr;
+    const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
+    sharded.outer = OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()};
+    exchange_ = std::make_unique<ShardedExchange>(std::move(sharded));
+  } else if (exchange_ == nullptr) {
+    exchange_ = std::make_unique<StarExchange>(coordinator_->channel(), options_.token);
+  }
   const int ranks = static_cast<int>(group_->members().size());
-  StarClient::Member member{run_id_, coordinator_->worker_id(), spec_.codec(),
-                            static_cast<double>(ranks), ranks};
+  SyncMember member{run_id_, coordinator_->worker_id(), spec_.codec(), static_cast<double>(ranks),
+                    ranks};
   leader_ = std::make_unique<NodeLeader>(
-      averaging_.get(), member, ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
+      models_.get(), exchange_.get(), member,
+      ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
       // Sharded rounds gather, then exchange, each within the deadline.
       absl::Seconds(2 * spec_.round_deadline_seconds() + 30));
-  if (sharded_exchange) {
-    ShardedClient::Options sharded_options;
-    sharded_options.coordinator = coordinator_->channel();
-    sharded_options.token = options_.token;
-    sharded_options.peer_credentials = credentials_;
-    sharded_options.owner = data_plane_ != nullptr ? data_plane_->owner() : nullptr;
-    sharded_options.inbox = data_plane_ != nullptr ? data_plane_->inbox() : nullptr;
-    sharded_ = std::make_unique<ShardedClient>(sharded_options);
-    const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
-    leader_->UseShardedExchange(sharded_.get(),
-                                OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()});
-  }
   return leader_.get();
 }
 
@@ -193,7 +196,7 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   if (group_ == nullptr) return absl::FailedPreconditionError("Start before FormNodeGroup");
   if (tensors.empty()) return absl::InvalidArgumentError("tensors: none to average");
   tensors_ = std::move(tensors);
-  averaging_ = std::make_unique<StarClient>(coordinator_->channel(), options_.token);
+  models_ = std::make_unique<ModelClient>(coordinator_->channel(), options_.token);
   NodeLeader* first_leader = nullptr;
   if (spec_.enabled() && group_->members().front() == options_.local_rank) {
     LOCALSGD_ASSIGN_OR_RETURN(first_leader, TakeLead(""));

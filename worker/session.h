@@ -21,12 +21,12 @@
 namespace localsgd {
 
 // The pieces a Session owns; users of this header need not see them.
-class StarClient;
 class DataPlaneServer;
+class Exchange;
 class HierarchicalAverager;
+class ModelClient;
 class NodeGroup;
 class NodeLeader;
-class ShardedClient;
 
 // How one rank (one process) takes part in a localsgd run.
 struct SessionOptions {
@@ -126,9 +126,9 @@ class Session : public ParameterAverager {
   v1::RunSpec spec_;
   std::unique_ptr<NodeGroup> group_;
   std::vector<at::Tensor> tensors_;
-  std::unique_ptr<StarClient> averaging_;
+  std::unique_ptr<ModelClient> models_;
   std::unique_ptr<DataPlaneServer> data_plane_;
-  std::unique_ptr<ShardedClient> sharded_;
+  std::unique_ptr<Exchange> exchange_;  // made by the first TakeLead
   std::unique_ptr<NodeLeader> leader_;
   std::unique_ptr<HierarchicalAverager> hierarchical_;
   int64_t first_step_ = 0;

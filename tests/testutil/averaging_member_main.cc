@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -26,8 +27,9 @@
 #include "common/status_util.h"
 #include "exchange/codec.h"
 #include "exchange/data_plane_server.h"
-#include "exchange/sharded_client.h"
-#include "exchange/star_client.h"
+#include "exchange/model_client.h"
+#include "exchange/sharded_exchange.h"
+#include "exchange/star_exchange.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator gRPC HOST:PORT.");
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
     }
   });
 
-  localsgd::StarClient client(channel, token);
+  localsgd::ModelClient client(channel, token);
   const int64_t n = absl::GetFlag(FLAGS_values);
   std::vector<float> global;
   std::vector<float> momentum_at_start;
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail("init model", s);
   } else {
     while (true) {
-      absl::StatusOr<localsgd::StarClient::Model> model =
+      absl::StatusOr<localsgd::ModelClient::Model> model =
           client.FetchModel(run.run_id(), absl::Seconds(120), /*include_momentum=*/true);
       if (model.ok()) {
         global = std::move(model->values);
@@ -147,19 +149,25 @@ int main(int argc, char** argv) {
     }
   }
 
-  localsgd::StarClient::Member member{run.run_id(), joined.worker_id(), run.spec().codec(), 1.0, 1};
+  localsgd::SyncMember member{run.run_id(), joined.worker_id(), run.spec().codec(), 1.0, 1};
   const bool sharded = run.spec().exchange() == localsgd::v1::EXCHANGE_SHARDED;
   const localsgd::v1::OuterOptimizerSpec& outer_spec = run.spec().outer_optimizer();
   const localsgd::OuterOptimizer outer{outer_spec.lr(), outer_spec.momentum(),
                                        outer_spec.nesterov()};
   std::vector<float> momentum(outer.momentum != 0 ? global.size() : 0, 0.0f);
   if (momentum_at_start.size() == momentum.size()) momentum = std::move(momentum_at_start);
-  localsgd::ShardedClient::Options sharded_options;
-  sharded_options.coordinator = channel;
-  sharded_options.token = token;
-  sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
-  sharded_options.inbox = data_plane != nullptr ? data_plane->inbox() : nullptr;
-  localsgd::ShardedClient sharded_client(sharded_options);
+  std::unique_ptr<localsgd::Exchange> exchange;
+  if (sharded) {
+    localsgd::ShardedExchange::Options sharded_options;
+    sharded_options.coordinator = channel;
+    sharded_options.token = token;
+    sharded_options.owner = data_plane != nullptr ? data_plane->owner() : nullptr;
+    sharded_options.inbox = data_plane != nullptr ? data_plane->inbox() : nullptr;
+    sharded_options.outer = outer;
+    exchange = std::make_unique<localsgd::ShardedExchange>(sharded_options);
+  } else {
+    exchange = std::make_unique<localsgd::StarExchange>(channel, token);
+  }
   // The "training" between rounds is a fixed random step, drawn once: drawing it anew each
   // round would keep this member's CPU busy while the others are already in the round.
   std::vector<float> params(global.size()), step(global.size());
@@ -203,12 +211,9 @@ int main(int argc, char** argv) {
     if (round > first_round && cpu_start < 0) cpu_start = CpuSeconds();  // after the warm-up
     for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
     absl::Time start = absl::Now();
-    absl::StatusOr<localsgd::StarClient::SyncResult> result =
-        sharded
-            ? sharded_client.Sync(member, outer, round, round * 8, params, absl::MakeSpan(global),
-                                  absl::MakeSpan(momentum), absl::Seconds(300))
-            : client.Sync(member, round, round * 8, params, absl::MakeSpan(global),
-                          absl::Seconds(300));
+    absl::StatusOr<localsgd::ExchangeResult> result =
+        exchange->Run(member, {round, round * 8, params, absl::MakeSpan(global),
+                               absl::MakeSpan(momentum), absl::Seconds(300)});
     if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
       // The round ended without an update (an owner died): keep the weights, try again.
       std::printf("round %lld aborted: %s\n", static_cast<long long>(round),

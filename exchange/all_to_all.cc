@@ -1,0 +1,54 @@
+#include "exchange/all_to_all.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+
+AllToAll::AllToAll(Setup setup) : setup_(std::move(setup)) {
+  const int ranges = setup_.round->num_ranges();
+  status_.resize(static_cast<size_t>(ranges));
+  for (int s = 0; s < ranges; ++s) {
+    threads_.emplace_back([this, s] {
+      status_[s] = Run(s);
+      // This member cannot complete the round: the coordinator aborts it, naming the owner
+      // (unless the round already ended, which cancelled this exchange).
+      if (!status_[s].ok() && !absl::IsCancelled(status_[s])) {
+        setup_.unreachable(setup_.round->range(s).owner_id(), status_[s]);
+      }
+    });
+  }
+}
+
+AllToAll::~AllToAll() { Stop(false); }
+
+absl::Status AllToAll::Run(int s) {
+  const MemberRound& round = *setup_.round;
+  const v1::ShardRange& range = round.range(s);
+  const bool relayed = round.relayed_here(s);
+  absl::Status status = setup_.links[s]->Exchange(
+      setup_.header, range.begin_chunk(), range.end_chunk(), setup_.encode,
+      [&](const v1::Chunk& mean) {
+        return relayed ? absl::InternalError(absl::StrCat("owner ", range.owner_id(),
+                                                          " sent a mean the coordinator relays"))
+                       : setup_.take(s, mean);
+      });
+  if (!status.ok() || relayed) return status;
+  return round.RangeComplete(s);
+}
+
+absl::Status AllToAll::Stop(bool committed) {
+  if (!committed) {
+    for (auto& link : setup_.links) link->Cancel();
+  }
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  for (const absl::Status& s : status_) {
+    if (!s.ok() && !absl::IsCancelled(s)) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace localsgd

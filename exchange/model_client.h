@@ -1,0 +1,54 @@
+#ifndef LOCALSGD_EXCHANGE_MODEL_CLIENT_H_
+#define LOCALSGD_EXCHANGE_MODEL_CLIENT_H_
+
+#include <grpcpp/channel.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "exchange/chunking.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+
+namespace localsgd {
+
+// The run's global model on the coordinator's Averaging service, on flat float vectors (no
+// LibTorch): the first leader's upload of global[0], and fetching the committed model (a
+// leader that starts, takes over or missed a round; the operator's CLI).
+// Thread-safe (each call has its own stream).
+class ModelClient {
+ public:
+  ModelClient(std::shared_ptr<grpc::Channel> channel, std::string token);
+
+  // Uploads global[0] in fp32 chunks of `layout`. ALREADY_EXISTS when another leader was first.
+  absl::Status InitModel(const std::string& run_id, const std::string& member_id,
+                         absl::Span<const float> values, const ChunkLayout& layout,
+                         absl::Duration timeout);
+
+  struct Model {
+    std::string run_id;
+    int64_t round = 0;
+    int64_t global_step = 0;
+    std::vector<float> values;
+    // The outer momentum (asked for, and the outer optimizer has momentum); else empty.
+    std::vector<float> momentum;
+  };
+  // The committed global model of `run_id` (empty: the active run), with the outer momentum
+  // when `include_momentum`.
+  absl::StatusOr<Model> FetchModel(const std::string& run_id, absl::Duration timeout,
+                                   bool include_momentum = false);
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+
+  std::unique_ptr<v1::Averaging::Stub> stub_;
+  const std::string token_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_MODEL_CLIENT_H_

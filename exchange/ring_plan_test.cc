@@ -1,0 +1,103 @@
+#include "exchange/ring_plan.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+
+namespace localsgd {
+namespace {
+
+using ::localsgd::testing::IsOk;
+using ::localsgd::testing::StatusIs;
+
+constexpr int kSum = v1::PassRequest::kSumFieldNumber;
+constexpr int kMean = v1::PassRequest::kMeanFieldNumber;
+
+// A ring of `n` members, each owning `per` chunks of 2 values, with weights 1, 2, 3, ...
+v1::RoundHeader Ring(int n, int per) {
+  v1::RoundHeader header;
+  header.set_exchange(v1::EXCHANGE_SHARDED);
+  header.set_ring(true);
+  header.set_chunk_values(2);
+  header.set_num_chunks(n * per);
+  for (int i = 0; i < n; ++i) {
+    header.add_members(std::string(1, static_cast<char>('a' + i)));
+    header.add_weights(i + 1);
+    v1::ShardRange* range = header.add_shards();
+    range->set_owner_id(header.members(i));
+    range->set_begin_chunk(i * per);
+    range->set_end_chunk((i + 1) * per);
+  }
+  return header;
+}
+
+TEST(RingPlanTest, NeighboursWeightsAndHowManyMessagesGoEachWay) {
+  const v1::RoundHeader header = Ring(4, 3);
+  const RingPlan plan(header, ChunkLayout{24, 2}, 0);
+  EXPECT_EQ(plan.pred(), 3);
+  EXPECT_EQ(plan.succ(), 1);
+  EXPECT_FLOAT_EQ(plan.weight(), 1);
+  EXPECT_FLOAT_EQ(plan.inverse_total(), 1.0f / 10);
+  // In: sums of every range but pred's (9), means of every range but its own and pred's (6).
+  EXPECT_EQ(plan.expected_in(), 9 + 6);
+  // Out: sums of every range but its own (9), means of every range but its own and succ's (6).
+  EXPECT_EQ(plan.expected_out(), 9 + 6);
+  EXPECT_EQ(plan.chain_begin(), 9);  // pred's range starts its chain here
+  EXPECT_EQ(plan.chain_end(), 12);
+  EXPECT_TRUE(plan.PassesRelayedMeans());
+  EXPECT_FALSE(RingPlan(Ring(2, 3), ChunkLayout{12, 2}, 0).PassesRelayedMeans());
+}
+
+TEST(RingPlanTest, TheChainLeadsTheSumsThatCameByAtMostKChainLead) {
+  const RingPlan plan(Ring(3, 10), ChunkLayout{60, 2}, 1);
+  const int begin = plan.chain_begin();
+  EXPECT_TRUE(plan.MayStartChain(begin, 0));
+  EXPECT_TRUE(plan.MayStartChain(begin + RingPlan::kChainLead - 1, 0));
+  EXPECT_FALSE(plan.MayStartChain(begin + RingPlan::kChainLead, 0));
+  // One more chunk of the chain for every N - 1 = 2 sums in.
+  EXPECT_FALSE(plan.MayStartChain(begin + RingPlan::kChainLead, 1));
+  EXPECT_TRUE(plan.MayStartChain(begin + RingPlan::kChainLead, 2));
+  EXPECT_FALSE(plan.MayStartChain(plan.chain_end(), 1000));  // the chain is all started
+}
+
+TEST(RingPlanTest, SaysWhatToDoWithEachMessageFromPred) {
+  // Member b (slot 1) of a, b, c, d: pred a owns [0, 2), b [2, 4), succ c [4, 6), d [6, 8).
+  RingPlan plan(Ring(4, 2), ChunkLayout{16, 2}, 1);
+  absl::StatusOr<RingPlan::Accepted> own = plan.Accept(kSum, 2, 8);
+  ASSERT_THAT(own.status(), IsOk());
+  EXPECT_EQ(own->action, RingPlan::Action::kCompleteAverage);
+  EXPECT_EQ(own->range, 1);
+  absl::StatusOr<RingPlan::Accepted> on = plan.Accept(kSum, 6, 8);
+  ASSERT_THAT(on.status(), IsOk());
+  EXPECT_EQ(on->action, RingPlan::Action::kAddAndPass);
+  absl::StatusOr<RingPlan::Accepted> mean = plan.Accept(kMean, 7, 0);
+  ASSERT_THAT(mean.status(), IsOk());
+  EXPECT_EQ(mean->action, RingPlan::Action::kTakeMean);
+  EXPECT_TRUE(mean->passes_on);
+  absl::StatusOr<RingPlan::Accepted> succs = plan.Accept(kMean, 4, 0);
+  ASSERT_THAT(succs.status(), IsOk());
+  EXPECT_FALSE(succs->passes_on);  // succ owns it
+}
+
+TEST(RingPlanTest, RefusesWhatTheRingDoesNotSend) {
+  RingPlan plan(Ring(4, 2), ChunkLayout{16, 2}, 1);
+  EXPECT_THAT(plan.Accept(99, 2, 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "neither sum nor mean"));
+  EXPECT_THAT(plan.Accept(kSum, 8, 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "chunk 8 is out of range"));
+  EXPECT_THAT(plan.Accept(kMean, 2, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "a mean of chunk 2 came on the ring"));
+  EXPECT_THAT(plan.Accept(kMean, 0, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "a mean of chunk 0 came on the ring"));
+  EXPECT_THAT(plan.Accept(kSum, 1, 8).status(),  // pred's chain starts here
+              StatusIs(absl::StatusCode::kInvalidArgument, "an unexpected sum of chunk 1"));
+  EXPECT_THAT(plan.Accept(kSum, 5, 4).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "4 bytes, expected 8"));
+  EXPECT_THAT(plan.Accept(kSum, 5, 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "an unexpected sum of chunk 5"));
+}
+
+}  // namespace
+}  // namespace localsgd

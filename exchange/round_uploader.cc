@@ -1,0 +1,92 @@
+#include "exchange/round_uploader.h"
+
+#include <utility>
+
+namespace localsgd {
+
+RoundUploader::RoundUploader(SyncStream* stream, grpc::ClientContext* context)
+    : stream_(stream), context_(context), thread_([this] { Run(); }) {}
+
+RoundUploader::~RoundUploader() { Stop(); }
+
+void RoundUploader::OnMean(int, std::shared_ptr<const OwnerMean> mean) {
+  MutexLock lock(&mu_);
+  queue_.push_back(std::move(mean));
+}
+
+void RoundUploader::OnFailure(const absl::Status& status) {
+  {
+    MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = status;
+  }
+  context_->TryCancel();
+}
+
+void RoundUploader::Deliver() {
+  MutexLock lock(&mu_);
+  deliver_ = true;
+}
+
+void RoundUploader::Unreachable(const std::string& peer_id, const absl::Status& why) {
+  auto message = std::make_shared<v1::SyncRequest>();
+  message->mutable_unreachable()->set_owner_id(peer_id);
+  message->mutable_unreachable()->set_reason(why.ToString());
+  MutexLock lock(&mu_);
+  reports_.push_back(std::move(message));
+}
+
+void RoundUploader::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status RoundUploader::failure() {
+  MutexLock lock(&mu_);
+  return failure_;
+}
+
+void RoundUploader::Run() {
+  v1::SyncRequest request;
+  while (true) {
+    std::shared_ptr<const OwnerMean> mean;
+    bool more = false;  // another mean is queued behind this one
+    bool deliver = false;
+    {
+      MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](RoundUploader* u) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return u->stop_ || !u->queue_.empty() || u->deliver_ || !u->reports_.empty();
+          },
+          this));
+      if (stop_) return;
+      if (!reports_.empty()) {
+        request = *reports_.front();
+        reports_.pop_front();
+      } else if (!queue_.empty()) {
+        mean = std::move(queue_.front());
+        queue_.pop_front();
+        more = !queue_.empty();
+      } else {
+        deliver = true;
+        deliver_ = false;
+      }
+    }
+    if (mean != nullptr) {
+      // The owner's chunk itself, lent to the request for this write and taken back after it
+      // (its bytes are copied only by the serialiser, not into the request first).
+      request.unsafe_arena_set_allocated_mean(const_cast<v1::Chunk*>(&mean->message().mean()));
+      const bool written =
+          stream_->Write(request, batch_.Next(static_cast<int64_t>(request.ByteSizeLong()), more));
+      request.unsafe_arena_release_mean();
+      if (!written) return;  // the stream ended: the reader sees why
+      continue;
+    }
+    if (deliver) request.mutable_delivered();  // else: a report, copied above
+    if (!stream_->Write(request)) return;
+  }
+}
+
+}  // namespace localsgd

@@ -1,0 +1,60 @@
+#ifndef LOCALSGD_EXCHANGE_ROUND_UPLOADER_H_
+#define LOCALSGD_EXCHANGE_ROUND_UPLOADER_H_
+
+#include <grpcpp/client_context.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "common/mutex.h"
+#include "exchange/shard_owner.h"
+#include "exchange/sync_stream.h"
+#include "exchange/write_batch.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+
+namespace localsgd {
+
+// The one writer of a member's Sync stream once a sharded round's layout is known: this
+// node's averaged chunks (as an owner, or a ring's last hop), its "delivered" and its reports
+// of unreachable peers. Producers only queue, so the owner's reactors never block on the
+// coordinator. Thread-safe.
+class RoundUploader : public MeanSink {
+ public:
+  RoundUploader(SyncStream* stream, grpc::ClientContext* context);
+  ~RoundUploader() override;
+  RoundUploader(const RoundUploader&) = delete;
+  RoundUploader& operator=(const RoundUploader&) = delete;
+
+  void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) override;
+  // Cancels the stream: the coordinator sees this owner leave and aborts the round.
+  void OnFailure(const absl::Status& status) override;
+  // Every averaged chunk is here.
+  void Deliver();
+  // This member's exchange with `peer_id` failed (the coordinator aborts the round).
+  void Unreachable(const std::string& peer_id, const absl::Status& why);
+  // Sends nothing more; waits for the write in flight.
+  void Stop();
+  // OnFailure's status, OK if none.
+  absl::Status failure();
+
+ private:
+  void Run();
+
+  SyncStream* const stream_;
+  grpc::ClientContext* const context_;
+  Mutex mu_;
+  std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
+  bool deliver_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  WriteBatch batch_;  // the writer thread's
+  std::thread thread_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_ROUND_UPLOADER_H_

@@ -1,0 +1,211 @@
+#include "exchange/sharded_exchange.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/grpc_channel.h"
+#include "common/status_macros.h"
+#include "common/status_util.h"
+#include "exchange/all_to_all.h"
+#include "exchange/codec.h"
+#include "exchange/member_round.h"
+#include "exchange/owner_link.h"
+#include "exchange/received_chunk.h"
+#include "exchange/ring_member.h"
+#include "exchange/round_uploader.h"
+
+namespace localsgd {
+
+ShardedExchange::ShardedExchange(Options options)
+    : options_(std::move(options)), stub_(v1::Averaging::NewStub(options_.coordinator)) {}
+
+std::shared_ptr<grpc::Channel> ShardedExchange::PeerChannel(const std::string& address) {
+  MutexLock lock(&mu_);
+  std::shared_ptr<grpc::Channel>& channel = peers_[address];
+  if (channel == nullptr) {
+    channel = CreateStreamingChannel(address, options_.peer_credentials != nullptr
+                                                  ? options_.peer_credentials
+                                                  : grpc::InsecureChannelCredentials());
+  }
+  return channel;
+}
+
+absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
+                                                    const ExchangeRound& in) {
+  const absl::Span<const float> params = in.params;
+  const absl::Span<float> global = in.global;
+  if (params.size() != global.size() || (keeps_momentum() && in.momentum.size() != global.size())) {
+    return absl::InvalidArgumentError("params, global and momentum differ in length");
+  }
+  auto context = AuthorizedContext(options_.token, in.timeout);
+  std::unique_ptr<SyncStream> stream = stub_->Sync(context.get());
+  // The layout comes once every member has arrived (or at the deadline).
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RoundHeader header,
+                            BeginSync(stream.get(), context.get(), member, in.round, in.step,
+                                      static_cast<int64_t>(params.size())));
+  absl::StatusOr<std::unique_ptr<MemberRound>> opened =
+      MemberRound::Open(header, member.member_id, static_cast<int64_t>(params.size()),
+                        options_.owner != nullptr && options_.inbox != nullptr);
+  if (!opened.ok()) {
+    context->TryCancel();
+    stream->Finish();
+    return opened.status();
+  }
+  MemberRound& round = **opened;
+  const ChunkLayout& layout = round.layout();
+
+  RoundUploader uploader(stream.get(), context.get());
+  bool owns = false;
+  for (int s = 0; s < round.num_ranges(); ++s) {
+    if (!round.owns(s)) continue;
+    const v1::ShardRange& range = round.range(s);
+    ShardOwner::Assignment assignment;
+    assignment.run_id = member.run_id;
+    assignment.round = header.round();
+    assignment.attempt = header.attempt();
+    assignment.members.assign(header.members().begin(), header.members().end());
+    assignment.weights.assign(header.weights().begin(), header.weights().end());
+    assignment.layout = layout;
+    assignment.begin_chunk = range.begin_chunk();
+    assignment.end_chunk = range.end_chunk();
+    assignment.codec = header.codec();
+    const auto relayed =
+        std::find(assignment.members.begin(), assignment.members.end(), range.relayed_to());
+    if (!range.relayed_to().empty() && relayed != assignment.members.end()) {
+      assignment.relayed_slot = static_cast<int>(relayed - assignment.members.begin());
+    }
+    if (absl::Status s = options_.owner->Install(std::move(assignment), &uploader); !s.ok()) {
+      uploader.Stop();
+      context->TryCancel();
+      stream->Finish();
+      return s;
+    }
+    owns = true;
+  }
+
+  // Every averaged chunk is decoded into `averaged` as it arrives; the commit steps `global`
+  // and `momentum` by it in place (one pass, no model-sized copy).
+  averaged_.resize(params.size());
+  const absl::Span<float> averaged = absl::MakeSpan(averaged_);
+  Mutex take_mu;  // serialises the round's bookkeeping across the schedule's threads
+  // Takes averaged chunk `c` of range `s`, decoded by `decode` into the chunk's values.
+  auto take = [&](int s, int c, const auto& decode) -> absl::Status {
+    {
+      MutexLock lock(&take_mu);
+      LOCALSGD_RETURN_IF_ERROR(round.Expect(s, c));
+    }
+    LOCALSGD_RETURN_IF_ERROR(decode(averaged.subspan(static_cast<size_t>(layout.begin(c)),
+                                                     static_cast<size_t>(layout.size(c)))));
+    bool last = false;
+    {
+      MutexLock lock(&take_mu);
+      last = round.Mark(s, c);
+    }
+    if (last) uploader.Deliver();
+    return absl::OkStatus();
+  };
+  auto take_mean = [&](int s, const v1::Chunk& chunk) {
+    return take(s, chunk.index(),
+                [&](absl::Span<float> out) { return Decode(header.codec(), chunk.data(), out); });
+  };
+  auto unreachable = [&uploader](const std::string& id, const absl::Status& why) {
+    uploader.Unreachable(id, why);
+  };
+  v1::ReduceHeader reduce_header;
+  reduce_header.set_run_id(member.run_id);
+  reduce_header.set_round(header.round());
+  reduce_header.set_member_id(member.member_id);
+  reduce_header.set_attempt(header.attempt());
+
+  std::unique_ptr<RangeSchedule> schedule;
+  if (round.ring()) {
+    const int self = round.self();
+    const int n = round.num_ranges();
+    RingMember::Setup setup;
+    setup.header = &header;
+    setup.pass_header = reduce_header;
+    setup.layout = &layout;
+    setup.self = self;
+    setup.params = params;
+    setup.global = global;
+    setup.succ_channel = PeerChannel(round.range((self + 1) % n).address());
+    setup.context = AuthorizedContext(options_.token, in.timeout);
+    setup.inbox = options_.inbox;
+    setup.sink = &uploader;
+    setup.unreachable = unreachable;
+    // A ring's means are fp32 (MemberRound checked), read where gRPC received them.
+    setup.take_mean = [&](int s, const ReceivedChunk& mean) {
+      return take(s, mean.index(), [&mean](absl::Span<float> out) { return mean.DecodeFp32(out); });
+    };
+    options_.inbox->Follow(member.run_id, header.round(), header.attempt(),
+                           header.members((self + n - 1) % n));
+    schedule = std::make_unique<RingMember>(std::move(setup));
+  } else {
+    AllToAll::Setup setup;
+    setup.round = &round;
+    setup.header = reduce_header;
+    for (int s = 0; s < round.num_ranges(); ++s) {
+      const v1::ShardRange& range = round.range(s);
+      if (round.owns(s)) {
+        setup.links.push_back(std::make_unique<LocalOwnerLink>(options_.owner));
+      } else {
+        setup.links.push_back(std::make_unique<GrpcOwnerLink>(
+            PeerChannel(range.address()), AuthorizedContext(options_.token, in.timeout),
+            range.owner_id(), range.address()));
+      }
+    }
+    setup.encode = [&](int c, v1::Chunk* out) {
+      EncodeDeltaChunk(member.codec, layout, c, params, global, out);
+    };
+    setup.take = take_mean;
+    setup.unreachable = unreachable;
+    schedule = std::make_unique<AllToAll>(std::move(setup));
+  }
+
+  // The coordinator's side: relayed means, drop notices, then the commit (or the end of the
+  // round).
+  ExchangeResult result;
+  bool committed = false;
+  absl::Status relay_problem;
+  v1::SyncResponse response;
+  while (stream->Read(&response)) {
+    if (response.has_update()) {
+      // A mean of a range relayed to this member: the owner's bytes, through the coordinator.
+      if (!relay_problem.ok()) continue;  // said once; the round aborts
+      const int index = response.update().index();
+      const int s = round.RangeOf(index);
+      relay_problem = s >= 0 && round.relayed_here(s)
+                          ? take_mean(s, response.update())
+                          : absl::InternalError(absl::StrCat("the coordinator relayed chunk ",
+                                                             index, ", not relayed here"));
+      if (relay_problem.ok()) {
+        schedule->Relayed(std::move(*response.mutable_update()));
+      } else {
+        unreachable(round.range(s >= 0 ? s : 0).owner_id(), relay_problem);
+      }
+    } else if (response.has_dropped()) {
+      if (owns) options_.owner->Drop(response.dropped().member_id());
+    } else if (response.has_commit()) {
+      result.round = response.commit().round();
+      result.global_step = response.commit().global_step();
+      result.members.assign(response.commit().members().begin(), response.commit().members().end());
+      committed = true;
+    }
+  }
+  const absl::Status exchanged = schedule->Stop(committed);
+  uploader.Stop();
+  if (owns) options_.owner->Finish(member.run_id, header.round(), header.attempt());
+  const absl::Status coordinator = FromGrpcStatus(stream->Finish());
+  LOCALSGD_RETURN_IF_ERROR(uploader.failure());
+  LOCALSGD_RETURN_IF_ERROR(
+      round.Verdict(committed, coordinator, !relay_problem.ok() ? relay_problem : exchanged));
+  // The coordinator committed the same step computed from the same bytes (finite, or it
+  // would have aborted the round).
+  OuterStepInPlace(options_.outer, averaged, global, in.momentum);
+  return result;
+}
+
+}  // namespace localsgd

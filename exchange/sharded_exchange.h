@@ -1,0 +1,61 @@
+#ifndef LOCALSGD_EXCHANGE_SHARDED_EXCHANGE_H_
+#define LOCALSGD_EXCHANGE_SHARDED_EXCHANGE_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "exchange/exchange.h"
+#include "exchange/outer_step.h"
+#include "exchange/ring_inbox.h"
+#include "exchange/shard_owner.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+
+namespace localsgd {
+
+// The sharded round (docs/design.md, "Sharded rounds"): the header to the coordinator and the
+// layout back (MemberRound); as an owner, the range installed in this node's ShardOwner,
+// whose averaged chunks go to the coordinator through the RoundUploader; the deltas and means
+// moved by the round's RangeSchedule (AllToAll, or RingMember when the layout is a ring);
+// "delivered" once every chunk is here; and only on the coordinator's commit, the outer step
+// applied to global and momentum with exactly the arithmetic every other copy uses.
+class ShardedExchange : public Exchange {
+ public:
+  struct Options {
+    // The coordinator (its Averaging service).
+    std::shared_ptr<grpc::Channel> coordinator;
+    std::string token;
+    // For the owners' data planes (the same TLS as for the coordinator).
+    std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+    // This node's data plane's owner and ring inbox; null when it serves none (it then owns
+    // no range and joins no ring).
+    ShardOwner* owner = nullptr;
+    RingInbox* inbox = nullptr;
+    // The run's outer optimizer, which every member applies.
+    OuterOptimizer outer;
+  };
+
+  explicit ShardedExchange(Options options);
+
+  absl::StatusOr<ExchangeResult> Run(const SyncMember& member, const ExchangeRound& round) override;
+  bool keeps_momentum() const override { return options_.outer.momentum != 0; }
+
+ private:
+  std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address);
+
+  const Options options_;
+  std::unique_ptr<v1::Averaging::Stub> stub_;
+  // The averaged update until the commit; sized on the first round.
+  std::vector<float> averaged_;
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_SHARDED_EXCHANGE_H_

@@ -1,0 +1,66 @@
+#include "exchange/sync_stream.h"
+
+#include <utility>
+
+#include "common/status_util.h"
+#include "exchange/codec.h"
+
+namespace localsgd {
+
+namespace {
+constexpr char kStaleRoundPayload[] = "type.googleapis.com/localsgd.v1.StaleRound";
+}  // namespace
+
+std::optional<v1::StaleRound> StaleRoundOf(const absl::Status& status) {
+  if (!absl::IsFailedPrecondition(status)) return std::nullopt;
+  absl::optional<absl::Cord> payload = status.GetPayload(kStaleRoundPayload);
+  v1::StaleRound stale;
+  if (!payload.has_value() || !stale.ParseFromString(std::string(*payload))) return std::nullopt;
+  return stale;
+}
+
+absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view message) {
+  absl::Status status = absl::FailedPreconditionError(message);
+  status.SetPayload(kStaleRoundPayload, absl::Cord(stale.SerializeAsString()));
+  return status;
+}
+
+void EncodeDeltaChunk(v1::Codec codec, const ChunkLayout& layout, int c,
+                      absl::Span<const float> params, absl::Span<const float> global,
+                      v1::Chunk* out) {
+  const size_t begin = static_cast<size_t>(layout.begin(c));
+  const size_t size = static_cast<size_t>(layout.size(c));
+  out->set_index(c);
+  EncodeDifference(codec, params.subspan(begin, size), global.subspan(begin, size),
+                   out->mutable_data());
+}
+
+absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContext* context,
+                                          const SyncMember& member, int64_t round, int64_t step,
+                                          int64_t vector_length) {
+  v1::SyncRequest header_message;
+  v1::SyncHeader* header = header_message.mutable_header();
+  header->set_run_id(member.run_id);
+  header->set_round(round);
+  header->set_member_id(member.member_id);
+  header->set_vector_length(vector_length);
+  header->set_codec(member.codec);
+  header->set_weight(member.weight);
+  header->set_step(step);
+  header->set_num_workers(member.num_workers);
+  if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
+  v1::SyncResponse response;
+  if (stream->Read(&response) && response.has_header()) return response.header();
+  std::optional<v1::StaleRound> stale;
+  if (response.has_stale()) {
+    stale = response.stale();
+  } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
+    context->TryCancel();  // not a message that can come first: do not wait for more
+  }
+  stream->WritesDone();
+  grpc::Status status = stream->Finish();
+  if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
+  return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
+}
+
+}  // namespace localsgd

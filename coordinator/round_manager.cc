@@ -59,7 +59,8 @@ void RoundManager::Save(PendingCommit commit) {
     pending_.reset();
     return;
   }
-  options_.state->SaveModel(model_.snapshot, [this](const absl::Status& saved) { OnSaved(saved); });
+  options_.state->SaveModel(model_.snapshot(),
+                            [this](const absl::Status& saved) { OnSaved(saved); });
 }
 
 void RoundManager::OnSaved(const absl::Status& saved) {
@@ -91,13 +92,9 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   if (!run.spec().enabled()) {
     return absl::FailedPreconditionError("averaging is disabled for this run (enabled: false)");
   }
-  if (model_.run_id != run.run_id()) {
+  if (model_.run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
-    model_ = Model();
-    model_.run_id = run.run_id();
-    model_.spec = run.spec();
-    model_.round = run.round();
-    model_.global_step = run.global_step();
+    model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
   }
   return run;
 }
@@ -110,10 +107,10 @@ absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& h
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
   }
-  if (model_.engine != nullptr) {
+  if (model_.initialised()) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
   }
-  return ChunkLayout::ForBytes(header.vector_length(), model_.spec.chunk_bytes());
+  return ChunkLayout::ForBytes(header.vector_length(), model_.spec().chunk_bytes());
 }
 
 absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
@@ -125,48 +122,17 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
       +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
       this));
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  if (model_.engine != nullptr) {
+  if (model_.initialised()) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
   }
-  LOCALSGD_RETURN_IF_ERROR(InstallModel(std::move(values), std::nullopt));
-  const ChunkLayout& layout = model_.engine->layout();
-  LogInfo(absl::StrCat("run ", model_.run_id, ": initial model (", layout.num_values, " values, ",
+  LOCALSGD_RETURN_IF_ERROR(model_.Install(std::move(values), std::nullopt));
+  const ChunkLayout& layout = model_.reducer()->layout();
+  LogInfo(absl::StrCat("run ", model_.run_id(), ": initial model (", layout.num_values, " values, ",
                        layout.num_chunks(), " chunks) from ", header.member_id()));
   PendingCommit initial;  // round 0: nothing to record or announce, only the save
-  initial.run_id = model_.run_id;
+  initial.run_id = model_.run_id();
   Save(std::move(initial));
   return absl::OkStatus();
-}
-
-absl::Status RoundManager::InstallModel(std::vector<float> global,
-                                        std::optional<std::vector<float>> momentum) {
-  const ChunkLayout layout =
-      ChunkLayout::ForBytes(static_cast<int64_t>(global.size()), model_.spec.chunk_bytes());
-  RangeReducer::Options options;
-  options.layout = layout;
-  options.codec = model_.spec.codec();
-  options.outer =
-      OuterOptimizer{model_.spec.outer_optimizer().lr(), model_.spec.outer_optimizer().momentum(),
-                     model_.spec.outer_optimizer().nesterov()};
-  options.max_norm_ratio = model_.spec.max_delta_norm_ratio();
-  auto engine = std::make_shared<RangeReducer>(options, std::move(global));
-  if (momentum.has_value()) {
-    LOCALSGD_RETURN_IF_ERROR(engine->RestoreMomentum(*std::move(momentum)));
-  }
-  model_.engine = std::move(engine);
-  TakeSnapshot();
-  return absl::OkStatus();
-}
-
-void RoundManager::TakeSnapshot() {
-  auto snapshot = std::make_shared<ModelSnapshot>();
-  snapshot->run_id = model_.run_id;
-  snapshot->round = model_.round;
-  snapshot->global_step = model_.global_step;
-  snapshot->layout = model_.engine->layout();
-  snapshot->values = model_.engine->global_buffer();
-  snapshot->momentum = model_.engine->momentum_buffer();
-  model_.snapshot = std::move(snapshot);
 }
 
 absl::Status RoundManager::Restore() {
@@ -201,20 +167,17 @@ absl::Status RoundManager::Restore() {
     LogInfo(absl::StrCat("run ", run.run_id(), ": round ", saved.round,
                          " was saved but not recorded; recorded it now"));
   }
-  model_ = Model();
-  model_.run_id = run.run_id();
-  model_.spec = run.spec();
-  model_.round = saved.round;
-  model_.global_step = saved.global_step;
+  model_.Reset(run.run_id(), run.spec(), saved.round, saved.global_step);
   const size_t values = saved.global.size();
-  if (absl::Status s = InstallModel(std::move(saved.global), std::move(saved.momentum)); !s.ok()) {
-    model_ = Model();
+  if (absl::Status s = model_.Install(std::move(saved.global), std::move(saved.momentum));
+      !s.ok()) {
+    model_.Reset("", v1::RunSpec(), 0, 0);
     return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
   }
   plane_->RecordEvent(
       v1::EVENT_SEVERITY_INFO, "model_restored",
-      absl::StrCat("run ", run.run_id(), ": restored the global model of round ", model_.round,
-                   " (global step ", model_.global_step, ", ", values, " values) from ", path));
+      absl::StrCat("run ", run.run_id(), ": restored the global model of round ", model_.round(),
+                   " (global step ", model_.global_step(), ", ", values, " values) from ", path));
   return absl::OkStatus();
 }
 
@@ -225,14 +188,14 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
       this));
   v1::RunInfo run = plane_->Run();
   const std::string id = run_id.empty() ? run.run_id() : run_id;
-  if (id.empty() || (id != model_.run_id && id != run.run_id())) {
+  if (id.empty() || (id != model_.run_id() && id != run.run_id())) {
     return absl::NotFoundError(absl::StrCat("run_id: no run ", Quoted(id)));
   }
-  if (id != model_.run_id || model_.engine == nullptr) {
+  if (id != model_.run_id() || !model_.initialised()) {
     return absl::FailedPreconditionError(
         absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
   }
-  return *model_.snapshot;
+  return *model_.snapshot();
 }
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
@@ -250,14 +213,14 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     // The run this member trains is over, and its model is here to take.
     const v1::RunState state = plane_->Run().state();
     const bool ended = absl::IsFailedPrecondition(session.status()) &&
-                       header.run_id() == model_.run_id && model_.engine != nullptr &&
+                       header.run_id() == model_.run_id() && model_.initialised() &&
                        (state == v1::RUN_STATE_COMPLETED || state == v1::RUN_STATE_STOPPED ||
                         state == v1::RUN_STATE_FAILED);
     if (stale || ended) {
       // A structured answer beside the status: the committed round to catch up with.
       auto response = std::make_shared<v1::SyncResponse>();
-      response->mutable_stale()->set_committed_round(model_.round);
-      response->mutable_stale()->set_global_step(model_.global_step);
+      response->mutable_stale()->set_committed_round(model_.round());
+      response->mutable_stale()->set_global_step(model_.global_step());
       response->mutable_stale()->set_run_ended(ended);
       member->Enqueue(std::move(response));
       Touch(member);
@@ -289,22 +252,22 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
     return absl::InvalidArgumentError(absl::StrCat("codec: unknown codec ", header.codec()));
   }
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  if (model_.engine == nullptr) {
+  if (!model_.initialised()) {
     return absl::FailedPreconditionError("the run's model is not initialised (InitModel first)");
   }
-  const ChunkLayout& layout = model_.engine->layout();
+  const ChunkLayout& layout = model_.reducer()->layout();
   if (header.vector_length() != layout.num_values) {
     return absl::InvalidArgumentError(absl::StrCat("vector_length: ", header.vector_length(),
                                                    ", the run's model has ", layout.num_values));
   }
-  if (header.codec() != model_.spec.codec()) {
+  if (header.codec() != model_.spec().codec()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "codec: ", CodecName(header.codec()), ", the run uses ", CodecName(model_.spec.codec())));
+        "codec: ", CodecName(header.codec()), ", the run uses ", CodecName(model_.spec().codec())));
   }
-  const int64_t next = model_.round + 1;
+  const int64_t next = model_.round() + 1;
   if (Stale(header)) {
     return absl::FailedPreconditionError(absl::StrCat("round: ", header.round(),
-                                                      " is stale; round ", model_.round,
+                                                      " is stale; round ", model_.round(),
                                                       " is committed (fetch the model and go on)"));
   }
   if (header.round() > next) {
@@ -328,8 +291,9 @@ void RoundManager::OpenRound(int64_t number) {
   round.opened = options_.clock();
   for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
   round_ = std::move(round);  // the driver reads it
-  round_->driver = model_.spec.exchange() == v1::EXCHANGE_SHARDED ? MakeShardedDriver(this, leaders)
-                                                                  : MakeStarDriver(this, leaders);
+  round_->driver = model_.spec().exchange() == v1::EXCHANGE_SHARDED
+                       ? MakeShardedDriver(this, leaders)
+                       : MakeStarDriver(this, leaders);
   // Leaders refused for this round before it opened are out from the start.
   for (const auto& [member_id, refused] : refused_) {
     if (refused.first == number) round_->driver->Refuse(member_id, refused.second);
@@ -338,15 +302,15 @@ void RoundManager::OpenRound(int64_t number) {
 }
 
 bool RoundManager::Stale(const v1::SyncHeader& header) const {
-  return header.run_id() == model_.run_id && header.round() <= model_.round;
+  return header.run_id() == model_.run_id() && header.round() <= model_.round();
 }
 
 void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {
   const std::string reason = absl::StrCat("refused: ", status.message());
   if (round_.has_value()) {
     round_->driver->Refuse(member_id, reason);
-  } else if (model_.engine != nullptr) {
-    refused_[member_id] = {model_.round + 1, reason};
+  } else if (model_.initialised()) {
+    refused_[member_id] = {model_.round() + 1, reason};
   }
 }
 
@@ -372,7 +336,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || model_.engine != *engine) {
+    if (!sessions_.count(session_id) || !round_.has_value() || model_.reducer() != *engine) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
     status = round_->driver->AddChunk(session_id, chunk, std::move(checked), decoded);
@@ -467,7 +431,7 @@ void RoundManager::Tick() {
     MutexLock lock(&mu_);
     if (!round_.has_value() || stopping_run_) return;
     v1::RunInfo run = plane_->Run();
-    if (run.run_id() != model_.run_id || run.state() != v1::RUN_STATE_RUNNING) {
+    if (run.run_id() != model_.run_id() || run.state() != v1::RUN_STATE_RUNNING) {
       Abort(absl::StrCat("the run is no longer running (", EnumName(run.state()), ")"));
     } else {
       round_->driver->Tick(options_.clock(), plane_->LiveLeaders());
@@ -508,11 +472,9 @@ void RoundManager::Advance() {
 
 void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
                            std::string log) {
-  model_.round = round_->number;
-  model_.global_step = step;
-  TakeSnapshot();
+  model_.Committed(round_->number, step);
   PendingCommit commit;
-  commit.run_id = model_.run_id;
+  commit.run_id = model_.run_id();
   commit.round = round_->number;
   commit.global_step = step;
   commit.included = included;
@@ -567,18 +529,18 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   v1::RoundRecord record;
   record.set_round(round.number);
   record.set_outcome(outcome);
-  record.set_exchange(model_.spec.exchange());
+  record.set_exchange(model_.spec().exchange());
   round.driver->Record(&record);
   record.set_bytes_received(round.bytes_received);
   record.set_bytes_sent(round.bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));
-  record.set_codec(model_.spec.codec());
-  const int64_t n = model_.engine->layout().num_values;
+  record.set_codec(model_.spec().codec());
+  const int64_t n = model_.reducer()->layout().num_values;
   record.set_compression_ratio(
       static_cast<double>(n * sizeof(float)) /
-      static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec.codec(), n))));
+      static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec().codec(), n))));
   *record.mutable_start_time() = ToProtoTime(round.opened);
-  record.set_global_step(model_.global_step);
+  record.set_global_step(model_.global_step());
   return record;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "coordinator/control_plane.h"
+#include "coordinator/global_model.h"
 #include "coordinator/state_writer.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
@@ -185,15 +186,6 @@ class RoundManager {
     int64_t bytes_sent = 0;
     std::unique_ptr<Driver> driver;
   };
-  struct Model {
-    std::string run_id;
-    v1::RunSpec spec;
-    std::shared_ptr<RangeReducer> engine;  // null until initialised
-    int64_t round = 0;                     // committed rounds
-    int64_t global_step = 0;
-    // The engine's model at `round`, as FetchModel and the state writer get it.
-    std::shared_ptr<const ModelSnapshot> snapshot;
-  };
   // A model applied but not yet saved (a commit, or the initial model without members): what
   // to do once it is on disk.
   struct PendingCommit {
@@ -240,12 +232,6 @@ class RoundManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acts on the round's decisions, if a round is open.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Installs the engine for global[model_.round] of model_.spec, with a saved outer momentum
-  // buffer or (nullopt) a zero one.
-  absl::Status InstallModel(std::vector<float> global, std::optional<std::vector<float>> momentum)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // model_.snapshot from the engine's buffers (no copy).
-  void TakeSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every session with ABORTED, records the round and forgets it.
   void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -257,7 +243,7 @@ class RoundManager {
   const Options options_;
 
   Mutex mu_;
-  Model model_ ABSL_GUARDED_BY(mu_);
+  GlobalModel model_ ABSL_GUARDED_BY(mu_);
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;

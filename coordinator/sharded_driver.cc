@@ -21,7 +21,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
  public:
   ShardedDriver(RoundManager* manager, const std::vector<ControlPlane::Leader>& leaders)
       : m_(manager), round_(Options(*manager), Candidates(leaders)) {
-    RangeReducer& engine = *m_->model_.engine;
+    RangeReducer& engine = *m_->model_.reducer();
     attempt_ = m_->next_attempt_++;
     next_ = std::make_shared<NextModel>();
     next_->global = engine.SpareBuffer(static_cast<size_t>(engine.layout().num_values));
@@ -83,9 +83,9 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       work.relay_session = relay_session_[work.shard];
     }
     work.next = next_;
-    work.engine = m_->model_.engine;
-    work.codec = m_->model_.spec.codec();
-    const v1::OuterOptimizerSpec& spec = m_->model_.spec.outer_optimizer();
+    work.engine = m_->model_.reducer();
+    work.codec = m_->model_.spec().codec();
+    const v1::OuterOptimizerSpec& spec = m_->model_.spec().outer_optimizer();
     work.outer = OuterOptimizer{spec.lr(), spec.momentum(), spec.nesterov()};
     return work;
   }
@@ -145,14 +145,14 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     if (round_.phase() == ShardedRound::Phase::kAborted) {
       m_->Abort(std::string(round_.abort_reason()));  // this driver ends with the round
     } else if (round_.phase() == ShardedRound::Phase::kCommitted && m_->MayCommit() &&
-               means_done_ == m_->model_.engine->layout().num_chunks()) {
+               means_done_ == m_->model_.reducer()->layout().num_chunks()) {
       // Every member applies the same decoded mean through the same outer step; so did this
       // copy, chunk by chunk, into next_.
-      m_->model_.engine->InstallNext(std::move(next_->global), std::move(next_->momentum));
+      m_->model_.reducer()->InstallNext(std::move(next_->global), std::move(next_->momentum));
       const std::vector<std::string> included = round_.Included();
       const size_t owners = round_.shards().size();
       m_->Publish(
-          included, std::max(m_->model_.global_step, round_.MaxStep()),
+          included, std::max(m_->model_.global_step(), round_.MaxStep()),
           absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                        m_->round_->members.size(), " members (", absl::StrJoin(included, ", "),
                        "), sharded over ", owners, owners == 1 ? " owner" : " owners"));
@@ -163,8 +163,8 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     for (const std::string& id : round_.Included()) record->add_members(id);
     record->set_ring(round_.ring());
     const int64_t members = static_cast<int64_t>(round_.members().size());
-    const ChunkLayout& layout = m_->model_.engine->layout();
-    const v1::Codec codec = m_->model_.spec.codec();
+    const ChunkLayout& layout = m_->model_.reducer()->layout();
+    const v1::Codec codec = m_->model_.spec().codec();
     for (size_t s = 0; s < round_.shards().size(); ++s) {
       const ShardedRound::Shard& shard = round_.shards()[s];
       v1::ShardRecord* out = record->add_shards();
@@ -190,10 +190,10 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
 
  private:
   static ShardedRound::Options Options(const RoundManager& m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    const v1::RunSpec& spec = m.model_.spec;
+    const v1::RunSpec& spec = m.model_.spec();
     ShardedRound::Options options;
     options.number = m.round_->number;
-    options.layout = m.model_.engine->layout();
+    options.layout = m.model_.reducer()->layout();
     options.opened = m.round_->opened;
     options.deadline = absl::Seconds(spec.round_deadline_seconds());
     options.min_workers = spec.min_workers();
@@ -247,13 +247,13 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
 
   // The RoundHeader with the layout, to every member.
   void SendLayout() {
-    const ChunkLayout& layout = m_->model_.engine->layout();
+    const ChunkLayout& layout = m_->model_.reducer()->layout();
     auto response = std::make_shared<v1::SyncResponse>();
     v1::RoundHeader* header = response->mutable_header();
     header->set_round(round_.number());
     for (const std::string& id : round_.members()) header->add_members(id);
     for (double weight : round_.weights()) header->add_weights(weight);
-    header->set_codec(m_->model_.spec.codec());
+    header->set_codec(m_->model_.spec().codec());
     header->set_num_chunks(layout.num_chunks());
     header->set_chunk_values(layout.chunk_values);
     header->set_exchange(v1::EXCHANGE_SHARDED);

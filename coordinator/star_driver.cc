@@ -20,26 +20,26 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   StarDriver(RoundManager* manager, const std::vector<ControlPlane::Leader>& leaders)
       : m_(manager), round_(Options(*manager), Candidates(leaders)) {
     session_of_slot_.assign(leaders.size(), -1);
-    m_->model_.engine->BeginRound(static_cast<int>(leaders.size()));
+    m_->model_.reducer()->BeginRound(static_cast<int>(leaders.size()));
   }
 
   absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
                                  const std::shared_ptr<RoundMember>& member) override {
     LOCALSGD_ASSIGN_OR_RETURN(
         const int slot, round_.Arrive(header.member_id(), header.step(), header.num_workers()));
-    if (absl::Status s = m_->model_.engine->SetWeight(slot, header.weight()); !s.ok()) {
+    if (absl::Status s = m_->model_.reducer()->SetWeight(slot, header.weight()); !s.ok()) {
       Drop(slot, std::string(s.message()), s);
       return s;
     }
     const int64_t session =
         m_->AddSession(Session{slot, header.member_id(), member, header.step()});
     session_of_slot_[slot] = session;
-    const ChunkLayout& layout = m_->model_.engine->layout();
+    const ChunkLayout& layout = m_->model_.reducer()->layout();
     auto response = std::make_shared<v1::SyncResponse>();
     v1::RoundHeader* round_header = response->mutable_header();
     round_header->set_round(m_->round_->number);
     for (const std::string& id : round_.members()) round_header->add_members(id);
-    round_header->set_codec(m_->model_.spec.codec());
+    round_header->set_codec(m_->model_.spec().codec());
     round_header->set_num_chunks(layout.num_chunks());
     round_header->set_chunk_values(layout.chunk_values);
     member->Enqueue(std::move(response));
@@ -58,7 +58,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   void EndOfInput(int64_t session) override {
     const Session& s = m_->sessions_.at(session);
-    if (s.chunks_received != m_->model_.engine->layout().num_chunks()) {
+    if (s.chunks_received != m_->model_.reducer()->layout().num_chunks()) {
       Drop(s.slot, "closed its stream before sending every chunk",
            absl::InvalidArgumentError("stream closed before every chunk was sent"));
     }
@@ -72,13 +72,13 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   }
 
   absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t) override {
-    return m_->model_.engine;
+    return m_->model_.reducer();
   }
 
   absl::Status AddChunk(int64_t session, const v1::Chunk& chunk, absl::Status checked,
                         const std::vector<float>& decoded) override {
     Session& s = m_->sessions_.at(session);
-    RangeReducer& engine = *m_->model_.engine;
+    RangeReducer& engine = *m_->model_.reducer();
     if (checked.ok()) checked = engine.Add(s.slot, chunk.index(), chunk.data(), decoded);
     if (!checked.ok()) {
       Drop(s.slot, std::string(checked.message()), checked);
@@ -93,7 +93,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   void Advance() override {
     ApplyDrops();
-    RangeReducer& engine = *m_->model_.engine;
+    RangeReducer& engine = *m_->model_.reducer();
     if (round_.phase() == StarRound::Phase::kOpen) {
       absl::StatusOr<std::vector<int>> completed = engine.TakeCompleted();
       if (!completed.ok()) {
@@ -103,7 +103,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
           round_.Exclude(exclusion.slot,
                          absl::StrFormat("delta norm %.6g is more than max_delta_norm_ratio %g "
                                          "times the median of the others' (%.6g)",
-                                         exclusion.norm, m_->model_.spec.max_delta_norm_ratio(),
+                                         exclusion.norm, m_->model_.spec().max_delta_norm_ratio(),
                                          exclusion.others_median));
         }
         for (int chunk : *completed) Send(chunk);
@@ -116,13 +116,13 @@ class RoundManager::StarDriver : public RoundManager::Driver {
       engine.Commit();
       const std::vector<std::string> included = round_.Included();
       m_->Publish(
-          included, round_.MaxStep(m_->model_.global_step),
+          included, round_.MaxStep(m_->model_.global_step()),
           absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                        round_.members().size(), " members (", absl::StrJoin(included, ", "), ")"));
     }
   }
 
-  void OnAbort() override { m_->model_.engine->Abort(); }
+  void OnAbort() override { m_->model_.reducer()->Abort(); }
 
   void Record(v1::RoundRecord* record) const override {
     for (const std::string& id : round_.Present()) record->add_members(id);
@@ -139,8 +139,8 @@ class RoundManager::StarDriver : public RoundManager::Driver {
     StarRound::Options options;
     options.number = m.round_->number;
     options.opened = m.round_->opened;
-    options.deadline = absl::Seconds(m.model_.spec.round_deadline_seconds());
-    options.min_workers = m.model_.spec.min_workers();
+    options.deadline = absl::Seconds(m.model_.spec().round_deadline_seconds());
+    options.min_workers = m.model_.spec().min_workers();
     return options;
   }
   static std::vector<StarRound::Candidate> Candidates(
@@ -161,7 +161,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   // The reducer stops waiting for the members the round dropped, and their streams end.
   void ApplyDrops() {
     for (const StarRound::Drop& drop : round_.TakeDrops()) {
-      m_->model_.engine->Drop(drop.slot);
+      m_->model_.reducer()->Drop(drop.slot);
       auto it = m_->sessions_.find(session_of_slot_[drop.slot]);
       if (it == m_->sessions_.end()) continue;
       it->second.member->Close(drop.status);
@@ -174,7 +174,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   void Send(int chunk) {
     auto response = std::make_shared<v1::SyncResponse>();
     response->mutable_update()->set_index(chunk);
-    *response->mutable_update()->mutable_data() = m_->model_.engine->TakeEncodedUpdate(chunk);
+    *response->mutable_update()->mutable_data() = m_->model_.reducer()->TakeEncodedUpdate(chunk);
     const int64_t bytes = static_cast<int64_t>(response->update().data().size());
     for (int64_t session : session_of_slot_) {
       auto it = m_->sessions_.find(session);

@@ -283,24 +283,42 @@ absl::Status RangeReducer::Finalize(int chunk) {
     }
   }
   // Finite deltas can still sum past fp32's range; such an update must not reach the model.
+  // The chunk of the next model is written here, as the chunk completes (fp32: in the same
+  // pass), so that Commit only swaps buffers.
   const float* global = global_->data() + begin;
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(global[i] + update[i])) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "update of chunk ", chunk, " overflows fp32 (the members' deltas are too large)"));
+  const bool fp32 = options_.codec == v1::CODEC_FP32;
+  float* next = nullptr;
+  if (options_.holds_model) {
+    if (next_global_ == nullptr) next_global_ = SpareBuffer(global_->size());
+    next = next_global_->data() + begin;
+  }
+  bool finite = true;
+  if (next != nullptr && fp32) {
+    for (size_t i = 0; i < n; ++i) {
+      next[i] = global[i] + update[i];
+      finite &= std::isfinite(next[i]);
     }
+  } else {
+    for (size_t i = 0; i < n; ++i) finite &= std::isfinite(global[i] + update[i]);
+  }
+  if (!finite) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "update of chunk ", chunk, " overflows fp32 (the members' deltas are too large)"));
   }
   // Encode once; every member and this engine apply exactly the decoded bytes, so all copies
   // of global[r] stay bit-identical whatever the codec.
   std::string& encoded = encoded_update_[chunk];
   encoded.clear();
   Encode(options_.codec, absl::MakeConstSpan(update, n), &encoded);
-  if (options_.codec != v1::CODEC_FP32) {
+  if (!fp32) {
     // Fails only when the update does not fit the codec (fp16 beyond 65504).
     absl::Status status = Decode(options_.codec, encoded, absl::MakeSpan(update, n));
     if (!status.ok()) {
       return absl::OutOfRangeError(
           absl::StrCat("update of chunk ", chunk, " does not fit ", CodecName(options_.codec)));
+    }
+    if (next != nullptr) {
+      for (size_t i = 0; i < n; ++i) next[i] = global[i] + update[i];
     }
   }
   finalized_[chunk] = true;
@@ -309,22 +327,24 @@ absl::Status RangeReducer::Finalize(int chunk) {
 }
 
 void RangeReducer::Commit() {
-  const size_t n = global_->size();
-  std::shared_ptr<std::vector<float>> next = SpareBuffer(n);
-  const float* old = global_->data();
-  float* out = next->data();
-  for (size_t i = 0; i < n; ++i) out[i] = old[i] + pending_update_[i];
-  Recycle(std::exchange(global_, std::move(next)));
+  Recycle(std::exchange(global_, std::move(next_global_)));
+  next_global_ = nullptr;
   if (!momentum_->empty()) momentum_.swap(pending_momentum_);
   num_members_ = 0;
 }
 
-void RangeReducer::Abort() { num_members_ = 0; }
+void RangeReducer::Abort() {
+  Recycle(std::move(next_global_));
+  next_global_ = nullptr;
+  num_members_ = 0;
+}
 
 void RangeReducer::InstallNext(std::shared_ptr<std::vector<float>> global,
                                std::shared_ptr<std::vector<float>> momentum) {
   Recycle(std::exchange(global_, std::move(global)));
   if (!momentum_->empty()) Recycle(std::exchange(momentum_, std::move(momentum)));
+  Recycle(std::move(next_global_));
+  next_global_ = nullptr;
 }
 
 }  // namespace localsgd

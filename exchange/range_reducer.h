@@ -38,6 +38,9 @@ class RangeReducer {
     // exceeds this many times the median of the other members' norms is excluded (its weight
     // and values leave every chunk's mean), and only then are the chunks finalised.
     double max_norm_ratio = 0;
+    // Whether it holds the range's model and applies each round to it (Commit). A shard owner
+    // only averages: it neither keeps nor writes a next model.
+    bool holds_model = true;
   };
 
   // A member excluded by screening, with its delta norm and the median of the others'.
@@ -95,8 +98,9 @@ class RangeReducer {
   int active_members() const;
 
   // Applies the round's decoded update and advances the optimizer state, into new buffers:
-  // what global_buffer() and momentum_buffer() handed out before stays as it was.
-  // Requires AllComplete().
+  // what global_buffer() and momentum_buffer() handed out before stays as it was. The next
+  // model was written chunk by chunk as the chunks completed; this swaps it in.
+  // Requires AllComplete() and holds_model.
   void Commit();
   // Forgets the round; global and optimizer state stay as they were.
   void Abort();
@@ -151,6 +155,7 @@ class RangeReducer {
   std::vector<bool> finalized_;         // per chunk
   std::vector<float> sum_;              // weighted deltas summed, per value
   std::vector<float> pending_update_;   // decoded updates of finalised chunks
+  std::shared_ptr<std::vector<float>> next_global_;  // global + update, chunk by chunk
   std::shared_ptr<std::vector<float>> pending_momentum_;
   std::vector<std::string> encoded_update_;
   int completed_ = 0;

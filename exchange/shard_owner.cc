@@ -35,6 +35,7 @@ absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
       options.layout = ChunkLayout{values, layout.chunk_values};
       options.codec = assignment.codec;
       options.outer = OuterOptimizer{1.0, 0.0, false};  // the plain mean: members step
+      options.holds_model = false;
       engine_ = std::make_shared<RangeReducer>(
           options, std::vector<float>(static_cast<size_t>(values), 0.0f));
     }

@@ -148,13 +148,13 @@ class RangeReducer {
 
   // The round in progress.
   int num_members_ = 0;
-  std::vector<double> weights_;         // per slot; 0 = not yet known
-  std::vector<bool> dropped_;           // per slot
-  std::vector<std::vector<bool>> got_;  // [chunk][slot]
-  std::vector<double> chunk_weight_;    // per chunk: weights summed so far
-  std::vector<bool> finalized_;         // per chunk
-  std::vector<float> sum_;              // weighted deltas summed, per value
-  std::vector<float> pending_update_;   // decoded updates of finalised chunks
+  std::vector<double> weights_;                      // per slot; 0 = not yet known
+  std::vector<bool> dropped_;                        // per slot
+  std::vector<std::vector<bool>> got_;               // [chunk][slot]
+  std::vector<double> chunk_weight_;                 // per chunk: weights summed so far
+  std::vector<bool> finalized_;                      // per chunk
+  std::vector<float> sum_;                           // weighted deltas summed, per value
+  std::vector<float> pending_update_;                // decoded updates of finalised chunks
   std::shared_ptr<std::vector<float>> next_global_;  // global + update, chunk by chunk
   std::shared_ptr<std::vector<float>> pending_momentum_;
   std::vector<std::string> encoded_update_;

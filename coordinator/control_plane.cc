@@ -166,6 +166,10 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
       r.set_step(request.step());
       r.set_loss(request.loss());
       r.set_test_accuracy(request.test_accuracy());
+      if (runs_.active() && r.preempted()) {  // it came back
+        r.set_preempted(false);
+        r.clear_left_reason();
+      }
       results_changed = !runs_.active() && !same;
     }
     if (runs_.active() && request.total_steps() > 0 &&
@@ -223,14 +227,18 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   MutexLock lock(&mu_);
   LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id()));
   const bool failed = absl::StartsWith(request.reason(), "failed");
-  Note(failed ? v1::EVENT_SEVERITY_ERROR : v1::EVENT_SEVERITY_INFO,
+  const bool preempted = request.preempted() && runs_.active();
+  Note(failed      ? v1::EVENT_SEVERITY_ERROR
+       : preempted ? v1::EVENT_SEVERITY_WARNING
+                   : v1::EVENT_SEVERITY_INFO,
        failed ? "worker_failed" : "worker_left", request.worker_id(),
-       absl::StrCat("worker ", request.worker_id(), " left",
+       absl::StrCat("worker ", request.worker_id(), preempted ? " was preempted and" : "", " left",
                     request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
   if (runs_.active() || results_.count(request.worker_id()) > 0) {
     v1::MemberResult& result = results_[request.worker_id()];
     result.set_worker_id(request.worker_id());
     result.set_left_reason(request.reason());
+    result.set_preempted(preempted);
   }
   const v1::RunState before = runs_.info().state();
   UpdateRun();

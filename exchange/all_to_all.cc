@@ -21,7 +21,7 @@ AllToAll::AllToAll(Setup setup) : setup_(std::move(setup)) {
   }
 }
 
-AllToAll::~AllToAll() { Stop(false); }
+AllToAll::~AllToAll() { Stop(false).IgnoreError(); }
 
 absl::Status AllToAll::Run(int s) {
   const MemberRound& round = *setup_.round;

@@ -24,11 +24,21 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
         "round ", key.round, " attempt ", key.attempt, " is over here (this member follows round ",
         followed_->round, " attempt ", followed_->attempt, ")"));
   }
+  if (followed_.has_value() && followed_->run_id == key.run_id &&
+      key.round > followed_->round + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", key.round, " is more than one round ahead of round ",
+                     followed_->round, ", which this member follows"));
+  }
   for (const auto& [id, stream] : streams_) {
     if (stream.key == key) {
       return absl::AlreadyExistsError(
           absl::StrCat("a second stream for round ", key.round, " attempt ", key.attempt));
     }
+  }
+  if (static_cast<int>(streams_.size()) >= kMaxStreams) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(streams_.size(), " ring streams are open here already"));
   }
   const int64_t id = next_id_++;
   Stream& stream = streams_[id];
@@ -45,7 +55,22 @@ absl::Status RingInbox::Add(int64_t id, ReceivedChunk message) {
   }
   // The followed round is over for this member: what still comes is not needed.
   if (stopped_ && followed_.has_value() && it->second.key == *followed_) return absl::OkStatus();
-  it->second.queue.push_back(std::move(message));
+  Stream& stream = it->second;
+  stream.bytes += static_cast<int64_t>(message.size());
+  if (stream.bytes > stream_bytes_) {
+    const int64_t sent = stream.bytes;
+    if (followed_.has_value() && stream.key == *followed_) {
+      // The leader reads this one: it sees the stream end with the error.
+      stream.queue.clear();
+      stream.closed = true;
+      stream.status = absl::ResourceExhaustedError("the ring's stream brought more than a round");
+    } else {
+      streams_.erase(it);
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the stream brought ", sent, " bytes, more than a round's ", stream_bytes_));
+  }
+  stream.queue.push_back(std::move(message));
   return absl::OkStatus();
 }
 
@@ -58,15 +83,17 @@ void RingInbox::Close(int64_t id, const absl::Status& status) {
 }
 
 void RingInbox::Follow(const std::string& run_id, int64_t round, uint64_t attempt,
-                       const std::string& from) {
+                       const std::string& from, int64_t stream_bytes) {
   MutexLock lock(&mu_);
   followed_ = Key{run_id, round, attempt};
   from_ = from;
+  stream_bytes_ = stream_bytes;
   stopped_ = false;
   // Streams of this attempt or a newer one may already be here; the others are over.
   for (auto it = streams_.begin(); it != streams_.end();) {
     const Key& key = it->second.key;
-    const bool kept = key.run_id == run_id && !Before(key.round, key.attempt, round, attempt);
+    const bool kept = key.run_id == run_id && !Before(key.round, key.attempt, round, attempt) &&
+                      key.round <= round + 1 && it->second.bytes <= stream_bytes;
     it = kept ? std::next(it) : streams_.erase(it);
   }
 }

@@ -19,22 +19,31 @@ namespace localsgd {
 // before it, over DataPlane.Pass: the gRPC adapter hands every message here as it arrives, and
 // the leader's round takes them in order. A stream may arrive before the leader knows the
 // round's layout: its messages wait here until the leader follows that attempt, each as its
-// chunk was received (a sum or a mean, in gRPC's own buffers). Buffering is unbounded: a
-// sender sends at most about one model's bytes per round. Thread-safe.
+// chunk was received (a sum or a mean, in gRPC's own buffers). What a peer can make it hold
+// is bounded (docs/design.md, "Ring rounds", bounds): at most kMaxStreams streams, none for a
+// round more than one ahead of the followed one, and no stream more than a round's bytes
+// (Follow's `stream_bytes`; kFirstStreamBytes before the first Follow). Thread-safe.
 class RingInbox {
  public:
+  static constexpr int kMaxStreams = 3;  // the followed attempt's, and two that came early
+  static constexpr int64_t kFirstStreamBytes = int64_t{1} << 30;
+
   // Server side. A stream opens with its header: FAILED_PRECONDITION for an attempt older than
-  // the one followed (same run), ALREADY_EXISTS for a second stream of the same attempt.
+  // the one followed (same run) or a round more than one ahead of it, ALREADY_EXISTS for a
+  // second stream of the same attempt, RESOURCE_EXHAUSTED when kMaxStreams are open.
   absl::StatusOr<int64_t> Open(const v1::ReduceHeader& header);
   // A message of stream `id` (not a header): FAILED_PRECONDITION once its attempt is no longer
-  // followed (a newer one is), so that the stream ends.
+  // followed (a newer one is), RESOURCE_EXHAUSTED (the stream is forgotten) when it brings the
+  // stream past a round's bytes; either way the stream ends.
   absl::Status Add(int64_t id, ReceivedChunk message);
   // Stream `id` ended: OK when the sender finished, else why not.
   void Close(int64_t id, const absl::Status& status);
 
   // Leader side. From now on the leader takes the messages of (run_id, round, attempt) from
-  // member `from`; streams of other attempts are forgotten.
-  void Follow(const std::string& run_id, int64_t round, uint64_t attempt, const std::string& from);
+  // member `from`, who sends at most `stream_bytes` of chunk data in a round (streams are cut
+  // past it); streams of earlier attempts are forgotten.
+  void Follow(const std::string& run_id, int64_t round, uint64_t attempt, const std::string& from,
+              int64_t stream_bytes = kFirstStreamBytes);
   // The next message of the followed attempt, waiting for it; nullopt once its stream ended
   // OK and every message was taken. Errors: the stream's (it broke), INVALID_ARGUMENT (it
   // came from another member than `from`), CANCELLED (Stop).
@@ -56,6 +65,7 @@ class RingInbox {
     Key key;
     std::string from;
     std::deque<ReceivedChunk> queue;
+    int64_t bytes = 0;  // chunk data received, taken or not
     bool closed = false;
     absl::Status status;
   };
@@ -67,6 +77,7 @@ class RingInbox {
   std::map<int64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
   std::optional<Key> followed_ ABSL_GUARDED_BY(mu_);
   std::string from_ ABSL_GUARDED_BY(mu_);
+  int64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = kFirstStreamBytes;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 

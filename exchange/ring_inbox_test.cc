@@ -22,9 +22,10 @@ v1::ReduceHeader Header(int64_t round, uint64_t attempt, const std::string& from
   return header;
 }
 
-ReceivedChunk Sum(int chunk) {
+ReceivedChunk Sum(int chunk, size_t bytes = 0) {
   v1::Chunk sum;
   sum.set_index(chunk);
+  sum.set_data(std::string(bytes, '\0'));
   return ReceivedChunk::Of(v1::PassRequest::kSumFieldNumber, std::move(sum));
 }
 
@@ -107,6 +108,49 @@ TEST(RingInboxTest, StopEndsTheWaitAndDropsWhatStillComes) {
   EXPECT_THAT(inbox.Add(*id, Sum(0)), IsOk());  // dropped
   inbox.Follow("run", 3, 2, "m0");
   EXPECT_THAT(inbox.Add(*id, Sum(0)), StatusIs(absl::StatusCode::kFailedPrecondition, "newer"));
+}
+
+// Issue 37, finding 1: a peer cannot make a leader hold more than a round's bytes per stream,
+// nor streams for rounds far ahead, nor many streams.
+TEST(RingInboxTest, AStreamForARoundMoreThanOneAheadIsRefused) {
+  RingInbox inbox;
+  inbox.Follow("run", 3, 1, "m0", 1000);
+  EXPECT_THAT(inbox.Open(Header(4, 7)).status(), IsOk());  // the next round may come early
+  EXPECT_THAT(inbox.Open(Header(5, 1)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "more than one round ahead"));
+}
+
+TEST(RingInboxTest, AStreamThatBringsMoreThanARoundIsCutAndForgotten) {
+  RingInbox inbox;
+  inbox.Follow("run", 3, 1, "m0", 1000);
+  absl::StatusOr<int64_t> early = inbox.Open(Header(4, 1));
+  ASSERT_THAT(early.status(), IsOk());
+  ASSERT_THAT(inbox.Add(*early, Sum(0, 600)), IsOk());
+  EXPECT_THAT(inbox.Add(*early, Sum(1, 600)),
+              StatusIs(absl::StatusCode::kResourceExhausted, "more than a round's 1000"));
+  // Forgotten: what it brought is freed, and the stream's next message ends it.
+  EXPECT_THAT(inbox.Add(*early, Sum(2, 1)), StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+  // The followed stream is cut the same way, and the leader sees why.
+  absl::StatusOr<int64_t> followed = inbox.Open(Header(3, 1));
+  ASSERT_THAT(followed.status(), IsOk());
+  ASSERT_THAT(inbox.Add(*followed, Sum(0, 1000)), IsOk());
+  absl::StatusOr<std::optional<ReceivedChunk>> first = inbox.Next();
+  ASSERT_THAT(first.status(), IsOk());
+  EXPECT_THAT(inbox.Add(*followed, Sum(1, 1)),
+              StatusIs(absl::StatusCode::kResourceExhausted, ""));
+  EXPECT_THAT(inbox.Next().status(), StatusIs(absl::StatusCode::kResourceExhausted, ""));
+}
+
+TEST(RingInboxTest, NoMoreThanKMaxStreamsAreOpen) {
+  RingInbox inbox;  // before any Follow: any round of any run may come
+  for (int i = 0; i < RingInbox::kMaxStreams; ++i) {
+    ASSERT_THAT(inbox.Open(Header(100 + i, 1)).status(), IsOk());
+  }
+  EXPECT_THAT(inbox.Open(Header(200, 1)).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "open here already"));
+  // Following a round forgets the streams far ahead of it: room again.
+  inbox.Follow("run", 3, 1, "m0");
+  EXPECT_THAT(inbox.Open(Header(3, 1)).status(), IsOk());
 }
 
 }  // namespace

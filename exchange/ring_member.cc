@@ -24,7 +24,7 @@ RingMember::RingMember(Setup setup)
   reader_ = std::thread([this] { Read(); });
 }
 
-RingMember::~RingMember() { Stop(false); }
+RingMember::~RingMember() { Stop(false).IgnoreError(); }
 
 void RingMember::Relayed(v1::Chunk mean) {
   if (!plan_.PassesRelayedMeans()) return;

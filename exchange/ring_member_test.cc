@@ -182,7 +182,7 @@ void RingMemberTest::RunRound() {
         absl::Seconds(30)))
         << "member " << i;
   }
-  for (auto& member : members) member->Stop(true);
+  for (auto& member : members) EXPECT_TRUE(member->Stop(true).ok());
   for (int c = 0; c < layout_.num_chunks(); ++c) {
     MutexLock lock0(&received_[0]->mu);
     const std::vector<float>& got = received_[0]->chunks[c];
@@ -238,7 +238,7 @@ TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
   }
   // Time for a writer that ran on to send more, then the round ends: nothing else came.
   absl::SleepFor(absl::Milliseconds(300));
-  m1->Stop(false);
+  m1->Stop(false).IgnoreError();
   absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();
   EXPECT_FALSE(next.ok() && next->has_value()) << "chunk " << (*next)->index() << " came";
 }
@@ -257,9 +257,9 @@ TEST_F(RingMemberTest, ANeighbourThatIsGoneIsNamedAndStopEndsTheRound) {
         absl::Seconds(30)));
     EXPECT_EQ(received_[1]->unreachable[0], "m2");
   }
-  m1->Stop(false);
+  m1->Stop(false).IgnoreError();
   std::unique_ptr<RingMember> m0 = Start(0);
-  m0->Stop(false);  // before anything came: ends both threads, reports nothing
+  EXPECT_TRUE(m0->Stop(false).ok());  // before anything came: ends both threads, reports nothing
   MutexLock lock(&received_[0]->mu);
   EXPECT_THAT(received_[0]->unreachable, ::testing::IsEmpty());
 }

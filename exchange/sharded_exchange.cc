@@ -140,8 +140,10 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     setup.take_mean = [&](int s, const ReceivedChunk& mean) {
       return take(s, mean.index(), [&mean](absl::Span<float> out) { return mean.DecodeFp32(out); });
     };
+    // pred sends the sums of N - 1 ranges and the means of N - 2: under two vectors of fp32.
     options_.inbox->Follow(member.run_id, header.round(), header.attempt(),
-                           header.members((self + n - 1) % n));
+                           header.members((self + n - 1) % n),
+                           2 * static_cast<int64_t>(params.size() * sizeof(float)));
     schedule = std::make_unique<RingMember>(std::move(setup));
   } else {
     AllToAll::Setup setup;
@@ -199,7 +201,13 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   uploader.Stop();
   if (owns) options_.owner->Finish(member.run_id, header.round(), header.attempt());
   const absl::Status coordinator = FromGrpcStatus(stream->Finish());
-  LOCALSGD_RETURN_IF_ERROR(uploader.failure());
+  if (absl::Status failed = uploader.failure(); !failed.ok()) {
+    // This node's range could not be averaged (an update that does not fit the codec): the
+    // round is over, never the run (OUT_OF_RANGE would read as the run's end).
+    return absl::AbortedError(absl::StrCat("round ", header.round(),
+                                           " aborted: this node's range cannot be averaged: ",
+                                           failed.message()));
+  }
   LOCALSGD_RETURN_IF_ERROR(
       round.Verdict(committed, coordinator, !relay_problem.ok() ? relay_problem : exchanged));
   // The coordinator committed the same step computed from the same bytes (finite, or it

@@ -481,6 +481,30 @@ TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt)
   EXPECT_EQ(Status().run().round(), 1);
 }
 
+// Issue 37, finding 3: an update that overflows (3e38 with weight 2) makes the owner of that
+// range fail the round, which aborts, and nothing more: no member reads it as the run's end,
+// and the round commits when tried again with sane deltas.
+TEST_F(ShardedTest, AnUpdateThatOverflowsAbortsTheRoundButNotTheRun) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 2; ++i) JoinNode(i);
+  StartRun("codec: CODEC_BF16 round_deadline_seconds: 5");  // all-to-all: owners average
+  const int64_t values = 2 * 16384;
+  std::vector<float> global0 = InitModel(values);
+  Vectors globals(2, global0), momenta(2, std::vector<float>());
+  Vectors params = Steps(globals, 1);
+  params[1][0] = 3e38f;  // node-1 weighs 2: the sum in node-0's range overflows fp32
+  for (auto& result : SyncAll({0, 1}, 1, params, globals, momenta)) {
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kAborted, ""));
+  }
+  EXPECT_EQ(Status().run().state(), v1::RUN_STATE_RUNNING);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(std::memcmp(globals[k].data(), global0.data(), values * sizeof(float)), 0);
+  }
+  for (auto& result : SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta)) {
+    EXPECT_THAT(result, IsOk());
+  }
+}
+
 TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   ASSERT_THAT(StartServer(), IsOk());
   for (int i = 0; i < 2; ++i) JoinNode(i);

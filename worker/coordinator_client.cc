@@ -166,7 +166,7 @@ v1::RunInfo CoordinatorClient::run() const {
   return run_;
 }
 
-absl::Status CoordinatorClient::Leave(const std::string& reason) {
+absl::Status CoordinatorClient::Leave(const std::string& reason, bool preempted) {
   {
     MutexLock lock(&mu_);
     if (left_) return absl::OkStatus();
@@ -177,6 +177,7 @@ absl::Status CoordinatorClient::Leave(const std::string& reason) {
   v1::LeaveRequest request;
   request.set_worker_id(worker_id());
   request.set_reason(reason);
+  request.set_preempted(preempted);
   v1::LeaveResponse response;
   return FromGrpcStatus(stub_->Leave(Context().get(), request, &response));
 }

@@ -65,8 +65,9 @@ class CoordinatorClient {
   // The run as of the latest heartbeat.
   v1::RunInfo run() const;
 
-  // Stops heartbeating and leaves. Idempotent.
-  absl::Status Leave(const std::string& reason);
+  // Stops heartbeating and leaves, `preempted` when stopped from outside before training was
+  // done (LeaveRequest.preempted). Idempotent.
+  absl::Status Leave(const std::string& reason, bool preempted = false);
 
   std::string worker_id() const {
     MutexLock lock(&mu_);

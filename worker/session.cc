@@ -242,17 +242,18 @@ absl::Status Session::Health() const {
 }
 
 absl::Status Session::Finish(int64_t steps, double loss, double samples_per_second,
-                             double test_accuracy, const std::string& reason, bool stopped,
+                             double test_accuracy, const std::string& reason, Ending ending,
                              absl::Duration wait) {
-  coordinator_->Report(steps, loss, samples_per_second, true, test_accuracy);
+  const bool finished = ending == Ending::kFinished;
+  coordinator_->Report(steps, loss, samples_per_second, finished, test_accuracy);
   coordinator_->Flush().IgnoreError();  // the final report, at once
   // Stay a member until the run ends, so that the run can see every worker finished.
   const absl::Time give_up = absl::Now() + wait;
-  while (!stopped && !options_.stop() && coordinator_->run().state() == v1::RUN_STATE_RUNNING &&
+  while (finished && !options_.stop() && coordinator_->run().state() == v1::RUN_STATE_RUNNING &&
          absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  return coordinator_->Leave(reason);
+  return coordinator_->Leave(reason, ending == Ending::kPreempted);
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Connect(SessionOptions options,

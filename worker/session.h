@@ -102,15 +102,24 @@ class Session : public ParameterAverager {
   int64_t round() const;
   int64_t global_step() const;
 
-  // The end of a rank's training: reports the final progress, stays a member until the run
-  // ends (at most `wait`, so that the coordinator sees every worker finish) unless `stopped`,
-  // and leaves with `reason`.
+  // How a rank's training ended.
+  enum class Ending {
+    kFinished,   // its steps are done
+    kStopped,    // the run was stopped or ended first
+    kPreempted,  // stopped from outside (a signal): it is expected back
+  };
+  // The end of a rank's training: reports the final progress (finished only when it is),
+  // stays a member until the run ends (at most `wait`, so that the coordinator sees every
+  // worker finish) when finished, and leaves with `reason`.
   absl::Status Finish(int64_t steps, double loss, double samples_per_second, double test_accuracy,
-                      const std::string& reason, bool stopped = false,
+                      const std::string& reason, Ending ending = Ending::kFinished,
                       absl::Duration wait = absl::Seconds(60));
 
-  // Leaves the coordinator (idempotent), e.g. with "failed: <error>".
-  absl::Status Leave(const std::string& reason) { return coordinator_->Leave(reason); }
+  // Leaves the coordinator (idempotent), e.g. with "failed: <error>"; `preempted` as in
+  // LeaveRequest.
+  absl::Status Leave(const std::string& reason, bool preempted = false) {
+    return coordinator_->Leave(reason, preempted);
+  }
 
  private:
   Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator);

@@ -194,7 +194,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   auto not_training = [&](const absl::Status& status) {
     if (g_stop.load()) {
       localsgd::LogInfo("stopped by signal before training");
-      session.Leave("stopped by signal").IgnoreError();
+      session.Leave("stopped by signal", /*preempted=*/true).IgnoreError();
       return SignalExit();
     }
     if (session.RunEnded()) {
@@ -310,12 +310,16 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
     std::fflush(stdout);
     coordinator.ReportModelPath(save_path);
   }
+  using Ending = localsgd::Session::Ending;
+  const Ending ending = !result->stopped ? Ending::kFinished
+                        : g_stop.load()  ? Ending::kPreempted
+                                         : Ending::kStopped;
   session
       .Finish(result->steps, result->loss, result->samples_per_second, result->test_accuracy,
-              !result->stopped ? "finished"
-              : g_stop.load()  ? "stopped by signal"
-                               : "the run was stopped",
-              result->stopped)
+              ending == Ending::kFinished    ? "finished"
+              : ending == Ending::kPreempted ? "stopped by signal"
+                                             : "the run was stopped",
+              ending)
       .IgnoreError();
   return result->stopped && g_stop.load() ? SignalExit() : 0;
 }

@@ -67,8 +67,8 @@ absl::Status RingInbox::Add(int64_t id, ReceivedChunk message) {
     } else {
       streams_.erase(it);
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the stream brought ", sent, " bytes, more than a round's ", stream_bytes_));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the stream brought ", sent, " bytes, more than a round's ", stream_bytes_));
   }
   stream.queue.push_back(std::move(message));
   return absl::OkStatus();

@@ -204,9 +204,9 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   if (absl::Status failed = uploader.failure(); !failed.ok()) {
     // This node's range could not be averaged (an update that does not fit the codec): the
     // round is over, never the run (OUT_OF_RANGE would read as the run's end).
-    return absl::AbortedError(absl::StrCat("round ", header.round(),
-                                           " aborted: this node's range cannot be averaged: ",
-                                           failed.message()));
+    return absl::AbortedError(
+        absl::StrCat("round ", header.round(),
+                     " aborted: this node's range cannot be averaged: ", failed.message()));
   }
   LOCALSGD_RETURN_IF_ERROR(
       round.Verdict(committed, coordinator, !relay_problem.ok() ? relay_problem : exchanged));

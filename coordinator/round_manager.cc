@@ -16,6 +16,7 @@
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "coordinator/round_refusal.h"
 #include "exchange/codec.h"
 
 namespace localsgd {
@@ -512,9 +513,7 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
 void RoundManager::Abort(const std::string& reason) {
   round_->driver->OnAbort();
   for (auto& [id, session] : sessions_) {
-    session.member->Close(absl::AbortedError(
-        absl::StrCat("round ", round_->number, " aborted: ", reason,
-                     "; keep your local weights and sync at the next boundary")));
+    session.member->Close(RoundAborted(round_->number, reason));
     Touch(session.member);
   }
   sessions_.clear();

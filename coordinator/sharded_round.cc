@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/round_refusal.h"
 
 namespace localsgd {
 
@@ -24,16 +25,8 @@ ShardedRound::Member* ShardedRound::Find(const std::string& member_id) {
 absl::Status ShardedRound::Arrive(const std::string& member_id, double weight, int64_t step,
                                   absl::Time now) {
   Member* member = Find(member_id);
-  if (member == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", options_.number, " opened without member ", member_id,
-                     "; keep training and fetch the model after it commits"));
-  }
-  if (phase_ == Phase::kAborted) {
-    return absl::AbortedError(absl::StrCat("round ", options_.number, " aborted: ", abort_reason_,
-                                           "; keep your local weights and sync at the next "
-                                           "boundary"));
-  }
+  if (member == nullptr) return OpenedWithout(options_.number, member_id);
+  if (phase_ == Phase::kAborted) return RoundAborted(options_.number, abort_reason_);
   if (phase_ != Phase::kGathering) {
     return absl::FailedPreconditionError(absl::StrCat(
         "round ", options_.number, " was laid out without member ", member_id,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/round_refusal.h"
 
 namespace localsgd {
 
@@ -22,16 +23,8 @@ int StarRound::SlotOf(const std::string& member_id) const {
 
 absl::StatusOr<int> StarRound::Arrive(const std::string& member_id, int64_t step, int workers) {
   const int slot = SlotOf(member_id);
-  if (slot < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", options_.number, " opened without member ", member_id,
-                     "; keep training and fetch the model after it commits"));
-  }
-  if (phase_ == Phase::kAborted) {
-    return absl::AbortedError(absl::StrCat("round ", options_.number, " aborted: ", abort_reason_,
-                                           "; keep your local weights and sync at the next "
-                                           "boundary"));
-  }
+  if (slot < 0) return OpenedWithout(options_.number, member_id);
+  if (phase_ == Phase::kAborted) return RoundAborted(options_.number, abort_reason_);
   Member& member = state_[slot];
   if (member.dropped) {
     return absl::FailedPreconditionError(

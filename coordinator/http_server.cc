@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <list>
 #include <utility>
 #include <vector>
@@ -86,9 +87,13 @@ std::string PeerAddress(const sockaddr_storage& peer) {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options) {
   LOCALSGD_ASSIGN_OR_RETURN(HostPort address, ParseHostPort(options.address, "--http_address"));
+  int error = 0;  // why the last bind or listen failed
   auto unavailable = [&] {
     return absl::UnavailableError(
-        absl::StrCat("--http_address: cannot listen on ", options.address));
+        absl::StrCat("--http_address: cannot listen on ", options.address,
+                     error == EADDRINUSE ? ": the address is already in use"
+                     : error != 0        ? absl::StrCat(": ", std::strerror(error))
+                                         : std::string()));
   };
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
@@ -106,6 +111,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options) {
     int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // not SO_REUSEPORT
     if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      error = errno;
       close(fd);
       fd = -1;
     }
@@ -217,11 +223,12 @@ bool HttpServer::Read(Connection& c) {
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     c.in.append(buffer, static_cast<size_t>(n));
     const size_t end = c.in.find("\r\n\r\n");
-    if (end != std::string::npos) {
+    if (end != std::string::npos && end + 4 <= options_.max_request_bytes) {
       Answer(c, absl::string_view(c.in).substr(0, end));
       return true;
     }
-    if (c.in.size() > options_.max_request_bytes) {
+    // A head past the limit is refused whether or not it is complete yet.
+    if (end != std::string::npos || c.in.size() > options_.max_request_bytes) {
       c.out = Render(431, "text/plain", "request head too large\n", false);
       c.answering = true;
       c.deadline = absl::Now() + options_.request_timeout;

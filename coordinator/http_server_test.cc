@@ -86,7 +86,10 @@ TEST(HttpServerTest, BadOrTakenAddressFailsCleanly) {
   auto first = StartServer();
   HttpServer::Options taken;
   taken.address = first->address();
-  EXPECT_EQ(HttpServer::Start(std::move(taken)).status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status in_use = HttpServer::Start(std::move(taken)).status();
+  EXPECT_EQ(in_use.code(), absl::StatusCode::kUnavailable);
+  // Issue 37, finding 12: one line that says why.
+  EXPECT_TRUE(absl::StrContains(in_use.message(), "already in use")) << in_use;
 }
 
 TEST(HttpServerTest, StopIsIdempotentAndClosesThePort) {
@@ -196,6 +199,24 @@ TEST(HttpServerTest, ConnectionsAreLimitedPerClientAndMalformedRequestsRefused) 
   ASSERT_TRUE(head);
   EXPECT_EQ(head->status, 200);
   EXPECT_TRUE(head->body.empty());
+}
+
+// Issue 37, finding 12: a request head past max_request_bytes is refused even when it
+// arrives whole.
+TEST(HttpServerTest, AWholeRequestHeadPastTheLimitIsRefused) {
+  HttpServer::Options options;
+  options.routes["/healthz"] = [] { return HttpServer::Response{200, "text/plain", "ok\n"}; };
+  options.max_request_bytes = 1024;
+  auto server = HttpServer::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int fd = Connect((*server)->port());
+  const std::string head =
+      "GET /healthz HTTP/1.1\r\nX-Padding: " + std::string(4000, 'x') + "\r\n\r\n";
+  ASSERT_EQ(send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  char answer[256] = {};
+  ASSERT_GT(recv(fd, answer, sizeof(answer) - 1, 0), 0);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 431")) << answer;
+  close(fd);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -608,9 +609,10 @@ void ControlPlane::FillResults() {
       ++evaluated;
     }
   }
-  const double final_loss = losses > 0 ? loss_sum / losses
-                            : diverged ? std::numeric_limits<double>::quiet_NaN()
-                                       : 0.0;
+  const std::optional<double> final_loss =
+      losses > 0 ? std::optional<double>(loss_sum / losses)
+      : diverged ? std::optional<double>(std::numeric_limits<double>::quiet_NaN())
+                 : std::nullopt;
   runs_.SetResults(final_loss, evaluated > 0 ? accuracy_sum / evaluated : 0.0, std::move(members));
 }
 

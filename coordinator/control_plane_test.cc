@@ -396,6 +396,8 @@ TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWith
   }
   v1::CoordinatorStatus status = plane->Status();
   EXPECT_EQ(status.run().state(), v1::RUN_STATE_FAILED);
+  // Issue 37, finding 9: no worker reported a loss, so the run has none (not 0).
+  EXPECT_FALSE(status.run().has_final_loss());
   EXPECT_THAT(status.run().reason(),
               ::testing::HasSubstr("every worker failed before training: a/0: failed: "
                                    "dataset.path: cannot open /nope; b/0"));

@@ -67,7 +67,8 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   if (run.member_results_size() > 0) {
     absl::StrAppend(
         &out, absl::StrFormat(
-                  "result: final loss %.4f, test accuracy %s (%d workers)\n", run.final_loss(),
+                  "result: final loss %s, test accuracy %s (%d workers)\n",
+                  run.has_final_loss() ? absl::StrFormat("%.4f", run.final_loss()) : "none",
                   run.final_test_accuracy() > 0 ? absl::StrFormat("%.4f", run.final_test_accuracy())
                                                 : "not evaluated",
                   run.member_results_size()));
@@ -175,7 +176,7 @@ std::string FormatRunsTable(const v1::ListRunsResponse& runs) {
         &out, absl::StrFormat(
                   "%-26s %-20s %-10s %14s %7d %10s %9s  %s\n", run.run_id(), run.spec().name(),
                   EnumName(run.state()), StepOfTotal(run), run.round(),
-                  run.member_results_size() > 0 ? absl::StrFormat("%.4f", run.final_loss()) : "-",
+                  run.has_final_loss() ? absl::StrFormat("%.4f", run.final_loss()) : "-",
                   run.final_test_accuracy() > 0 ? absl::StrFormat("%.4f", run.final_test_accuracy())
                                                 : "-",
                   run.reason()));

@@ -145,9 +145,13 @@ bool RunManager::ReportTotalSteps(int64_t total_steps) {
   return true;
 }
 
-void RunManager::SetResults(double final_loss, double final_test_accuracy,
+void RunManager::SetResults(std::optional<double> final_loss, double final_test_accuracy,
                             std::vector<v1::MemberResult> members) {
-  info_.set_final_loss(final_loss);
+  if (final_loss.has_value()) {
+    info_.set_final_loss(*final_loss);
+  } else {
+    info_.clear_final_loss();
+  }
   info_.set_final_test_accuracy(final_test_accuracy);
   info_.clear_member_results();
   for (v1::MemberResult& member : members) *info_.add_member_results() = std::move(member);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,9 @@ class RunManager {
   // total_steps keeps the spec's). Returns whether the total changed.
   bool ReportTotalSteps(int64_t total_steps);
 
-  // Records what the run's workers reported last (RunInfo.final_*, member_results).
-  void SetResults(double final_loss, double final_test_accuracy,
+  // Records what the run's workers reported last (RunInfo.final_*, member_results); no final
+  // loss when none reported one.
+  void SetResults(std::optional<double> final_loss, double final_test_accuracy,
                   std::vector<v1::MemberResult> members);
 
   // Replaces the state with one read back from the state directory.

@@ -308,7 +308,7 @@ std::string Header(const v1::CoordinatorStatus& status) {
                         "<div><b id=\"final-loss\">%s</b>%s</div></div>",
                         run.round(), run.global_step(), status.members_size(),
                         accuracy > 0 ? Fixed(accuracy, 4) : "-",
-                        run.member_results_size() > 0 ? Fixed(run.final_loss(), 4) : "-",
+                        run.has_final_loss() ? Fixed(run.final_loss(), 4) : "-",
                         run.member_results_size() > 0 ? "final loss" : "final loss (at the end)");
   if (!run.model_path().empty()) {
     absl::StrAppend(&out, "<div class=\"model\">model saved to <code id=\"model-path\">",
@@ -408,7 +408,7 @@ std::string PastRuns(const std::vector<v1::RunInfo>& runs) {
         Esc(run.run_id()), Esc(run.run_id()), Esc(run.spec().name()), state, state,
         Esc(run.reason()), run.global_step(),
         run.total_steps() > 0 ? absl::StrCat(run.total_steps()) : "?", run.round(),
-        run.member_results_size() > 0 ? Fixed(run.final_loss(), 4) : "-",
+        run.has_final_loss() ? Fixed(run.final_loss(), 4) : "-",
         run.final_test_accuracy() > 0 ? Fixed(run.final_test_accuracy(), 4) : "-",
         Esc(run.model_path()));
   }

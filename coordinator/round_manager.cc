@@ -96,6 +96,7 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   if (model_.run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
     model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
+    refused_.clear();  // refusals belong to the run they were made in
   }
   return run;
 }
@@ -226,7 +227,11 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       member->Enqueue(std::move(response));
       Touch(member);
     }
-    if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale) {
+    // Only a header of the running run leaves its member out of that run's round: one of a
+    // run that ended (a member that has not learnt of the next run yet) changes nothing.
+    const v1::RunInfo active = plane_->Run();
+    if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale &&
+        header.run_id() == active.run_id() && active.state() == v1::RUN_STATE_RUNNING) {
       Refuse(header.member_id(), session.status());
     }
     Advance();

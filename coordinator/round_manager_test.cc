@@ -311,6 +311,31 @@ TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
   EXPECT_EQ(*restored, 0);
 }
 
+// Issue 37, finding 10: a header of a run that was stopped (a member that has not learnt of
+// the next run yet) is refused and leaves nothing behind: the next run's first round commits
+// with that member.
+TEST_F(RoundManagerTest, AHeaderOfAStoppedRunLeavesNothingInTheNextRun) {
+  Start(RoundManager::Options(), "star");
+  ASSERT_THAT(rounds_->StopRun(v1::StopRunRequest()), IsOk());
+  auto late = std::make_shared<FakeMember>();
+  EXPECT_THAT(rounds_->Join(Header(1), late),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not running"));
+  v1::StartRunRequest start;
+  start.mutable_spec()->mutable_model()->set_builtin("mlp");
+  start.mutable_spec()->set_exchange(v1::EXCHANGE_STAR);
+  absl::StatusOr<v1::RunInfo> next = plane_->StartRun(start);
+  ASSERT_THAT(next, IsOk());
+  run_id_ = next->run_id();
+  v1::InitModelHeader init;
+  init.set_run_id(run_id_);
+  init.set_member_id("n/0");
+  init.set_vector_length(kValues);
+  ASSERT_THAT(rounds_->BeginInit(init), IsOk());
+  ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
+  EXPECT_TRUE(StarRound(1)->committed());
+  EXPECT_EQ(plane_->Run().round(), 1);
+}
+
 TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructuredAnswer) {
   Start(RoundManager::Options(), "sharded");
   auto member = std::make_shared<FakeMember>();

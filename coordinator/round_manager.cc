@@ -227,11 +227,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       member->Enqueue(std::move(response));
       Touch(member);
     }
-    // Only a header of the running run leaves its member out of that run's round: one of a
-    // run that ended (a member that has not learnt of the next run yet) changes nothing.
-    const v1::RunInfo active = plane_->Run();
-    if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale &&
-        header.run_id() == active.run_id() && active.state() == v1::RUN_STATE_RUNNING) {
+    if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale) {
       Refuse(header.member_id(), session.status());
     }
     Advance();

@@ -75,6 +75,11 @@ class RoundManagerTest : public ::testing::Test {
     options.clock = clock_.AsFunction();
     rounds_ = std::make_unique<RoundManager>(plane_.get(), options);
     ASSERT_THAT(rounds_->Restore(), IsOk());
+    StartRun(exchange);
+  }
+
+  // Starts a run on the plane and uploads its initial model.
+  void StartRun(const std::string& exchange) {
     v1::StartRunRequest start;
     start.mutable_spec()->mutable_model()->set_builtin("mlp");
     start.mutable_spec()->set_exchange(exchange == "star" ? v1::EXCHANGE_STAR
@@ -320,18 +325,7 @@ TEST_F(RoundManagerTest, AHeaderOfAStoppedRunLeavesNothingInTheNextRun) {
   auto late = std::make_shared<FakeMember>();
   EXPECT_THAT(rounds_->Join(Header(1), late),
               StatusIs(absl::StatusCode::kFailedPrecondition, "is not running"));
-  v1::StartRunRequest start;
-  start.mutable_spec()->mutable_model()->set_builtin("mlp");
-  start.mutable_spec()->set_exchange(v1::EXCHANGE_STAR);
-  absl::StatusOr<v1::RunInfo> next = plane_->StartRun(start);
-  ASSERT_THAT(next, IsOk());
-  run_id_ = next->run_id();
-  v1::InitModelHeader init;
-  init.set_run_id(run_id_);
-  init.set_member_id("n/0");
-  init.set_vector_length(kValues);
-  ASSERT_THAT(rounds_->BeginInit(init), IsOk());
-  ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
+  StartRun("star");
   EXPECT_TRUE(StarRound(1)->committed());
   EXPECT_EQ(plane_->Run().round(), 1);
 }

@@ -238,16 +238,15 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
 
 absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
                                                  const std::shared_ptr<RoundMember>& member) {
-  // The weight becomes a float: refused at the door when a float cannot hold it.
-  if (!std::isfinite(header.weight()) || header.weight() <= 0 ||
-      header.weight() > std::numeric_limits<float>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("weight: must be > 0 and at most ",
-                                                   std::numeric_limits<float>::max(), ", got ",
-                                                   header.weight()));
-  }
   if (header.num_workers() < 1 || header.num_workers() > kMaxRanksPerNode) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers: must be in [1, ", kMaxRanksPerNode,
                                                    "], got ", header.num_workers()));
+  }
+  // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
+  // "Security"): one member can neither outweigh the others a thousandfold nor cancel them.
+  if (header.weight() != header.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight: must be num_workers (", header.num_workers(), "), got ", header.weight()));
   }
   if (header.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
   if (!v1::Codec_IsValid(header.codec())) {

@@ -105,8 +105,10 @@ class AveragingTest : public ::testing::Test {
     return exchange.Run(member, {round, step, params, global, {}, kTimeout});
   }
 
-  SyncMember Member(int node, double weight = 1) {
-    return SyncMember{run_id_, absl::StrCat("node-", node, "/0"), codec_, weight, 1};
+  // A node leader standing for `ranks` ranks (its delta's weight).
+  SyncMember Member(int node, int ranks = 1) {
+    return SyncMember{run_id_, absl::StrCat("node-", node, "/0"), codec_,
+                      static_cast<double>(ranks), ranks};
   }
 
   // Uploads global[0] from node-0 and gives every member a copy.
@@ -131,8 +133,8 @@ class AveragingTest : public ::testing::Test {
     std::vector<std::thread> threads;
     for (size_t m = 0; m < nodes.size(); ++m) {
       threads.emplace_back([&, m] {
-        results[m] = Sync(Member(nodes[m], weights[m]), round, round * 8, params[m],
-                          absl::MakeSpan(globals[m]));
+        results[m] = Sync(Member(nodes[m], static_cast<int>(weights[m])), round, round * 8,
+                          params[m], absl::MakeSpan(globals[m]));
       });
     }
     for (auto& t : threads) t.join();
@@ -463,6 +465,18 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
       // aborted the round for every member; now only this member is refused.
       {"weight beyond float",
        [](v1::SyncHeader& h) { h.set_weight(1e39); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "weight"},
+      // Issue 37, finding 4: a weight beyond the ranks a member stands for outweighed the
+      // others (1e6 set the update to its delta) or cancelled them in double (1e17).
+      {"weight beyond the member's ranks",
+       [](v1::SyncHeader& h) { h.set_weight(1e6); },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "weight: must be num_workers (1), got 1e+06"},
+      {"weight that cancels the others",
+       [](v1::SyncHeader& h) { h.set_weight(1e17); },
        {},
        grpc::StatusCode::INVALID_ARGUMENT,
        "weight"},

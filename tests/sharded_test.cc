@@ -128,7 +128,7 @@ class ShardedTest : public ::testing::Test {
     run_ = response.run();
     for (auto& [i, leader] : leaders_) {
       leader.member = SyncMember{run_.run_id(), absl::StrCat("node-", i, "/0"), run_.spec().codec(),
-                                 1.0 + i, 1};
+                                 1.0 + i, 1 + i};
       leader.client = MakeClient(leader.serves ? leader.server.get() : nullptr);
     }
   }

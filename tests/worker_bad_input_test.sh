@@ -60,4 +60,19 @@ expect_failure "dataset.path: cannot open /nonexistent/fmnist/train-images-idx3-
   'model { builtin: "mlp" } dataset { kind: DATASET_KIND_FASHION_MNIST path: "/nonexistent/fmnist" }'
 expect_failure "dataset.path: $WORK/garbage.pt: not a tensor file" \
   "model { builtin: \"mlp\" } dataset { kind: DATASET_KIND_TENSOR_FILE path: \"$WORK/garbage.pt\" }"
+# A TorchScript model that does not fit the data throws from LibTorch on its first step: the
+# worker reports the error and leaves (issue 37, finding 8; it used to abort with exit 134).
+cat > "$WORK/make_net.py" <<'PY'
+import sys, torch
+class Net(torch.nn.Module):
+  def __init__(self):
+    super().__init__()
+    self.fc = torch.nn.Linear(100, 10)
+  def forward(self, x):
+    return self.fc(x.reshape(x.shape[0], -1))
+torch.jit.script(Net()).save(sys.argv[1])
+PY
+/usr/bin/python3 "$WORK/make_net.py" "$WORK/wrong_shape.pt"
+expect_failure "training failed: mat1 and mat2 shapes cannot be multiplied" \
+  "model { torchscript_path: \"$WORK/wrong_shape.pt\" } dataset { synthetic_samples: 256 }"
 echo PASS

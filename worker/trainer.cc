@@ -5,7 +5,9 @@
 #include <cmath>
 #include <memory>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -249,6 +251,14 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
     return result;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("training failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // the TorchScript interpreter's errors, std::bad_alloc
+    // The interpreter's message is its TorchScript traceback, then the error on the last line:
+    // the traceback goes to this worker's log, the error into the status the coordinator sees.
+    const absl::string_view what = absl::StripTrailingAsciiWhitespace(e.what());
+    absl::string_view last = what.substr(what.find_last_of('\n') + 1);
+    absl::ConsumePrefix(&last, "RuntimeError: ");
+    if (last.size() != what.size()) LogError(absl::StrCat("training failed:\n", what));
+    return absl::InternalError(absl::StrCat("training failed: ", last));
   }
 }
 

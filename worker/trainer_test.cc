@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "common/run_spec.h"
@@ -137,6 +139,46 @@ TEST(TrainerTest, AWorkerThatRejoinsGoesOnFromTheRunsStep) {
   EXPECT_EQ(outcome.result.steps, 12);
   EXPECT_EQ(outcome.progress_steps, (std::vector<int64_t>{9, 10, 11, 12}));
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{12}));
+}
+
+// A model whose forward throws what the TorchScript interpreter throws (std::runtime_error) at
+// its n-th call.
+class ThrowingModel : public Model {
+ public:
+  ThrowingModel(std::unique_ptr<Model> inner, int fail_at)
+      : inner_(std::move(inner)), fail_at_(fail_at) {}
+  torch::Tensor Forward(const torch::Tensor& input) override {
+    if (++calls_ == fail_at_) throw std::runtime_error("mat1 and mat2 shapes cannot be multiplied");
+    return inner_->Forward(input);
+  }
+  std::vector<torch::Tensor> Parameters() override { return inner_->Parameters(); }
+  std::vector<torch::Tensor> Buffers() override { return inner_->Buffers(); }
+  void Train(bool on) override { inner_->Train(on); }
+  void To(const torch::Device& device) override { inner_->To(device); }
+  absl::Status Save(const std::string& path, const SaveInfo& info) override {
+    return inner_->Save(path, info);
+  }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  int fail_at_;
+  int calls_ = 0;
+};
+
+TEST(TrainerTest, AnExceptionFromTheModelIsAnErrorWithItsMessage) {
+  CountingAverager averager;
+  TrainOptions options;
+  options.spec = Spec(1);
+  auto model = MakeModel(options.spec.model(), 0);
+  ASSERT_TRUE(model.ok());
+  ThrowingModel throwing(std::move(*model), 3);
+  auto data = LoadData(options.spec.dataset(), 0);
+  ASSERT_TRUE(data.ok());
+  options.on_progress = [](const TrainProgress&) {};
+  absl::StatusOr<TrainResult> result = Train(throwing, *data, &averager, options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(),
+            "training failed: mat1 and mat2 shapes cannot be multiplied");
 }
 
 TEST(TrainerTest, LearningRateSchedules) {

@@ -243,7 +243,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
                                                    "], got ", header.num_workers()));
   }
   // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
-  // "Security"): one member can neither outweigh the others a thousandfold nor cancel them.
+  // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them.
   if (header.weight() != header.num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight: must be num_workers (", header.num_workers(), "), got ", header.weight()));

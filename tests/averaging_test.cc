@@ -23,6 +23,7 @@
 #include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/wait_for.h"
+#include "worker/node_leader.h"
 
 namespace localsgd {
 namespace {
@@ -772,6 +773,31 @@ TEST_F(AveragingTest, RunCompletesWhenGlobalStepReachesTotalSteps) {
   }
   EXPECT_EQ(Status().run().state(), v1::RUN_STATE_COMPLETED);
   EXPECT_THAT(Client().FetchModel(run_id_, kTimeout), IsOk());
+}
+
+// Finding 11 of issue 37: a node leader whose lease was lost (its heartbeat is joining again)
+// waits for the coordinator to know it again to get the initial model, rather than giving up;
+// a member the coordinator never comes to know is refused once the round timeout has passed.
+TEST_F(AveragingTest, ALeaderWaitsForItsLeaseToGetTheInitialModel) {
+  Start(1);
+  std::vector<float> global0 = InitModel();
+  StarExchange exchange(Channel(), kToken);
+  ModelClient models = Client();
+  NodeLeader rejoining(&models, &exchange, Member(1), layout_, absl::Seconds(20));
+  std::vector<float> params(kValues, 0.0f);
+  std::thread heartbeat([this] {
+    absl::SleepFor(absl::Seconds(1));
+    JoinNode(1);
+  });
+  EXPECT_THAT(rejoining.Start(absl::MakeSpan(params)), IsOk());
+  heartbeat.join();
+  EXPECT_EQ(std::memcmp(params.data(), global0.data(), kValues * sizeof(float)), 0);
+
+  NodeLeader stranger(&models, &exchange, Member(9), layout_, absl::Seconds(2));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(stranger.Start(absl::MakeSpan(params)),
+              StatusIs(absl::StatusCode::kNotFound, "member_id"));
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));
 }
 
 }  // namespace

@@ -4,12 +4,23 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
 namespace localsgd {
+namespace {
+
+// A wait for the coordinator that may end by itself: it is restarting or cut off
+// (UNAVAILABLE, DEADLINE_EXCEEDED), or it lost this member's lease and the heartbeat is joining
+// it again (NOT_FOUND naming the member_id field; a run that is not found stays so).
+bool IsTransient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         (absl::IsNotFound(status) && absl::StartsWith(status.message(), "member_id"));
+}
+}  // namespace
 
 NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member,
                        ChunkLayout layout, absl::Duration round_timeout)
@@ -20,15 +31,15 @@ NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember membe
       round_timeout_(round_timeout) {}
 
 absl::Status NodeLeader::Start(absl::Span<float> params) {
-  // A coordinator that is restarting or cut off for a moment is waited for, up to the round
-  // timeout (the node's other ranks wait for this in their broadcast).
+  // Transient failures are retried up to the round timeout in all (the node's other ranks wait
+  // longer than that in their broadcast).
   const absl::Time give_up = absl::Now() + round_timeout_;
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
-    absl::Status status =
-        models_->InitModel(member_.run_id, member_.member_id, params, layout_, round_timeout_);
-    if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params);
-    if (!absl::IsUnavailable(status) || absl::Now() + backoff > give_up) return status;
+    const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
+    absl::Status status = models_->InitModel(member_.run_id, member_.member_id, params, layout_, left);
+    if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params, left);
+    if (!IsTransient(status) || absl::Now() + backoff > give_up) return status;
     LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
                             absl::FormatDuration(backoff)));
     absl::SleepFor(backoff);
@@ -36,10 +47,10 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   }
 }
 
-absl::Status NodeLeader::Adopt(absl::Span<float> params) {
+absl::Status NodeLeader::Adopt(absl::Span<float> params, absl::Duration timeout) {
   const bool with_momentum = exchange_->keeps_momentum();
   LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
-                            models_->FetchModel(member_.run_id, round_timeout_, with_momentum));
+                            models_->FetchModel(member_.run_id, timeout, with_momentum));
   if (model.values.size() != params.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker's model has ", params.size(), " values, the run's global model has ",
@@ -57,7 +68,7 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params) {
 }
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
-  if (global_.empty()) return Adopt(params);  // took over: start from the committed model
+  if (global_.empty()) return Adopt(params, round_timeout_);  // took over: start from the committed model
   absl::StatusOr<ExchangeResult> result =
       exchange_->Run(member_, ExchangeRound{round_ + 1, step, params, absl::MakeSpan(global_),
                                             absl::MakeSpan(momentum_), round_timeout_});
@@ -70,7 +81,7 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
   std::optional<v1::StaleRound> stale = StaleRoundOf(result.status());
   if (stale.has_value()) {
     // A round committed without this node: take the agreed model and go on from there.
-    LOCALSGD_RETURN_IF_ERROR(Adopt(params));
+    LOCALSGD_RETURN_IF_ERROR(Adopt(params, round_timeout_));
     if (stale->run_ended()) {
       return absl::OutOfRangeError(absl::StrCat("the run ended at round ", round_, ", global step ",
                                                 global_step_, "; this node holds its final model"));

@@ -25,8 +25,10 @@ class NodeLeader {
              absl::Duration round_timeout);
 
   // Start of training: offers `params` as global[0] (the first leader's upload wins), then
-  // fetches the run's current global model into `params` and keeps it. FAILED_PRECONDITION
-  // when the run's model has another number of values (a different model).
+  // fetches the run's current global model into `params` and keeps it. Transient failures (the
+  // coordinator restarting or out of reach, this member's lease lost and being renewed) are
+  // retried within the round timeout. FAILED_PRECONDITION when the run's model has another
+  // number of values (a different model).
   absl::Status Start(absl::Span<float> params);
 
   // One round: on success `params` becomes global[r]. A leader that took over from one that
@@ -50,7 +52,7 @@ class NodeLeader {
   int64_t global_step() const { return global_step_; }
 
  private:
-  absl::Status Adopt(absl::Span<float> params);
+  absl::Status Adopt(absl::Span<float> params, absl::Duration timeout);
 
   ModelClient* const models_;
   Exchange* const exchange_;

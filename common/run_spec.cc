@@ -26,6 +26,7 @@ constexpr int64_t kDefaultTotalSteps = 1000;
 constexpr double kDefaultSgdLr = 0.05;
 constexpr double kDefaultAdamWLr = 1e-3;
 constexpr double kDefaultRoundDeadlineSeconds = 60;
+constexpr int kDefaultSuspendAfterFailedRounds = 3;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
 // Star rounds: every chunk passes through the coordinator, which handles fewer, larger
 // messages best. Sharded rounds: a ring round's pipeline is 2 (N - 1) hops deep, each hop a
@@ -232,6 +233,10 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckRange("max_delta_norm_ratio", spec.max_delta_norm_ratio(), 1, 1e9, /*lo_open=*/true));
   }
+  if (spec.has_suspend_after_failed_rounds()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckInt("suspend_after_failed_rounds", spec.suspend_after_failed_rounds(), 0, 1000));
+  }
   if (spec.has_quorum_timeout_seconds()) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("quorum_timeout_seconds", spec.quorum_timeout_seconds(), 0,
                                         kMaxSeconds, /*lo_open=*/true));
@@ -315,6 +320,9 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
                                                             : kDefaultShardedChunkBytes);
   }
   if (!out.has_min_shard_bytes()) out.set_min_shard_bytes(kDefaultMinShardBytes);
+  if (!out.has_suspend_after_failed_rounds()) {
+    out.set_suspend_after_failed_rounds(kDefaultSuspendAfterFailedRounds);
+  }
   return out;
 }
 

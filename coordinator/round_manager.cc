@@ -29,6 +29,12 @@ bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::strin
                      [&](const ControlPlane::Leader& l) { return l.worker_id == id; });
 }
 
+Suspensions SuspensionsFor(const v1::RunSpec& spec) {
+  Suspensions::Options options;
+  options.strikes = spec.suspend_after_failed_rounds();
+  return Suspensions(options);
+}
+
 absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
   if (!IsLeader(plane.LiveLeaders(), member_id)) {
@@ -96,7 +102,8 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   if (model_.run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
     model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
-    refused_.clear();  // refusals belong to the run they were made in
+    refused_.clear();  // refusals and suspensions belong to the run they were made in
+    suspensions_ = SuspensionsFor(run.spec());
   }
   return run;
 }
@@ -170,6 +177,7 @@ absl::Status RoundManager::Restore() {
                          " was saved but not recorded; recorded it now"));
   }
   model_.Reset(run.run_id(), run.spec(), saved.round, saved.global_step);
+  suspensions_ = SuspensionsFor(run.spec());
   const size_t values = saved.global.size();
   if (absl::Status s = model_.Install(std::move(saved.global), std::move(saved.momentum));
       !s.ok()) {
@@ -265,6 +273,10 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
     return absl::InvalidArgumentError(absl::StrCat(
         "codec: ", CodecName(header.codec()), ", the run uses ", CodecName(model_.spec().codec())));
   }
+  if (std::string why; suspensions_.Suspended(header.member_id(), options_.clock(), &why)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("member_id: ", Quoted(header.member_id()), " is ", why));
+  }
   const int64_t next = model_.round() + 1;
   if (Stale(header)) {
     return absl::FailedPreconditionError(absl::StrCat("round: ", header.round(),
@@ -286,10 +298,17 @@ int64_t RoundManager::AddSession(Session session) {
 }
 
 void RoundManager::OpenRound(int64_t number) {
-  const std::vector<ControlPlane::Leader> leaders = plane_->LiveLeaders();
   Round round;
   round.number = number;
   round.opened = options_.clock();
+  std::vector<ControlPlane::Leader> leaders;
+  for (ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+    if (std::string why; suspensions_.Suspended(leader.worker_id, round.opened, &why)) {
+      round.suspended.emplace_back(leader.worker_id, std::move(why));
+    } else {
+      leaders.push_back(std::move(leader));
+    }
+  }
   for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
   round_ = std::move(round);  // the driver reads it
   round_->driver = model_.spec().exchange() == v1::EXCHANGE_SHARDED
@@ -307,6 +326,8 @@ bool RoundManager::Stale(const v1::SyncHeader& header) const {
 }
 
 void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {
+  // A suspended member is in no round, and what it sent then does not count against it later.
+  if (suspensions_.Suspended(member_id, options_.clock())) return;
   const std::string reason = absl::StrCat("refused: ", status.message());
   if (round_.has_value()) {
     round_->driver->Refuse(member_id, reason);
@@ -430,6 +451,12 @@ absl::Status RoundManager::Unreachable(int64_t session_id,
 void RoundManager::Tick() {
   {
     MutexLock lock(&mu_);
+    for (const std::string& id : suspensions_.TakeReadmitted(options_.clock())) {
+      plane_->RecordEvent(v1::EVENT_SEVERITY_INFO, "member_readmitted",
+                          absl::StrCat(id,
+                                       " takes part in rounds again, on probation (its next "
+                                       "failed round suspends it again)"));
+    }
     if (!round_.has_value() || stopping_run_) return;
     v1::RunInfo run = plane_->Run();
     if (run.run_id() != model_.run_id() || run.state() != v1::RUN_STATE_RUNNING) {
@@ -485,6 +512,7 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
   commit.log =
       absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(), " s, ",
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
+  Judge(included);
   round_.reset();
   Save(std::move(commit));
 }
@@ -520,7 +548,19 @@ void RoundManager::Abort(const std::string& reason) {
   v1::RoundRecord record = Record(v1::ROUND_OUTCOME_ABORTED);
   record.set_reason(reason);
   plane_->RecordRound(std::move(record));  // which logs it, as an event
+  Judge({});
   round_.reset();
+}
+
+void RoundManager::Judge(const std::vector<std::string>& committed) {
+  for (const Suspensions::Verdict& verdict :
+       suspensions_.RoundEnded(options_.clock(), committed, round_->driver->Faults())) {
+    plane_->RecordEvent(
+        v1::EVENT_SEVERITY_WARNING, "member_suspended",
+        absl::StrCat(verdict.member_id, " sits out rounds for ",
+                     absl::FormatDuration(verdict.length), " after failing ", verdict.failed_rounds,
+                     " round(s) in a row (last: ", verdict.reason, ")"));
+  }
 }
 
 v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
@@ -540,6 +580,11 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
       static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec().codec(), n))));
   *record.mutable_start_time() = ToProtoTime(round.opened);
   record.set_global_step(model_.global_step());
+  for (const auto& [id, why] : round.suspended) {
+    v1::DroppedMember* out = record.add_suspended();
+    out->set_member_id(id);
+    out->set_reason(why);
+  }
   return record;
 }
 

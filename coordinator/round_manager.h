@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,7 @@
 #include "coordinator/control_plane.h"
 #include "coordinator/global_model.h"
 #include "coordinator/state_writer.h"
+#include "coordinator/suspensions.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
 #include "exchange/outer_step.h"
@@ -150,6 +152,8 @@ class RoundManager {
     virtual void OnAbort() {}
     // The mode's part of the round's record.
     virtual void Record(v1::RoundRecord* record) const = 0;
+    // What the round holds against its members, for the suspensions.
+    virtual std::vector<RoundFault> Faults() const = 0;
     // Star rounds: the reducer a member's chunk is checked against (outside the lock), then
     // the chunk with that check's result.
     virtual absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t session);
@@ -182,6 +186,7 @@ class RoundManager {
     int64_t number = 0;
     absl::Time opened;
     std::vector<std::string> members;  // the leaders expected when it opened
+    std::vector<std::pair<std::string, std::string>> suspended;  // live leaders left out: why
     int64_t bytes_received = 0;
     int64_t bytes_sent = 0;
     std::unique_ptr<Driver> driver;
@@ -234,6 +239,9 @@ class RoundManager {
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every session with ABORTED, records the round and forgets it.
   void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The open round ended with `committed` in its commit (none: aborted): suspends the members
+  // its faults condemn, with an event each.
+  void Judge(const std::vector<std::string>& committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes the members touched under the lock; call after releasing it.
@@ -255,6 +263,8 @@ class RoundManager {
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
   bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
+  // Who sits out rounds for failing earlier ones (this run's, under its spec).
+  Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
 };

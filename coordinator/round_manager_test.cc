@@ -95,11 +95,11 @@ class RoundManagerTest : public ::testing::Test {
     ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
   }
 
-  v1::SyncHeader Header(int64_t round) {
+  v1::SyncHeader Header(int64_t round, const std::string& member_id = "n/0") {
     v1::SyncHeader header;
     header.set_run_id(run_id_);
     header.set_round(round);
-    header.set_member_id("n/0");
+    header.set_member_id(member_id);
     header.set_vector_length(kValues);
     header.set_codec(v1::CODEC_FP32);
     header.set_weight(1);
@@ -341,6 +341,69 @@ TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructur
   EXPECT_EQ(status.recent_rounds(0).outcome(), v1::ROUND_OUTCOME_ABORTED);
   EXPECT_THAT(status.recent_rounds(0).reason(), ::testing::HasSubstr("--data_address"));
   EXPECT_EQ(status.recent_rounds(0).exchange(), v1::EXCHANGE_SHARDED);
+}
+
+// Finding 2 of issue 37: a leader that joins and heartbeats but never syncs holds three rounds
+// until their deadline, then sits them out (recorded, with an event) and the rounds commit
+// without waiting for it; its header is refused, naming why; once its suspension is over it is
+// expected again, and a round committed with it clears its record.
+TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater) {
+  Start(RoundManager::Options(), "star");  // suspend_after_failed_rounds: 3, for 30 s
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("s");
+  join.mutable_identity()->set_local_world_size(1);
+  ASSERT_THAT(plane_->Join(join), IsOk());
+  // Time passes with both leaders heartbeating (their leases are 15 s).
+  auto wait = [&](absl::Duration d) {
+    for (absl::Duration left = d; left > absl::ZeroDuration(); left -= absl::Seconds(5)) {
+      clock_.Advance(std::min(left, absl::Seconds(5)));
+      for (const char* id : {"n/0", "s/0"}) {
+        v1::HeartbeatRequest beat;
+        beat.set_worker_id(id);
+        ASSERT_THAT(plane_->Heartbeat(beat), IsOk());
+      }
+      plane_->Tick();
+      rounds_->Tick();
+    }
+  };
+  for (int64_t round = 1; round <= 3; ++round) {
+    std::shared_ptr<FakeMember> member = StarRound(round);
+    EXPECT_FALSE(member->committed()) << round;  // waiting for s/0
+    wait(absl::Seconds(61));                     // the deadline drops s/0
+    EXPECT_TRUE(member->committed()) << round;
+  }
+  std::shared_ptr<FakeMember> member = StarRound(4);  // s/0 is not waited for
+  EXPECT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
+  v1::CoordinatorStatus status = plane_->Status();
+  const v1::RoundRecord& last = status.recent_rounds(status.recent_rounds_size() - 1);
+  EXPECT_EQ(last.round(), 4);
+  ASSERT_EQ(last.suspended_size(), 1);
+  EXPECT_EQ(last.suspended(0).member_id(), "s/0");
+  EXPECT_THAT(last.suspended(0).reason(), ::testing::HasSubstr("missed the round deadline"));
+  auto has_event = [&](const std::string& kind) {
+    const v1::CoordinatorStatus now = plane_->Status();
+    for (const v1::Event& event : now.events()) {
+      if (event.kind() == kind) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_event("member_suspended"));
+  auto silent = std::make_shared<FakeMember>();
+  EXPECT_THAT(rounds_->Join(Header(5, "s/0"), silent),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "suspended from rounds"));
+  // Its 30 s are over: readmitted, and expected in the next round again.
+  wait(absl::Seconds(30));
+  EXPECT_TRUE(has_event("member_readmitted"));
+  member = StarRound(5);
+  EXPECT_FALSE(member->committed());
+  auto back = std::make_shared<FakeMember>();
+  absl::StatusOr<int64_t> session = rounds_->Join(Header(5, "s/0"), back);
+  ASSERT_THAT(session, IsOk());
+  v1::Chunk chunk;
+  chunk.set_index(0);
+  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  ASSERT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
+  EXPECT_TRUE(WaitFor([&] { return member->committed() && back->committed(); }, absl::Seconds(5)));
 }
 
 }  // namespace

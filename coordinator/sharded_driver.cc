@@ -159,6 +159,8 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     }
   }
 
+  std::vector<RoundFault> Faults() const override { return round_.Faults(); }
+
   void Record(v1::RoundRecord* record) const override {
     for (const std::string& id : round_.Included()) record->add_members(id);
     record->set_ring(round_.ring());

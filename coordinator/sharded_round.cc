@@ -105,6 +105,7 @@ absl::Status ShardedRound::AddMean(const std::string& member_id, int chunk) {
 
 void ShardedRound::RefuseMean(const std::string& member_id, int chunk, const std::string& reason) {
   if (phase_ != Phase::kExchanging && phase_ != Phase::kCommitted) return;
+  blamed_.push_back(RoundFault{member_id, absl::StrCat("sent an unusable mean: ", reason), ""});
   AbortWith(absl::StrCat("owner ", member_id, " sent an unusable mean of chunk ", chunk, " (",
                          reason, ")"));
 }
@@ -124,6 +125,7 @@ absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::
     return absl::InvalidArgumentError(
         absl::StrCat("unreachable.owner_id: ", owner_id, " owns no range in this round"));
   }
+  blamed_.push_back(RoundFault{owner_id, reason.substr(0, 300), member_id});
   AbortWith(absl::StrCat(member_id, " could not exchange with owner ", owner_id, ": ",
                          reason.substr(0, 300)));
   return absl::OkStatus();
@@ -159,6 +161,8 @@ void ShardedRound::Tick(absl::Time now) {
       for (size_t s = 0; s < shards_.size(); ++s) {
         if (shard_means_[s] < shards_[s].end_chunk - shards_[s].begin_chunk) {
           late.push_back(shards_[s].owner_id);
+          blamed_.push_back(RoundFault{shards_[s].owner_id,
+                                       "did not average its range within the round deadline", ""});
         }
       }
       AbortWith(absl::StrCat("owner ", absl::StrJoin(late, ", "),
@@ -242,6 +246,13 @@ void ShardedRound::Advance(absl::Time now) {
     if (member.slot >= 0 && !member.dropped && !member.delivered) return;
   }
   phase_ = Phase::kCommitted;
+}
+
+std::vector<RoundFault> ShardedRound::Faults() const {
+  std::vector<RoundFault> faults;
+  for (const auto& [id, reason] : all_drops_) faults.push_back(RoundFault{id, reason, ""});
+  faults.insert(faults.end(), blamed_.begin(), blamed_.end());
+  return faults;
 }
 
 void ShardedRound::AbortWith(const std::string& reason) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "coordinator/suspensions.h"
 #include "exchange/chunking.h"
 
 namespace localsgd {
@@ -114,6 +115,9 @@ class ShardedRound {
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
   // From the first member's delivery to the last one's (0 before two deliveries).
   absl::Duration SlowestWait() const;
+  // What the round holds against its members (Suspensions): every drop, and the owners its
+  // abort names (late, unusable, or reported unreachable by a member).
+  std::vector<RoundFault> Faults() const;
 
  private:
   struct Member {
@@ -149,6 +153,7 @@ class ShardedRound {
   int means_received_ = 0;
   std::vector<std::pair<std::string, std::string>> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
+  std::vector<RoundFault> blamed_;  // by the abort
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();
 };

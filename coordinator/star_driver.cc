@@ -124,6 +124,8 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   void OnAbort() override { m_->model_.reducer()->Abort(); }
 
+  std::vector<RoundFault> Faults() const override { return round_.Faults(); }
+
   void Record(v1::RoundRecord* record) const override {
     for (const std::string& id : round_.Present()) record->add_members(id);
     RecordOutcomes(round_.dropped(), round_.SlowestWait(), record);

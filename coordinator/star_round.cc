@@ -89,6 +89,12 @@ void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leader
   }
 }
 
+std::vector<RoundFault> StarRound::Faults() const {
+  std::vector<RoundFault> faults;
+  for (const auto& [id, reason] : all_drops_) faults.push_back(RoundFault{id, reason, ""});
+  return faults;
+}
+
 std::vector<std::string> StarRound::Included() const {
   std::vector<std::string> included;
   for (size_t slot = 0; slot < members_.size(); ++slot) {

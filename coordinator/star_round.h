@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/suspensions.h"
 
 namespace localsgd {
 
@@ -85,6 +86,8 @@ class StarRound {
   // Every member dropped (and every one excluded) so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
   const std::vector<std::pair<std::string, std::string>>& excluded() const { return excluded_; }
+  // What the round holds against its members (Suspensions): every drop.
+  std::vector<RoundFault> Faults() const;
   // From the first member's delivery to the last one's (0 before two deliveries).
   absl::Duration SlowestWait() const;
 

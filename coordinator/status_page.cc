@@ -366,7 +366,7 @@ std::string Events(const v1::CoordinatorStatus& status) {
 std::string Rounds(const v1::CoordinatorStatus& status) {
   std::string out =
       "<section><h2>Recent rounds</h2><table id=\"rounds\"><thead><tr><th>round</th>"
-      "<th>outcome</th><th>global step</th><th>members</th><th>dropped or excluded</th>"
+      "<th>outcome</th><th>global step</th><th>members</th><th>dropped, excluded or suspended</th>"
       "<th>duration (s)</th><th>slowest wait (s)</th><th>in</th><th>out</th><th>codec</th>"
       "<th>ratio</th><th>exchange</th></tr></thead><tbody>";
   for (int i = status.recent_rounds_size() - 1; i >= 0 && i >= status.recent_rounds_size() - 15;
@@ -378,6 +378,9 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
     }
     for (const v1::DroppedMember& d : r.excluded()) {
       left.push_back(absl::StrCat(Esc(d.member_id()), " (excluded): ", Esc(d.reason())));
+    }
+    for (const v1::DroppedMember& d : r.suspended()) {
+      left.push_back(absl::StrCat(Esc(d.member_id()), " (suspended): ", Esc(d.reason())));
     }
     const std::string outcome = EnumName(r.outcome());
     absl::StrAppendFormat(

@@ -54,6 +54,9 @@ PageData Sample() {
   round->set_outcome(v1::ROUND_OUTCOME_COMMITTED);
   round->set_exchange(v1::EXCHANGE_SHARDED);
   round->set_ring(true);
+  v1::DroppedMember* suspended = round->add_suspended();
+  suspended->set_member_id("node-3/0");
+  suspended->set_reason("suspended from rounds for another 20s");
   data.runs.push_back(*run);
   return data;
 }
@@ -71,6 +74,7 @@ TEST(StatusPageTest, ShowsProgressNumbersChartsMembersAndFailures) {
   EXPECT_THAT(page, HasSubstr("codec INT8"));
   EXPECT_THAT(page, HasSubstr("exchange SHARDED"));
   EXPECT_THAT(page, HasSubstr("<td>SHARDED (ring)</td>"));  // the round's schedule
+  EXPECT_THAT(page, HasSubstr("node-3/0 (suspended): suspended from rounds for another 20s"));
   EXPECT_THAT(page, HasSubstr("id=\"chart-loss\" data-points=\"3\""));
   EXPECT_THAT(page, HasSubstr("id=\"chart-round-time\" data-points=\"3\""));
   EXPECT_THAT(page, HasSubstr("id=\"chart-accuracy\" data-points=\"0\""));

@@ -389,7 +389,8 @@ TEST_F(ShardedTest, AnOwnerThatDiesMidRoundAbortsItAndTheNextRoundCommitsWithout
 TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt) {
   ASSERT_THAT(StartServer(), IsOk());
   for (int i = 0; i < 3; ++i) JoinNode(i);
-  StartRun("round_deadline_seconds: 2");
+  // Four hostile rounds in a row, each to be refused for what it sent, not for the three before.
+  StartRun("round_deadline_seconds: 2 suspend_after_failed_rounds: 5");
   const int64_t values = 3 * 16384;  // three 64 KiB chunks: one per owner
   std::vector<float> global0 = InitModel(values);
   struct Case {
@@ -695,6 +696,64 @@ TEST_F(ShardedTest, AJoinWithABadDataAddressIsRefusedNamingTheField) {
   v1::JoinResponse response;
   ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
   EXPECT_EQ(Status().members(0).data_address(), "127.0.0.1:4567");
+}
+
+// Finding 2 of issue 37: a leader whose data address points nowhere sends its header and gets
+// a range; the others cannot reach it and say so, and the round aborts. After three such
+// rounds it sits out (its header is refused, naming why) and the others' rounds commit without
+// it, where before every round aborted for as long as it stayed.
+TEST_F(ShardedTest, ALeaderWhoseDataAddressPointsNowhereSitsOutAndTheOthersCommit) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 2; ++i) JoinNode(i);
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("node-2");
+  join.mutable_identity()->set_local_world_size(1);
+  join.set_data_address("127.0.0.1:1");  // nothing listens there
+  v1::JoinResponse joined;
+  ASSERT_TRUE(coordinator_->Join(Ctx().get(), join, &joined).ok());
+  StartRun("round_deadline_seconds: 5");
+  const int64_t values = 70'000;
+  std::vector<float> global0 = InitModel(values);
+  Vectors globals(2, global0), momenta(2);
+  auto stub = v1::Averaging::NewStub(Channel());
+  // node-2's attempt at round 1: its header, then whatever the coordinator answers; the
+  // status its stream ends with.
+  auto node2 = [&] {
+    auto context = Ctx();
+    auto stream = stub->Sync(context.get());
+    stream->Write(Node2Header(1, values));
+    v1::SyncResponse response;
+    while (stream->Read(&response)) {
+    }
+    return stream->Finish();
+  };
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    grpc::Status ended;
+    std::thread broken([&] { ended = node2(); });
+    auto results = SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta);
+    broken.join();
+    for (auto& result : results) EXPECT_FALSE(result.ok()) << attempt;
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::ABORTED) << attempt;
+    const v1::RoundRecord last = Status().recent_rounds(Status().recent_rounds_size() - 1);
+    EXPECT_EQ(last.outcome(), v1::ROUND_OUTCOME_ABORTED);
+    EXPECT_THAT(last.reason(), HasSubstr("could not exchange with owner node-2/0"));
+  }
+  grpc::Status refused = node2();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("suspended from rounds"));
+  auto results = SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta);
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+  }
+  v1::CoordinatorStatus status = Status();
+  EXPECT_EQ(status.run().round(), 1);
+  const v1::RoundRecord& committed = status.recent_rounds(status.recent_rounds_size() - 1);
+  ASSERT_EQ(committed.suspended_size(), 1);
+  EXPECT_EQ(committed.suspended(0).member_id(), "node-2/0");
+  bool event = false;
+  for (const v1::Event& e : status.events()) event |= e.kind() == "member_suspended";
+  EXPECT_TRUE(event);
 }
 
 }  // namespace

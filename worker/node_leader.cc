@@ -37,7 +37,8 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
-    absl::Status status = models_->InitModel(member_.run_id, member_.member_id, params, layout_, left);
+    absl::Status status =
+        models_->InitModel(member_.run_id, member_.member_id, params, layout_, left);
     if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params, left);
     if (!IsTransient(status) || absl::Now() + backoff > give_up) return status;
     LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
@@ -68,7 +69,8 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params, absl::Duration timeout)
 }
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
-  if (global_.empty()) return Adopt(params, round_timeout_);  // took over: start from the committed model
+  if (global_.empty())
+    return Adopt(params, round_timeout_);  // took over: start from the committed model
   absl::StatusOr<ExchangeResult> result =
       exchange_->Run(member_, ExchangeRound{round_ + 1, step, params, absl::MakeSpan(global_),
                                             absl::MakeSpan(momentum_), round_timeout_});

@@ -21,7 +21,8 @@ namespace {
 // The RoundMember side of a Sync stream: messages go out through an outbox into the reactor.
 class SyncMember : public RoundMember {
  public:
-  explicit SyncMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor)
+  SyncMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor,
+             grpc::CallbackServerContext* context)
       : outbox_(
             // One write at a time (the outbox's rule), so the batch needs no lock.
             [reactor, batch = WriteBatch()](const std::shared_ptr<const v1::SyncResponse>& m,
@@ -29,10 +30,15 @@ class SyncMember : public RoundMember {
               reactor->StartWrite(m.get(),
                                   batch.Next(static_cast<int64_t>(m->ByteSizeLong()), more));
             },
-            [reactor](const grpc::Status& s) { reactor->Finish(s); }) {}
+            [reactor](const grpc::Status& s) { reactor->Finish(s); },
+            [context] { context->TryCancel(); }) {}
 
   void Enqueue(std::shared_ptr<const v1::SyncResponse> message) override {
     outbox_.Enqueue(std::move(message));
+  }
+  void Cancel() override {
+    outbox_.Cancel(
+        grpc::Status(grpc::StatusCode::CANCELLED, "this member opened a newer Sync stream"));
   }
   void Close(const absl::Status& status) override { outbox_.Close(ToGrpcStatus(status)); }
   void Flush() override { outbox_.Flush(); }
@@ -46,8 +52,8 @@ class SyncMember : public RoundMember {
 // manager; what the round manager sends back goes out through the member's outbox.
 class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse> {
  public:
-  SyncReactor(RoundManager* rounds, const absl::Status& auth)
-      : rounds_(rounds), member_(std::make_shared<SyncMember>(this)) {
+  SyncReactor(RoundManager* rounds, grpc::CallbackServerContext* context, const absl::Status& auth)
+      : rounds_(rounds), member_(std::make_shared<SyncMember>(this, context)) {
     if (!auth.ok()) {
       End(auth);
       return;
@@ -274,7 +280,7 @@ AveragingService::AveragingService(RoundManager* rounds, std::string token)
 
 grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* AveragingService::Sync(
     grpc::CallbackServerContext* context) {
-  return new SyncReactor(rounds_, CheckBearerToken(context->client_metadata(), token_));
+  return new SyncReactor(rounds_, context, CheckBearerToken(context->client_metadata(), token_));
 }
 
 }  // namespace localsgd

@@ -102,7 +102,8 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   if (model_.run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
     model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
-    refused_.clear();  // refusals and suspensions belong to the run they were made in
+    refused_.clear();  // refusals, suspensions and streams belong to the run they were made in
+    latest_stream_.clear();
     suspensions_ = SuspensionsFor(run.spec());
   }
   return run;
@@ -214,6 +215,12 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
   absl::StatusOr<int64_t> session;
   {
     MutexLock lock(&mu_);
+    std::weak_ptr<RoundMember>& latest = latest_stream_[header.member_id()];
+    if (std::shared_ptr<RoundMember> earlier = latest.lock(); earlier && earlier != member) {
+      earlier->Cancel();
+      Touch(earlier);
+    }
+    latest = member;
     session = JoinLocked(header, member);
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a

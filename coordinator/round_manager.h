@@ -27,7 +27,13 @@
 namespace localsgd {
 
 // One member's Sync stream as the round manager sees it (the gRPC adapter implements it).
-using RoundMember = ChunkStream<v1::SyncResponse>;
+class RoundMember : public ChunkStream<v1::SyncResponse> {
+ public:
+  // Ends the stream at once with CANCELLED, dropping what is queued and cancelling a write in
+  // flight (at the next Flush): its member opened a newer stream and does not read this one.
+  // Called under the round manager's lock, like Enqueue.
+  virtual void Cancel() = 0;
+};
 
 // The sync rounds of the active run (docs/design.md, "One round, both modes"): the facade
 // over one lock, the session table, the run's model (global[r] and the outer optimizer
@@ -263,6 +269,9 @@ class RoundManager {
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
   bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
+  // Each member's latest Sync stream: a newer one cancels it, so a member that does not read
+  // its answers holds one stream's queue at most.
+  std::map<std::string, std::weak_ptr<RoundMember>> latest_stream_ ABSL_GUARDED_BY(mu_);
   // Who sits out rounds for failing earlier ones (this run's, under its spec).
   Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
   // Live leaders refused before the round opened: member id -> (round, reason).

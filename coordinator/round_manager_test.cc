@@ -40,6 +40,15 @@ class FakeMember : public RoundMember {
     closed_ = true;
   }
   void Flush() override {}
+  void Cancel() override {
+    MutexLock lock(&mu_);
+    cancelled_ = true;
+    closed_ = true;
+  }
+  bool cancelled() {
+    MutexLock lock(&mu_);
+    return cancelled_;
+  }
   bool closed() {
     MutexLock lock(&mu_);
     return closed_;
@@ -56,6 +65,7 @@ class FakeMember : public RoundMember {
   Mutex mu_;
   std::vector<v1::SyncResponse> messages_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -183,9 +193,13 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   rounds_->Tick();
   plane_->Tick();
   EXPECT_EQ(plane_->Status().run().round(), 0);
-  // A member offering round 1 again is told it is stale at once ...
+  // Another member offering round 1 is told it is stale at once ...
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("m");
+  join.mutable_identity()->set_local_world_size(1);
+  ASSERT_THAT(plane_->Join(join), IsOk());
   auto late = std::make_shared<FakeMember>();
-  EXPECT_THAT(rounds_->Join(Header(1), late),
+  EXPECT_THAT(rounds_->Join(Header(1, "m/0"), late),
               StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
   // ... but the model it would fetch is handed out only once it is on disk.
   std::atomic<bool> fetched{false};
@@ -404,6 +418,18 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
   Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
   ASSERT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
   EXPECT_TRUE(WaitFor([&] { return member->committed() && back->committed(); }, absl::Seconds(5)));
+}
+
+// Finding 5 of issue 37: a member's next header cancels its earlier stream (which its member
+// may never read), and only that one.
+TEST_F(RoundManagerTest, AMembersNewStreamCancelsItsEarlierOne) {
+  Start(RoundManager::Options(), "star");
+  std::shared_ptr<FakeMember> first = StarRound(1);
+  EXPECT_TRUE(first->committed());
+  std::shared_ptr<FakeMember> second = StarRound(2);
+  EXPECT_TRUE(first->cancelled());
+  EXPECT_FALSE(second->cancelled());
+  EXPECT_TRUE(second->committed());
 }
 
 }  // namespace

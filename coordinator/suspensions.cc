@@ -7,9 +7,9 @@
 
 namespace localsgd {
 
-std::vector<Suspensions::Verdict> Suspensions::RoundEnded(
-    absl::Time now, const std::vector<std::string>& committed,
-    const std::vector<RoundFault>& faults) {
+std::vector<Suspensions::Verdict> Suspensions::RoundEnded(absl::Time now,
+                                                          const std::vector<std::string>& committed,
+                                                          const std::vector<RoundFault>& faults) {
   if (options_.strikes <= 0) return {};
   for (const std::string& id : committed) records_.erase(id);
   // Who is to blame, once per member and round.

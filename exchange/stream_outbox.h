@@ -26,10 +26,14 @@ class StreamOutbox {
  public:
   // `start_write` gets the message itself (kept until the write is done), so that a writer
   // may share its bytes with gRPC beyond that, and whether more messages are queued behind it
-  // (for WriteBatch, common/write_batch.h).
+  // (for WriteBatch, common/write_batch.h). `cancel` cancels the call (the reactor's
+  // context's TryCancel), for Cancel; null when the outbox is never cancelled.
   StreamOutbox(std::function<void(const std::shared_ptr<const Message>&, bool more)> start_write,
-               std::function<void(const grpc::Status&)> finish)
-      : start_write_(std::move(start_write)), finish_(std::move(finish)) {}
+               std::function<void(const grpc::Status&)> finish,
+               std::function<void()> cancel = nullptr)
+      : start_write_(std::move(start_write)),
+        finish_(std::move(finish)),
+        cancel_(std::move(cancel)) {}
 
   // Queues a message; ignored once Close was called.
   void Enqueue(std::shared_ptr<const Message> message) {
@@ -59,6 +63,19 @@ class StreamOutbox {
     Flush();
   }
 
+  // Ends the stream with `status` as soon as it can, dropping what is queued; at the next
+  // Flush a write in flight is cancelled with the call (its reader does not read). Only takes
+  // the outbox's own lock, like Enqueue.
+  void Cancel(const grpc::Status& status) {
+    MutexLock lock(&mu_);
+    queue_.clear();
+    if (!closing_) {
+      closing_ = true;
+      status_ = status;
+    }
+    cancel_wanted_ = true;
+  }
+
   // Starts the next write, or the Finish, when nothing is in flight.
   void Flush() { Next(/*write_done=*/false); }
 
@@ -81,11 +98,19 @@ class StreamOutbox {
     bool more = false;
     grpc::Status finish_status;
     bool finish = false;
+    bool cancel = false;
     {
       MutexLock lock(&mu_);
       if (write_done) in_flight_ = nullptr;
-      if (in_flight_ != nullptr || finished_) return;
-      if (!queue_.empty()) {
+      if (finished_ || cancelling_) return;
+      if (in_flight_ != nullptr) {
+        if (!cancel_wanted_ || cancel_ == nullptr || cancelled_) return;
+        // Not finished, and nothing finishes while cancelling_ holds: the reactor is alive
+        // for the cancel, whose failed write may come back on this thread.
+        cancelled_ = true;
+        cancelling_ = true;
+        cancel = true;
+      } else if (!queue_.empty()) {
         next = std::move(queue_.front());
         queue_.pop_front();
         more = !queue_.empty();
@@ -98,7 +123,14 @@ class StreamOutbox {
         return;
       }
     }
-    if (finish) {
+    if (cancel) {
+      cancel_();
+      {
+        MutexLock lock(&mu_);
+        cancelling_ = false;
+      }
+      Next(/*write_done=*/false);
+    } else if (finish) {
       finish_(finish_status);
     } else {
       start_write_(next, more);
@@ -107,11 +139,15 @@ class StreamOutbox {
 
   const std::function<void(const std::shared_ptr<const Message>&, bool)> start_write_;
   const std::function<void(const grpc::Status&)> finish_;
+  const std::function<void()> cancel_;
   Mutex mu_;
   std::deque<std::shared_ptr<const Message>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Message> in_flight_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_wanted_ ABSL_GUARDED_BY(mu_) = false;  // Cancel was called
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;      // and cancel_ was (or is being) called
+  bool cancelling_ ABSL_GUARDED_BY(mu_) = false;     // cancel_ is running: nothing finishes
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -14,6 +14,7 @@ struct FakeStream {
   std::vector<bool> more;  // what the outbox said of each write: more queued behind it
   const std::string* in_flight = nullptr;
   int finishes = 0;
+  int cancels = 0;
   grpc::Status finish_status;
   StreamOutbox<std::string> outbox{
       [this](const std::shared_ptr<const std::string>& m, bool more_behind) {
@@ -26,6 +27,11 @@ struct FakeStream {
         EXPECT_EQ(in_flight, nullptr) << "finish during a write";
         ++finishes;
         finish_status = s;
+      },
+      [this] {
+        ++cancels;
+        // gRPC fails the write in flight, here on the cancelling thread.
+        if (in_flight != nullptr) CompleteWrite(/*ok=*/false);
       }};
   void CompleteWrite(bool ok = true) {
     ASSERT_NE(in_flight, nullptr);
@@ -55,6 +61,34 @@ TEST(StreamOutboxTest, WritesInOrderOneAtATimeThenFinishes) {
   EXPECT_TRUE(stream.finish_status.ok());
   stream.outbox.Flush();
   EXPECT_EQ(stream.finishes, 1);
+}
+
+// A reader that does not read: Cancel drops the queue, and the next Flush cancels the call,
+// whose failed write lets the stream finish with Cancel's status.
+TEST(StreamOutboxTest, CancelCancelsTheWriteInFlightAtTheNextFlushThenFinishes) {
+  FakeStream stream;
+  stream.outbox.Enqueue(Msg("a"));
+  stream.outbox.Enqueue(Msg("b"));
+  stream.outbox.Flush();  // "a" in flight, never completed by the reader
+  stream.outbox.Cancel(grpc::Status(grpc::StatusCode::CANCELLED, "newer stream"));
+  EXPECT_EQ(stream.cancels, 0);  // not under the caller's locks
+  stream.outbox.Flush();
+  EXPECT_EQ(stream.cancels, 1);
+  EXPECT_EQ(stream.finishes, 1);
+  EXPECT_EQ(stream.finish_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(stream.written, (std::vector<std::string>{"a"}));  // "b" dropped
+  stream.outbox.Flush();
+  EXPECT_EQ(stream.cancels, 1);
+}
+
+TEST(StreamOutboxTest, CancelWithNothingInFlightFinishesWithoutCancellingTheCall) {
+  FakeStream stream;
+  stream.outbox.Enqueue(Msg("a"));
+  stream.outbox.Cancel(grpc::Status(grpc::StatusCode::CANCELLED, "newer stream"));
+  stream.outbox.Flush();
+  EXPECT_EQ(stream.cancels, 0);
+  EXPECT_EQ(stream.finishes, 1);
+  EXPECT_TRUE(stream.written.empty());
 }
 
 TEST(StreamOutboxTest, AbandonFinishesAfterTheWriteInFlight) {

@@ -756,5 +756,59 @@ TEST_F(ShardedTest, ALeaderWhoseDataAddressPointsNowhereSitsOutAndTheOthersCommi
   EXPECT_TRUE(event);
 }
 
+// Finding 5 of issue 37: a star member that never reads its answers left one stream open per
+// round, each holding that round's update (the coordinator grew by about a model a round). Its
+// next header ends the stream before it, so it holds one round's update at most.
+TEST_F(ShardedTest, AStarMembersNextStreamEndsItsUnreadOne) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i, /*serve=*/false);
+  StartRun("exchange: EXCHANGE_STAR min_workers: 2");
+  // 16 MB: more than the client's transport takes in for a stream nobody reads.
+  const int64_t values = 4 << 20;
+  std::vector<float> global0 = InitModel(values);
+  const ChunkLayout layout = Layout(values);
+  auto stub = v1::Averaging::NewStub(Channel());
+  auto header = [&](int64_t round) {
+    v1::SyncRequest request = Node2Header(round, values);
+    request.mutable_header()->set_step(8 * round);
+    return request;
+  };
+  auto deaf_context = Ctx();
+  auto deaf = stub->Sync(deaf_context.get());
+  ASSERT_TRUE(deaf->Write(header(1)));
+  for (int c = 0; c < layout.num_chunks(); ++c) {
+    v1::SyncRequest chunk;
+    chunk.mutable_chunk()->set_index(c);
+    Encode(v1::CODEC_FP32, std::vector<float>(static_cast<size_t>(layout.size(c)), 0.0f),
+           chunk.mutable_chunk()->mutable_data());
+    ASSERT_TRUE(deaf->Write(chunk));
+  }
+  Vectors globals(2, global0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k) {
+    threads.emplace_back([&, k] {
+      StarExchange star(Channel(), kToken);
+      EXPECT_THAT(
+          star.Run(leaders_[k].member, {1, 8, global0, absl::MakeSpan(globals[k]), {}, kTimeout}),
+          IsOk());
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Round 2: the deaf member's next stream.
+  auto next_context = Ctx();
+  auto next = stub->Sync(next_context.get());
+  ASSERT_TRUE(next->Write(header(2)));
+  v1::SyncResponse response;
+  ASSERT_TRUE(next->Read(&response));
+  EXPECT_TRUE(response.has_header());
+  bool committed = false;
+  while (deaf->Read(&response)) committed |= response.has_commit();
+  grpc::Status ended = deaf->Finish();
+  EXPECT_FALSE(committed);
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::CANCELLED) << ended.error_message();
+  next_context->TryCancel();
+  next->Finish();
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -14,11 +14,23 @@ namespace localsgd {
 namespace {
 
 // A wait for the coordinator that may end by itself: it is restarting or cut off
-// (UNAVAILABLE, DEADLINE_EXCEEDED), or it lost this member's lease and the heartbeat is joining
-// it again (NOT_FOUND naming the member_id field; a run that is not found stays so).
+// (UNAVAILABLE, DEADLINE_EXCEEDED, and what a connection reset mid-call ends with: CANCELLED,
+// UNKNOWN, INTERNAL, ABORTED), or it lost this member's lease and the heartbeat is joining it
+// again (NOT_FOUND naming the member_id field; a run that is not found stays so).
 bool IsTransient(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         (absl::IsNotFound(status) && absl::StartsWith(status.message(), "member_id"));
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kAborted:
+      return true;
+    case absl::StatusCode::kNotFound:
+      return absl::StartsWith(status.message(), "member_id");
+    default:
+      return false;
+  }
 }
 }  // namespace
 

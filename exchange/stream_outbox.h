@@ -54,11 +54,7 @@ class StreamOutbox {
   void Abandon(const grpc::Status& status) {
     {
       MutexLock lock(&mu_);
-      queue_.clear();
-      if (!closing_) {
-        closing_ = true;
-        status_ = status;
-      }
+      DropQueue(status);
     }
     Flush();
   }
@@ -68,11 +64,7 @@ class StreamOutbox {
   // the outbox's own lock, like Enqueue.
   void Cancel(const grpc::Status& status) {
     MutexLock lock(&mu_);
-    queue_.clear();
-    if (!closing_) {
-      closing_ = true;
-      status_ = status;
-    }
+    DropQueue(status);
     cancel_wanted_ = true;
   }
 
@@ -83,16 +75,21 @@ class StreamOutbox {
   void OnWriteDone(bool ok) {
     if (!ok) {
       MutexLock lock(&mu_);
-      queue_.clear();
-      if (!closing_) {
-        closing_ = true;
-        status_ = ToGrpcStatus(absl::UnavailableError("stream write failed"));
-      }
+      DropQueue(ToGrpcStatus(absl::UnavailableError("stream write failed")));
     }
     Next(/*write_done=*/true);
   }
 
  private:
+  // Forgets what is queued and closes with `status` (unless already closing).
+  void DropQueue(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    queue_.clear();
+    if (!closing_) {
+      closing_ = true;
+      status_ = status;
+    }
+  }
+
   void Next(bool write_done) {
     std::shared_ptr<const Message> next;
     bool more = false;

@@ -157,7 +157,12 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
       result = results_.try_emplace(request.worker_id()).first;
       result->second.set_worker_id(request.worker_id());
     }
+    const int64_t generation = membership_.Find(request.worker_id())->generation;
+    if (result != results_.end() && !MayReport(request.worker_id(), generation)) {
+      result = results_.end();
+    }
     if (result != results_.end()) {
+      result_generations_[request.worker_id()] = generation;
       v1::MemberResult& r = result->second;
       // After the end, the run record is refilled (and saved) only when a report changed:
       // not on every heartbeat of every finished worker.
@@ -226,6 +231,8 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   }
   SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
+  const Member* leaving = membership_.Find(request.worker_id());
+  const int64_t generation = leaving != nullptr ? leaving->generation : -1;
   LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id()));
   const bool failed = absl::StartsWith(request.reason(), "failed");
   const bool preempted = request.preempted() && runs_.active();
@@ -235,7 +242,8 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
        failed ? "worker_failed" : "worker_left", request.worker_id(),
        absl::StrCat("worker ", request.worker_id(), preempted ? " was preempted and" : "", " left",
                     request.reason().empty() ? "" : absl::StrCat(": ", request.reason())));
-  if (runs_.active() || results_.count(request.worker_id()) > 0) {
+  if (runs_.active() ||
+      (results_.count(request.worker_id()) > 0 && MayReport(request.worker_id(), generation))) {
     v1::MemberResult& result = results_[request.worker_id()];
     result.set_worker_id(request.worker_id());
     result.set_left_reason(request.reason());
@@ -263,6 +271,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
                             runs_.Start(request.spec(), membership_.size(), id_taken));
   // Rounds, results and series belong to one run.
   results_.clear();
+  result_generations_.clear();
   recent_rounds_.clear();
   ended_runs_ = nullptr;
   history_.Upsert(run);
@@ -587,6 +596,12 @@ void ControlPlane::AfterRunChange(v1::RunState before) {
        absl::StrCat("run ", run.run_id(), ": ", EnumName(before), " -> ", EnumName(run.state()),
                     run.reason().empty() ? "" : absl::StrCat(" (", run.reason(), ")")));
   if (!runs_.active()) FillResults();
+}
+
+bool ControlPlane::MayReport(const std::string& worker_id, int64_t generation) const {
+  if (runs_.active()) return true;
+  auto made = result_generations_.find(worker_id);
+  return made == result_generations_.end() || made->second == generation;
 }
 
 void ControlPlane::FillResults() {

@@ -167,6 +167,14 @@ class ControlPlane {
   EventLog events_ ABSL_GUARDED_BY(mu_){200};
   // The current run's workers' last reports (and why they left), by worker id.
   std::map<std::string, v1::MemberResult> results_ ABSL_GUARDED_BY(mu_);
+  // The membership generation that made each result: once the run ended, only that one may
+  // still change it (its final evaluation, its leaving), never a later worker of the same
+  // name (docs/design.md, "Persistence").
+  std::map<std::string, int64_t> result_generations_ ABSL_GUARDED_BY(mu_);
+  // Whether a report of `worker_id`, from its membership generation `generation`, may change
+  // its result.
+  bool MayReport(const std::string& worker_id, int64_t generation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<std::string, int64_t> dropped_by_class_ ABSL_GUARDED_BY(mu_);
   // Per bucket of RoundDurationBounds(), not cumulative.
   std::vector<int64_t> duration_counts_ ABSL_GUARDED_BY(mu_);

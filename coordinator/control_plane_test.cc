@@ -478,5 +478,37 @@ TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {
   EXPECT_EQ(ControlPlane::DropReasonClass("checksum mismatch"), "error");
 }
 
+// Finding 9 of issue 37: a worker that joins under a name the ended run's worker had (a
+// restarted node waiting for the next run) changes nothing in that run's record.
+TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameName) {
+  auto plane = Make("");
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  v1::StartRunRequest request = StartRequest(1);
+  request.mutable_spec()->set_total_steps(200);
+  auto run = plane->StartRun(request);
+  ASSERT_THAT(run, IsOk());
+  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 200, 0.974)), IsOk());
+  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
+  ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+  v1::LeaveRequest leave;
+  leave.set_worker_id("a/0");
+  leave.set_reason("finished");
+  ASSERT_THAT(plane->Leave(leave), IsOk());
+  const v1::RunInfo before = plane->Run();
+  // The node is started again: the same name, a new generation, step 0, then it leaves.
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  v1::HeartbeatRequest fresh = Beat("a/0", 0, 0);
+  fresh.set_finished(true);
+  ASSERT_THAT(plane->Heartbeat(fresh), IsOk());
+  leave.set_reason("stopped by signal");
+  ASSERT_THAT(plane->Leave(leave), IsOk());
+  const v1::RunInfo after = plane->Run();
+  ASSERT_EQ(after.member_results_size(), 1);
+  EXPECT_EQ(after.member_results(0).step(), 200);
+  EXPECT_DOUBLE_EQ(after.member_results(0).loss(), 0.974);
+  EXPECT_EQ(after.member_results(0).left_reason(), "finished");
+  EXPECT_DOUBLE_EQ(after.final_loss(), before.final_loss());
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "common/address.h"
 #include "common/grpc_channel.h"
+#include "common/listen_socket.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "coordinator/status_page.h"
@@ -32,6 +34,12 @@ std::chrono::system_clock::time_point Deadline(absl::Duration from_now) {
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Options options) {
   LOCALSGD_ASSIGN_OR_RETURN(HostPort grpc_address,
                             ParseHostPort(options.grpc_address, "--grpc_address"));
+  if (grpc_address.port != 0) {
+    // Tried first, so that a taken port is said in one line (gRPC's own refusal is a dump of
+    // its internals that never says why).
+    LOCALSGD_ASSIGN_OR_RETURN(const ListenSocket probe, Listen(grpc_address, "--grpc_address"));
+    close(probe.fd);
+  }
   if (options.lease_timeout <= absl::ZeroDuration() ||
       options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_interval >= options.lease_timeout) {

@@ -389,6 +389,8 @@ TEST(CoordinatorServerStartTest, TakenPortIsRefused) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("--grpc_address"));
+  // Issue 37, finding 12: said in one line, and why.
+  EXPECT_THAT(second.status().message(), HasSubstr("the address is already in use"));
 }
 
 }  // namespace

@@ -153,16 +153,13 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
     auto result = results_.find(request.worker_id());
     // A worker's final report counts even when it arrives after the run ended (a rank whose
     // first heartbeat of the run is its last: the run was short, or others completed it).
-    if (result == results_.end() && (runs_.active() || request.finished())) {
+    const bool may_report =
+        MayReport(request.worker_id(), membership_.Find(request.worker_id())->generation);
+    if (result == results_.end() && may_report && (runs_.active() || request.finished())) {
       result = results_.try_emplace(request.worker_id()).first;
       result->second.set_worker_id(request.worker_id());
     }
-    const int64_t generation = membership_.Find(request.worker_id())->generation;
-    if (result != results_.end() && !MayReport(request.worker_id(), generation)) {
-      result = results_.end();
-    }
-    if (result != results_.end()) {
-      result_generations_[request.worker_id()] = generation;
+    if (result != results_.end() && may_report) {
       v1::MemberResult& r = result->second;
       // After the end, the run record is refilled (and saved) only when a report changed:
       // not on every heartbeat of every finished worker.
@@ -271,7 +268,7 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
                             runs_.Start(request.spec(), membership_.size(), id_taken));
   // Rounds, results and series belong to one run.
   results_.clear();
-  result_generations_.clear();
+  end_generations_.reset();
   recent_rounds_.clear();
   ended_runs_ = nullptr;
   history_.Upsert(run);
@@ -595,13 +592,20 @@ void ControlPlane::AfterRunChange(v1::RunState before) {
        "run_state", "",
        absl::StrCat("run ", run.run_id(), ": ", EnumName(before), " -> ", EnumName(run.state()),
                     run.reason().empty() ? "" : absl::StrCat(" (", run.reason(), ")")));
-  if (!runs_.active()) FillResults();
+  if (runs_.active()) return;
+  if (before == v1::RUN_STATE_WAITING_FOR_WORKERS || before == v1::RUN_STATE_RUNNING) {
+    end_generations_.emplace();
+    for (const Member& member : membership_.Members()) {
+      (*end_generations_)[member.worker_id] = member.generation;
+    }
+  }
+  FillResults();
 }
 
 bool ControlPlane::MayReport(const std::string& worker_id, int64_t generation) const {
-  if (runs_.active()) return true;
-  auto made = result_generations_.find(worker_id);
-  return made == result_generations_.end() || made->second == generation;
+  if (runs_.active() || !end_generations_.has_value()) return true;
+  auto member = end_generations_->find(worker_id);
+  return member != end_generations_->end() && member->second == generation;
 }
 
 void ControlPlane::FillResults() {

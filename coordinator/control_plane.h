@@ -167,10 +167,11 @@ class ControlPlane {
   EventLog events_ ABSL_GUARDED_BY(mu_){200};
   // The current run's workers' last reports (and why they left), by worker id.
   std::map<std::string, v1::MemberResult> results_ ABSL_GUARDED_BY(mu_);
-  // The membership generation that made each result: once the run ended, only that one may
-  // still change it (its final evaluation, its leaving), never a later worker of the same
-  // name (docs/design.md, "Persistence").
-  std::map<std::string, int64_t> result_generations_ ABSL_GUARDED_BY(mu_);
+  // The membership generation of each worker that was a member when the run ended: after the
+  // end only those may still change their results (their final evaluation, their leaving),
+  // never a later worker of the same name (docs/design.md, "Persistence"). Empty while the
+  // run is active and for an ended run restored from the state directory.
+  std::optional<std::map<std::string, int64_t>> end_generations_ ABSL_GUARDED_BY(mu_);
   // Whether a report of `worker_id`, from its membership generation `generation`, may change
   // its result.
   bool MayReport(const std::string& worker_id, int64_t generation) const

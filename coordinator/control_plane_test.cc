@@ -510,5 +510,32 @@ TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameN
   EXPECT_DOUBLE_EQ(after.final_loss(), before.final_loss());
 }
 
+// A worker that joined again during the run (a new generation) and had not reported since
+// still gives its final report after the run ended.
+TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {
+  auto plane = Make("");
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  v1::StartRunRequest request = StartRequest(1);
+  request.mutable_spec()->set_total_steps(200);
+  auto run = plane->StartRun(request);
+  ASSERT_THAT(run, IsOk());
+  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 10, 2.0)), IsOk());
+  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
+  ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+  v1::HeartbeatRequest last = Beat("a/0", 200, 0.5);
+  last.set_finished(true);
+  ASSERT_THAT(plane->Heartbeat(last), IsOk());
+  v1::LeaveRequest leave;
+  leave.set_worker_id("a/0");
+  leave.set_reason("finished");
+  ASSERT_THAT(plane->Leave(leave), IsOk());
+  const v1::RunInfo after = plane->Run();
+  ASSERT_EQ(after.member_results_size(), 1);
+  EXPECT_EQ(after.member_results(0).step(), 200);
+  EXPECT_DOUBLE_EQ(after.member_results(0).loss(), 0.5);
+  EXPECT_EQ(after.member_results(0).left_reason(), "finished");
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -18,6 +18,7 @@ class NullMember : public localsgd::RoundMember {
   void Enqueue(std::shared_ptr<const localsgd::v1::SyncResponse>) override {}
   void Close(const absl::Status&) override {}
   void Flush() override {}
+  void Cancel() override {}
 };
 
 // Parses `bytes` as a Request and, if they parse, hands it to `call` (whose answer is ignored).

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials(), args)));
   }
   std::vector<std::string> ids(workers);
+  std::vector<std::string> credentials(workers);
   const absl::Time joins_start = absl::Now();
   for (int w = 0; w < workers; ++w) {
     localsgd::v1::JoinRequest join;
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     ids[w] = response.worker_id();
+    credentials[w] = response.member_credential();
   }
   std::printf("joins %d seconds %.3f\n", workers, absl::ToDoubleSeconds(absl::Now() - joins_start));
   std::fflush(stdout);
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
           absl::SleepFor(due - absl::Now());
           localsgd::v1::HeartbeatRequest request;
           request.set_worker_id(ids[w]);
+          request.set_member_credential(credentials[w]);
           request.set_step(k);
           request.set_loss(1.0);
           localsgd::v1::HeartbeatResponse response;

@@ -91,6 +91,7 @@ int Main() {
   };
   // Two node leaders, and a run of star rounds between them.
   std::vector<std::string> members;
+  std::vector<std::string> credentials;
   for (const char* node : {"n0", "n1"}) {
     v1::JoinResponse joined;
     grpc::Status s =
@@ -100,6 +101,7 @@ int Main() {
       return 1;
     }
     members.push_back(joined.worker_id());
+    credentials.push_back(joined.member_credential());
   }
   v1::StartRunRequest start;
   start.mutable_spec()->mutable_model()->set_custom("bench");
@@ -118,8 +120,8 @@ int Main() {
   ModelClient models(channel, "");
   std::vector<float> initial(static_cast<size_t>(n), 0.0f);
   const ChunkLayout layout = ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
-  if (absl::Status s =
-          models.InitModel(run.run_id(), members[0], initial, layout, absl::Seconds(30));
+  if (absl::Status s = models.InitModel(run.run_id(), members[0], credentials[0], initial, layout,
+                                        absl::Seconds(30));
       !s.ok()) {
     std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
     return 1;
@@ -132,7 +134,8 @@ int Main() {
       std::vector<float> global = initial;
       std::vector<float> params(global.size());
       StarExchange exchange(channel, "");
-      SyncMember member{run.run_id(), members[m], v1::CODEC_FP32, 1, 1};
+      SyncMember member{
+          run.run_id(), members[m], v1::CODEC_FP32, 1, 1, [&, m] { return credentials[m]; }};
       for (int64_t round = 1; !done; ++round) {
         for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + 1e-3f * (m + 1);
         absl::StatusOr<ExchangeResult> synced = exchange.Run(
@@ -155,9 +158,10 @@ int Main() {
   httplib::Client http("http://" + (*server)->http_address());
   const absl::Time end = absl::Now() + absl::GetFlag(FLAGS_seconds);
   for (int i = 0; absl::Now() < end; ++i) {
-    for (const std::string& id : members) {
+    for (size_t m = 0; m < members.size(); ++m) {
       v1::HeartbeatRequest beat;
-      beat.set_worker_id(id);
+      beat.set_worker_id(members[m]);
+      beat.set_member_credential(credentials[m]);
       v1::HeartbeatResponse answer;
       const absl::Time t = absl::Now();
       grpc::Status s =
@@ -175,6 +179,7 @@ int Main() {
         join.Add(absl::Now() - t);
         v1::LeaveRequest leave;
         leave.set_worker_id(joined.worker_id());
+        leave.set_member_credential(joined.member_credential());
         v1::LeaveResponse left;
         call([&](grpc::ClientContext* c) { return stub->Leave(c, leave, &left); });
       }

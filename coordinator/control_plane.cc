@@ -55,8 +55,13 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(Options optio
       if (plane->runs_.active()) plane->history_.StartSeries(run.run_id());
     }
     const std::string& path = plane->options_.state->state_path();
+    std::map<std::string, std::string> digests;
+    for (const v1::SavedCredential& credential : saved->credentials()) {
+      digests[credential.worker_id()] = credential.digest();
+    }
     for (const v1::MemberStatus& member : saved->members()) {
-      if (absl::Status s = plane->membership_.Restore(member); !s.ok()) {
+      if (absl::Status s = plane->membership_.Restore(member, digests[member.worker_id()]);
+          !s.ok()) {
         return absl::DataLossError(
             absl::StrCat(path, ": saved member ", member.worker_id(), ": ", s.message()));
       }
@@ -90,8 +95,12 @@ StateSnapshot ControlPlane::Snapshot() {
   MutexLock lock(&mu_);
   StateSnapshot state;
   state.run = runs_.info();
-  for (const Member& member : membership_.Members())
+  for (const Member& member : membership_.Members()) {
     state.members.push_back(MemberIdentity(member));
+    v1::SavedCredential& credential = state.credentials.emplace_back();
+    credential.set_worker_id(member.worker_id);
+    credential.set_digest(member.credential_digest);
+  }
   if (ended_runs_ == nullptr) {
     auto ended = std::make_shared<std::vector<v1::RunInfo>>();
     for (const v1::RunInfo& run : history_.runs()) {
@@ -113,7 +122,8 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   const bool replaces_live =
       !request.replaces().empty() && membership_.Find(request.replaces()) != nullptr;
-  LOCALSGD_ASSIGN_OR_RETURN(Member member, membership_.Join(request));
+  LOCALSGD_ASSIGN_OR_RETURN(Membership::Joined joined, membership_.Join(request));
+  const Member& member = joined.member;
   ++joins_total_;
   Note(v1::EVENT_SEVERITY_INFO, "worker_joined", member.worker_id,
        absl::StrCat("worker ", member.worker_id, " joined (generation ", member.generation,
@@ -133,6 +143,7 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   response.set_heartbeat_interval_seconds(absl::ToDoubleSeconds(options_.heartbeat_interval));
   *response.mutable_run() = runs_.info();
+  response.set_member_credential(std::move(joined.credential));
   return response;
 }
 
@@ -222,6 +233,12 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
   return response;
 }
 
+absl::Status ControlPlane::Authenticate(const std::string& worker_id,
+                                        absl::string_view credential) const {
+  MutexLock lock(&mu_);
+  return membership_.Authenticate(worker_id, credential);
+}
+
 absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   if (request.reason().size() > kMaxReasonLength) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
@@ -230,7 +247,7 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   MutexLock lock(&mu_);
   const Member* leaving = membership_.Find(request.worker_id());
   const int64_t generation = leaving != nullptr ? leaving->generation : -1;
-  LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id()));
+  LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id(), request.member_credential()));
   const bool failed = absl::StartsWith(request.reason(), "failed");
   const bool preempted = request.preempted() && runs_.active();
   Note(failed      ? v1::EVENT_SEVERITY_ERROR

@@ -54,6 +54,8 @@ class ControlPlane {
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::Status Leave(const v1::LeaveRequest& request);
+  // Whether a call in `worker_id`'s name carries its credential (Membership::Authenticate).
+  absl::Status Authenticate(const std::string& worker_id, absl::string_view credential) const;
   absl::StatusOr<v1::RunInfo> StartRun(const v1::StartRunRequest& request);
   absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
 

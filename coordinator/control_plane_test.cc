@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +39,28 @@ v1::StartRunRequest StartRequest(int min_workers) {
 
 class ControlPlaneTest : public ::testing::Test {
  protected:
+  // Join, Heartbeat and Leave as the member would: its calls carry the credential its latest
+  // Join returned (unless the request already names one).
+  absl::StatusOr<v1::JoinResponse> Join(ControlPlane& plane, const v1::JoinRequest& request) {
+    absl::StatusOr<v1::JoinResponse> joined = plane.Join(request);
+    if (joined.ok()) credentials_[joined->worker_id()] = joined->member_credential();
+    return joined;
+  }
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(ControlPlane& plane,
+                                                  v1::HeartbeatRequest request) {
+    if (request.member_credential().empty()) {
+      request.set_member_credential(credentials_[request.worker_id()]);
+    }
+    return plane.Heartbeat(request);
+  }
+  absl::Status Leave(ControlPlane& plane, v1::LeaveRequest request) {
+    if (request.member_credential().empty()) {
+      request.set_member_credential(credentials_[request.worker_id()]);
+    }
+    return plane.Leave(request);
+  }
+  std::map<std::string, std::string> credentials_;
+
   std::unique_ptr<ControlPlane> Make(const std::string& state_dir = "") {
     ControlPlane::Options options;
     options.lease_timeout = absl::Seconds(10);
@@ -60,7 +84,7 @@ class ControlPlaneTest : public ::testing::Test {
 
 TEST_F(ControlPlaneTest, JoinReturnsLeaseAndRun) {
   auto plane = Make();
-  auto joined = plane->Join(JoinAs("a", 0));
+  auto joined = Join(*plane, JoinAs("a", 0));
   ASSERT_THAT(joined, IsOk());
   EXPECT_EQ(joined->worker_id(), "a/0");
   EXPECT_DOUBLE_EQ(joined->lease_timeout_seconds(), 10);
@@ -70,17 +94,17 @@ TEST_F(ControlPlaneTest, JoinReturnsLeaseAndRun) {
 
 TEST_F(ControlPlaneTest, RunWaitsForWorkersAndTheyLearnOfItByHeartbeat) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   auto run = plane->StartRun(StartRequest(2));
   ASSERT_THAT(run, IsOk());
   EXPECT_EQ(run->state(), v1::RUN_STATE_WAITING_FOR_WORKERS);
-  auto joined = plane->Join(JoinAs("b", 0));
+  auto joined = Join(*plane, JoinAs("b", 0));
   ASSERT_THAT(joined, IsOk());
   EXPECT_EQ(joined->run().state(), v1::RUN_STATE_RUNNING);
   v1::HeartbeatRequest beat;
   beat.set_worker_id("a/0");
   beat.set_step(3);
-  auto response = plane->Heartbeat(beat);
+  auto response = Heartbeat(*plane, beat);
   ASSERT_THAT(response, IsOk());
   EXPECT_EQ(response->run().run_id(), run->run_id());
   EXPECT_EQ(response->run().state(), v1::RUN_STATE_RUNNING);
@@ -88,14 +112,14 @@ TEST_F(ControlPlaneTest, RunWaitsForWorkersAndTheyLearnOfItByHeartbeat) {
 
 TEST_F(ControlPlaneTest, StatusShowsMembersWithHeartbeatAge) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   clock_.Advance(absl::Seconds(4));
   v1::HeartbeatRequest beat;
   beat.set_worker_id("a/0");
   beat.set_step(12);
   beat.set_loss(0.25);
   beat.set_samples_per_second(512);
-  ASSERT_THAT(plane->Heartbeat(beat), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
   clock_.Advance(absl::Milliseconds(1500));
   v1::CoordinatorStatus status = plane->Status();
   ASSERT_EQ(status.members_size(), 1);
@@ -111,26 +135,26 @@ TEST_F(ControlPlaneTest, StatusShowsMembersWithHeartbeatAge) {
 // Issue 12, finding 6: a NaN loss used to be reported as 0.0 and the run completed.
 TEST_F(ControlPlaneTest, NonFiniteLossesShowAndFailTheRunWhenEveryWorkerReportsOne) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
-  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
   ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
   v1::HeartbeatRequest beat;
   beat.set_worker_id("a/0");
   beat.set_step(40);
   beat.set_loss(std::nan(""));
-  ASSERT_THAT(plane->Heartbeat(beat), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
   EXPECT_TRUE(std::isnan(plane->Status().members(0).loss()));
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_RUNNING);  // b still trains
   beat.set_worker_id("b/0");
   beat.set_loss(std::numeric_limits<double>::infinity());
-  ASSERT_THAT(plane->Heartbeat(beat), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_FAILED);
   EXPECT_THAT(plane->Run().reason(), ::testing::HasSubstr("non-finite training loss"));
 }
 
 TEST_F(ControlPlaneTest, TickExpiresLeasesAndFailsTheRunAfterQuorumTimeout) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   ASSERT_THAT(plane->StartRun(StartRequest(1)), IsOk());
   clock_.Advance(absl::Seconds(11));
   plane->Tick();
@@ -144,29 +168,29 @@ TEST_F(ControlPlaneTest, TickExpiresLeasesAndFailsTheRunAfterQuorumTimeout) {
 
 TEST_F(ControlPlaneTest, RunCompletesWhenEveryWorkerFinished) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
-  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
   ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
   v1::HeartbeatRequest done;
   done.set_worker_id("a/0");
   done.set_finished(true);
   done.set_test_accuracy(0.9);
-  ASSERT_THAT(plane->Heartbeat(done), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, done), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_RUNNING);
   // A finished leader will not sync again: rounds no longer wait for it.
   std::vector<ControlPlane::Leader> leaders = plane->LiveLeaders();
   ASSERT_EQ(leaders.size(), 1u);
   EXPECT_EQ(leaders[0].worker_id, "b/0");
   done.set_worker_id("b/0");
-  ASSERT_THAT(plane->Heartbeat(done), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, done), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   EXPECT_DOUBLE_EQ(plane->Status().members(0).test_accuracy(), 0.9);
   done.set_model_path("/shared/run/model.pt");
   done.set_test_accuracy(0.9);
-  ASSERT_THAT(plane->Heartbeat(done), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, done), IsOk());
   EXPECT_EQ(plane->Run().model_path(), "/shared/run/model.pt");
   done.set_test_accuracy(1.5);
-  EXPECT_THAT(plane->Heartbeat(done),
+  EXPECT_THAT(Heartbeat(*plane, done),
               StatusIs(absl::StatusCode::kInvalidArgument, "test_accuracy"));
 }
 
@@ -180,21 +204,21 @@ TEST_F(ControlPlaneTest, AwaitChangeWakesOnChange) {
     EXPECT_GT(plane->AwaitChange(seen, absl::InfiniteDuration()), seen);
   });
   waiting.WaitForNotification();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   watcher.join();
 }
 
 TEST_F(ControlPlaneTest, DrainRefusesJoinsAndStartsButServesTheRest) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   int64_t before_drain = plane->version();
   plane->Drain();
   EXPECT_GT(plane->AwaitChange(before_drain, absl::InfiniteDuration()), before_drain);
-  EXPECT_THAT(plane->Join(JoinAs("b", 0)), StatusIs(absl::StatusCode::kUnavailable, "shutting"));
+  EXPECT_THAT(Join(*plane, JoinAs("b", 0)), StatusIs(absl::StatusCode::kUnavailable, "shutting"));
   EXPECT_THAT(plane->StartRun(StartRequest(1)), StatusIs(absl::StatusCode::kUnavailable, ""));
   v1::LeaveRequest leave;
   leave.set_worker_id("a/0");
-  EXPECT_THAT(plane->Leave(leave), IsOk());
+  EXPECT_THAT(Leave(*plane, leave), IsOk());
   EXPECT_TRUE(plane->draining());
 }
 
@@ -203,10 +227,10 @@ TEST_F(ControlPlaneTest, BadRequestsChangeNothing) {
   int64_t before = plane->version();
   EXPECT_THAT(plane->StartRun(v1::StartRunRequest()),
               StatusIs(absl::StatusCode::kInvalidArgument, "spec"));
-  EXPECT_THAT(plane->Join(JoinAs("", 0)), StatusIs(absl::StatusCode::kInvalidArgument, "node"));
+  EXPECT_THAT(Join(*plane, JoinAs("", 0)), StatusIs(absl::StatusCode::kInvalidArgument, "node"));
   v1::LeaveRequest leave;
   leave.set_worker_id("ghost/0");
-  EXPECT_THAT(plane->Leave(leave), StatusIs(absl::StatusCode::kNotFound, "ghost/0"));
+  EXPECT_THAT(Leave(*plane, leave), StatusIs(absl::StatusCode::kNotFound, "ghost/0"));
   v1::StopRunRequest stop;
   stop.set_reason(std::string(2000, 'x'));
   EXPECT_THAT(plane->StopRun(stop), StatusIs(absl::StatusCode::kInvalidArgument, "reason"));
@@ -240,12 +264,14 @@ TEST_F(ControlPlaneTest, MembersAreSavedOffTheLockAndRestored) {
   std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/members";
   {
     auto plane = Make(dir);
-    for (int i = 0; i < 300; ++i) ASSERT_THAT(plane->Join(JoinAs(absl::StrCat("n", i), 0)), IsOk());
-    ASSERT_THAT(plane->Leave([] {
-      v1::LeaveRequest leave;
-      leave.set_worker_id("n7/0");
-      return leave;
-    }()),
+    for (int i = 0; i < 300; ++i)
+      ASSERT_THAT(Join(*plane, JoinAs(absl::StrCat("n", i), 0)), IsOk());
+    ASSERT_THAT(Leave(*plane,
+                      [] {
+                        v1::LeaveRequest leave;
+                        leave.set_worker_id("n7/0");
+                        return leave;
+                      }()),
                 IsOk());
     ASSERT_THAT(plane->StartRun(StartRequest(500)), IsOk());  // a run change: saved now
   }  // the destructor saves what the writer had not saved yet
@@ -276,13 +302,13 @@ std::vector<std::string> Kinds(const v1::CoordinatorStatus& status) {
 
 TEST_F(ControlPlaneTest, ProgressOfAnEpochRunComesFromTheWorkersTotals) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   v1::StartRunRequest request = StartRequest(1);
   request.mutable_spec()->set_epochs(2);
   ASSERT_THAT(plane->StartRun(request), IsOk());
   EXPECT_EQ(plane->Status().progress().total_steps(), 0);  // not known yet
   EXPECT_EQ(plane->Status().progress().eta_seconds(), -1);
-  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 0, 0, 0, 400)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 0, 0, 0, 400)), IsOk());
   ASSERT_THAT(plane->CommitRound(plane->Run().run_id(), 1, 100), IsOk());
   clock_.Advance(absl::Seconds(50));
   v1::CoordinatorStatus status = plane->Status();
@@ -293,9 +319,9 @@ TEST_F(ControlPlaneTest, ProgressOfAnEpochRunComesFromTheWorkersTotals) {
   EXPECT_DOUBLE_EQ(status.progress().eta_seconds(), 150);  // 300 steps at 2 steps/s
   // A run of total_steps keeps the spec's total whatever workers report.
   auto plain = Make();
-  ASSERT_THAT(plain->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plain, JoinAs("a", 0)), IsOk());
   ASSERT_THAT(plain->StartRun(StartRequest(1)), IsOk());
-  ASSERT_THAT(plain->Heartbeat(Beat("a/0", 0, 0, 0, 5)), IsOk());
+  ASSERT_THAT(Heartbeat(*plain, Beat("a/0", 0, 0, 0, 5)), IsOk());
   EXPECT_EQ(plain->Status().progress().total_steps(), 1000);
 }
 
@@ -303,20 +329,20 @@ TEST_F(ControlPlaneTest, ProgressOfAnEpochRunComesFromTheWorkersTotals) {
 // other nodes completed it): its final report is among the run's results all the same.
 TEST_F(ControlPlaneTest, AFinalReportAfterTheEndCountsAmongTheResults) {
   auto plane = Make("");
-  ASSERT_THAT(plane->Join(JoinAs("a", 0, 2)), IsOk());
-  ASSERT_THAT(plane->Join(JoinAs("a", 1, 2)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0, 2)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 1, 2)), IsOk());
   v1::StartRunRequest request = StartRequest(1);
   request.mutable_spec()->set_total_steps(24);
   auto run = plane->StartRun(request);
   ASSERT_THAT(run, IsOk());
-  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 24, 0.4)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 24, 0.4)), IsOk());
   ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 24), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   v1::HeartbeatRequest late = Beat("a/1", 24, 0.5, 0.7);
-  ASSERT_THAT(plane->Heartbeat(late), IsOk());  // not finished: not a result
+  ASSERT_THAT(Heartbeat(*plane, late), IsOk());  // not finished: not a result
   EXPECT_EQ(plane->Run().member_results_size(), 1);
   late.set_finished(true);
-  ASSERT_THAT(plane->Heartbeat(late), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, late), IsOk());
   const v1::RunInfo done = plane->Run();
   ASSERT_EQ(done.member_results_size(), 2);
   EXPECT_EQ(done.member_results(1).worker_id(), "a/1");
@@ -328,25 +354,25 @@ TEST_F(ControlPlaneTest, TheRunKeepsItsResultsAfterItsEndAndInTheHistoryAcrossAR
   std::string first;
   {
     auto plane = Make(dir);
-    ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
-    ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+    ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+    ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
     v1::StartRunRequest request = StartRequest(2);
     request.mutable_spec()->set_total_steps(100);
     auto run = plane->StartRun(request);
     ASSERT_THAT(run, IsOk());
     first = run->run_id();
-    ASSERT_THAT(plane->Heartbeat(Beat("a/0", 100, 0.4)), IsOk());
-    ASSERT_THAT(plane->Heartbeat(Beat("b/0", 100, 0.6)), IsOk());
+    ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 100, 0.4)), IsOk());
+    ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 100, 0.6)), IsOk());
     ASSERT_THAT(plane->CommitRound(first, 1, 100), IsOk());
     EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
     // The final evaluation comes after the end; then the workers leave.
-    ASSERT_THAT(plane->Heartbeat(Beat("a/0", 100, 0.4, 0.80)), IsOk());
-    ASSERT_THAT(plane->Heartbeat(Beat("b/0", 100, 0.6, 0.90)), IsOk());
+    ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 100, 0.4, 0.80)), IsOk());
+    ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 100, 0.6, 0.90)), IsOk());
     for (const char* id : {"a/0", "b/0"}) {
       v1::LeaveRequest leave;
       leave.set_worker_id(id);
       leave.set_reason("finished");
-      ASSERT_THAT(plane->Leave(leave), IsOk());
+      ASSERT_THAT(Leave(*plane, leave), IsOk());
     }
     v1::RunInfo done = plane->Run();
     EXPECT_DOUBLE_EQ(done.final_loss(), 0.5);
@@ -385,14 +411,14 @@ TEST_F(ControlPlaneTest, TheRunKeepsItsResultsAfterItsEndAndInTheHistoryAcrossAR
 
 TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWithTheirErrors) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
-  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
   ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
   for (const char* id : {"a/0", "b/0"}) {
     v1::LeaveRequest leave;
     leave.set_worker_id(id);
     leave.set_reason("failed: dataset.path: cannot open /nope");
-    ASSERT_THAT(plane->Leave(leave), IsOk());
+    ASSERT_THAT(Leave(*plane, leave), IsOk());
   }
   v1::CoordinatorStatus status = plane->Status();
   EXPECT_EQ(status.run().state(), v1::RUN_STATE_FAILED);
@@ -409,24 +435,24 @@ TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWith
 
   // One that trained, or one that only left, keeps the run waiting for its quorum as before.
   auto other = Make();
-  ASSERT_THAT(other->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*other, JoinAs("a", 0)), IsOk());
   ASSERT_THAT(other->StartRun(StartRequest(1)), IsOk());
-  ASSERT_THAT(other->Heartbeat(Beat("a/0", 5, 1.0)), IsOk());
+  ASSERT_THAT(Heartbeat(*other, Beat("a/0", 5, 1.0)), IsOk());
   v1::LeaveRequest leave;
   leave.set_worker_id("a/0");
   leave.set_reason("failed: out of memory");
-  ASSERT_THAT(other->Leave(leave), IsOk());
+  ASSERT_THAT(Leave(*other, leave), IsOk());
   EXPECT_EQ(other->Run().state(), v1::RUN_STATE_RUNNING);
 }
 
 TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {
   auto plane = Make();
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
-  ASSERT_THAT(plane->Join(JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
   auto run = plane->StartRun(StartRequest(2));
   ASSERT_THAT(run, IsOk());
-  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 8, 0.5, 0.7)), IsOk());
-  ASSERT_THAT(plane->Heartbeat(Beat("b/0", 8, 0.7)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 8, 0.5, 0.7)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 8, 0.7)), IsOk());
   v1::RoundRecord committed;
   committed.set_round(1);
   committed.set_outcome(v1::ROUND_OUTCOME_COMMITTED);
@@ -482,26 +508,26 @@ TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {
 // restarted node waiting for the next run) changes nothing in that run's record.
 TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameName) {
   auto plane = Make("");
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   v1::StartRunRequest request = StartRequest(1);
   request.mutable_spec()->set_total_steps(200);
   auto run = plane->StartRun(request);
   ASSERT_THAT(run, IsOk());
-  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 200, 0.974)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 200, 0.974)), IsOk());
   ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   v1::LeaveRequest leave;
   leave.set_worker_id("a/0");
   leave.set_reason("finished");
-  ASSERT_THAT(plane->Leave(leave), IsOk());
+  ASSERT_THAT(Leave(*plane, leave), IsOk());
   const v1::RunInfo before = plane->Run();
   // The node is started again: the same name, a new generation, step 0, then it leaves.
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   v1::HeartbeatRequest fresh = Beat("a/0", 0, 0);
   fresh.set_finished(true);
-  ASSERT_THAT(plane->Heartbeat(fresh), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, fresh), IsOk());
   leave.set_reason("stopped by signal");
-  ASSERT_THAT(plane->Leave(leave), IsOk());
+  ASSERT_THAT(Leave(*plane, leave), IsOk());
   const v1::RunInfo after = plane->Run();
   ASSERT_EQ(after.member_results_size(), 1);
   EXPECT_EQ(after.member_results(0).step(), 200);
@@ -514,27 +540,51 @@ TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameN
 // still gives its final report after the run ended.
 TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {
   auto plane = Make("");
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   v1::StartRunRequest request = StartRequest(1);
   request.mutable_spec()->set_total_steps(200);
   auto run = plane->StartRun(request);
   ASSERT_THAT(run, IsOk());
-  ASSERT_THAT(plane->Heartbeat(Beat("a/0", 10, 2.0)), IsOk());
-  ASSERT_THAT(plane->Join(JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 10, 2.0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   v1::HeartbeatRequest last = Beat("a/0", 200, 0.5);
   last.set_finished(true);
-  ASSERT_THAT(plane->Heartbeat(last), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, last), IsOk());
   v1::LeaveRequest leave;
   leave.set_worker_id("a/0");
   leave.set_reason("finished");
-  ASSERT_THAT(plane->Leave(leave), IsOk());
+  ASSERT_THAT(Leave(*plane, leave), IsOk());
   const v1::RunInfo after = plane->Run();
   ASSERT_EQ(after.member_results_size(), 1);
   EXPECT_EQ(after.member_results(0).step(), 200);
   EXPECT_DOUBLE_EQ(after.member_results(0).loss(), 0.5);
   EXPECT_EQ(after.member_results(0).left_reason(), "finished");
+}
+
+// Finding 6 of issue 37: holding the run token is not enough to speak for another member.
+TEST_F(ControlPlaneTest, NoMemberCanHeartbeatOrLeaveInAnothersName) {
+  auto plane = Make("");
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
+  v1::LeaveRequest leave;
+  leave.set_worker_id("a/0");
+  leave.set_member_credential(credentials_["b/0"]);
+  EXPECT_THAT(plane->Leave(leave), StatusIs(absl::StatusCode::kPermissionDenied, "a/0"));
+  v1::HeartbeatRequest beat = Beat("a/0", 10, 1.0);
+  beat.set_finished(true);
+  beat.set_member_credential(credentials_["b/0"]);
+  EXPECT_THAT(plane->Heartbeat(beat),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
+  const v1::CoordinatorStatus status = plane->Status();
+  ASSERT_EQ(status.members_size(), 2);
+  EXPECT_EQ(status.members(0).step(), 0);
+  EXPECT_FALSE(status.members(0).finished());
+  EXPECT_THAT(Leave(*plane, leave),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
+  leave.clear_member_credential();
+  EXPECT_THAT(Leave(*plane, leave), IsOk());
 }
 
 }  // namespace

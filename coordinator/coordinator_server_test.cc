@@ -112,6 +112,11 @@ TEST_F(CoordinatorServerTest, JoinHeartbeatLeave) {
   beat.set_loss(1.25);
   beat.set_samples_per_second(300);
   v1::HeartbeatResponse beat_response;
+  // Only the latest generation's credential speaks for the member.
+  beat.set_member_credential(joined.member_credential());
+  EXPECT_EQ(stub_->Heartbeat(Ctx().get(), beat, &beat_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  beat.set_member_credential(again.member_credential());
   ASSERT_TRUE(stub_->Heartbeat(Ctx().get(), beat, &beat_response).ok());
   v1::CoordinatorStatus status = Status();
   ASSERT_EQ(status.members_size(), 1);
@@ -121,6 +126,7 @@ TEST_F(CoordinatorServerTest, JoinHeartbeatLeave) {
   v1::LeaveRequest leave;
   leave.set_worker_id("node-a/0");
   leave.set_reason("finished");
+  leave.set_member_credential(again.member_credential());
   v1::LeaveResponse left;
   ASSERT_TRUE(stub_->Leave(Ctx().get(), leave, &left).ok());
   EXPECT_EQ(Status().members_size(), 0);

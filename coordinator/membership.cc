@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/member_credential.h"
 #include "common/proto_time.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
@@ -58,7 +59,7 @@ std::string Membership::WorkerId(const v1::WorkerIdentity& identity) {
   return absl::StrCat(identity.node_name(), "/", identity.local_rank());
 }
 
-absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
+absl::StatusOr<Membership::Joined> Membership::Join(const v1::JoinRequest& request) {
   LOCALSGD_RETURN_IF_ERROR(ValidateIdentity(request));
   const v1::WorkerIdentity& identity = request.identity();
   std::string id = WorkerId(identity);
@@ -109,6 +110,8 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
   // whether it finished; a restarted worker has not.
   member.finished = false;
   member.generation = ++generations_[id];
+  Joined joined{{}, NewMemberCredential()};
+  member.credential_digest = MemberCredentialDigest(joined.credential);
   member.last_seen = now;
   member.node_leader = leader;
   if (leader) {
@@ -119,20 +122,23 @@ absl::StatusOr<Member> Membership::Join(const v1::JoinRequest& request) {
     }
     if (!request.replaces().empty()) members_.erase(request.replaces());
   }
-  return members_.at(id);
+  joined.member = members_.at(id);
+  return joined;
 }
 
-absl::Status Membership::Restore(const v1::MemberStatus& saved) {
+absl::Status Membership::Restore(const v1::MemberStatus& saved,
+                                 const std::string& credential_digest) {
   v1::JoinRequest request;
   *request.mutable_identity() = saved.identity();
   request.set_hostname(saved.hostname());
   request.set_pid(saved.pid());
   request.set_data_address(saved.data_address());
   request.set_node_leader(saved.node_leader());
-  LOCALSGD_ASSIGN_OR_RETURN(Member member, Join(request));
-  Member& restored = members_[member.worker_id];
+  LOCALSGD_ASSIGN_OR_RETURN(Joined joined, Join(request));
+  Member& restored = members_[joined.member.worker_id];
   generations_[restored.worker_id] = std::max(saved.generation(), restored.generation);
   restored.generation = generations_[restored.worker_id];
+  restored.credential_digest = credential_digest;
   if (saved.has_join_time()) restored.join_time = FromProtoTime(saved.join_time());
   return absl::OkStatus();
 }
@@ -148,12 +154,8 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   if (!(request.test_accuracy() >= 0 && request.test_accuracy() <= 1)) {
     return absl::InvalidArgumentError("test_accuracy: must be in [0, 1]");
   }
-  auto it = members_.find(request.worker_id());
-  if (it == members_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id: ", Quoted(request.worker_id()),
-                                            " is not a member (lease expired?); join again"));
-  }
-  Member& member = it->second;
+  LOCALSGD_RETURN_IF_ERROR(Authenticate(request.worker_id(), request.member_credential()));
+  Member& member = members_.at(request.worker_id());
   member.step = request.step();
   member.loss = request.loss();
   member.samples_per_second = request.samples_per_second();
@@ -163,11 +165,29 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   return absl::OkStatus();
 }
 
-absl::Status Membership::Leave(const std::string& worker_id) {
+absl::Status Membership::Authenticate(const std::string& worker_id,
+                                      absl::string_view credential) const {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
-  if (members_.erase(worker_id) == 0) {
-    return absl::NotFoundError(absl::StrCat("worker_id: ", Quoted(worker_id), " is not a member"));
+  auto it = members_.find(worker_id);
+  if (it == members_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker_id: ", Quoted(worker_id),
+                                            " is not a member (lease expired?); join again"));
   }
+  if (credential.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member_credential: required (the one Join gave ", Quoted(worker_id), ")"));
+  }
+  if (!MemberCredentialMatches(credential, it->second.credential_digest)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member_credential: not the one the latest Join gave ", Quoted(worker_id),
+                     " (generation ", it->second.generation, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Membership::Leave(const std::string& worker_id, absl::string_view credential) {
+  LOCALSGD_RETURN_IF_ERROR(Authenticate(worker_id, credential));
+  members_.erase(worker_id);
   return absl::OkStatus();
 }
 

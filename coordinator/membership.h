@@ -21,9 +21,10 @@ struct Member {
   v1::WorkerIdentity identity;
   std::string hostname;
   int64_t pid = 0;
-  std::string data_address;  // node leaders: where they serve the sharded data plane
-  bool node_leader = false;  // its node's member of the rounds (JoinRequest.node_leader)
-  int64_t generation = 0;    // how many times this identity has joined
+  std::string data_address;       // node leaders: where they serve the sharded data plane
+  bool node_leader = false;       // its node's member of the rounds (JoinRequest.node_leader)
+  int64_t generation = 0;         // how many times this identity has joined
+  std::string credential_digest;  // of the credential its latest Join gave it
   int64_t step = 0;
   double loss = 0;
   double samples_per_second = 0;
@@ -47,23 +48,35 @@ class Membership {
 
   Membership(Options options, std::function<absl::Time()> clock);
 
-  // Validates the request and adds (or refreshes) the member. INVALID_ARGUMENT names a bad
-  // identity field; FAILED_PRECONDITION when local_world_size disagrees with the node's other
-  // live members. A member that joins with node_leader (or as local rank 0 while no other
-  // member leads its node) leads its node: that ends the leadership of the node's other
-  // members and removes the one it `replaces` at once.
-  absl::StatusOr<Member> Join(const v1::JoinRequest& request);
+  // A joined member and the credential only it was given (JoinResponse.member_credential).
+  struct Joined {
+    Member member;
+    std::string credential;
+  };
+
+  // Validates the request and adds (or refreshes) the member with a new credential, which
+  // ends the previous generation's. INVALID_ARGUMENT names a bad identity field;
+  // FAILED_PRECONDITION when local_world_size disagrees with the node's other live members. A
+  // member that joins with node_leader (or as local rank 0 while no other member leads its
+  // node) leads its node: that ends the leadership of the node's other members and removes
+  // the one it `replaces` at once.
+  absl::StatusOr<Joined> Join(const v1::JoinRequest& request);
 
   // Puts back a member saved by an earlier coordinator (identity, host, pid, generation, join
-  // time) with a fresh lease, so that it counts while it reconnects. Invalid saved identities
-  // are INVALID_ARGUMENT, as in Join.
-  absl::Status Restore(const v1::MemberStatus& saved);
+  // time, the digest of its credential) with a fresh lease, so that it counts while it
+  // reconnects. Invalid saved identities are INVALID_ARGUMENT, as in Join.
+  absl::Status Restore(const v1::MemberStatus& saved, const std::string& credential_digest);
 
-  // Renews the lease and records progress. NOT_FOUND for an unknown (or expired) worker id.
+  // OK when `worker_id` is a live member and `credential` is the one its latest Join gave it:
+  // NOT_FOUND for an unknown (or expired) worker id, PERMISSION_DENIED naming
+  // member_credential otherwise.
+  absl::Status Authenticate(const std::string& worker_id, absl::string_view credential) const;
+
+  // Renews the lease and records progress, once authenticated (as Authenticate).
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 
-  // Removes the member. NOT_FOUND for an unknown worker id.
-  absl::Status Leave(const std::string& worker_id);
+  // Removes the member, once authenticated (as Authenticate).
+  absl::Status Leave(const std::string& worker_id, absl::string_view credential);
 
   // Removes members whose last Join/Heartbeat is older than the lease timeout; returns their
   // ids.

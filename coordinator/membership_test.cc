@@ -1,5 +1,8 @@
 #include "coordinator/membership.h"
 
+#include <map>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/fake_clock.h"
@@ -22,15 +25,6 @@ v1::JoinRequest JoinAs(const std::string& node, int rank, int world = 2) {
   return request;
 }
 
-v1::HeartbeatRequest Beat(const std::string& id, int64_t step = 1) {
-  v1::HeartbeatRequest request;
-  request.set_worker_id(id);
-  request.set_step(step);
-  request.set_loss(0.5);
-  request.set_samples_per_second(1000);
-  return request;
-}
-
 class MembershipTest : public ::testing::Test {
  protected:
   Membership::Options Opts() {
@@ -38,13 +32,33 @@ class MembershipTest : public ::testing::Test {
     options.lease_timeout = absl::Seconds(10);
     return options;
   }
+  // Joins and keeps the credential for the member's later calls.
+  absl::StatusOr<Member> Join(const v1::JoinRequest& request) {
+    absl::StatusOr<Membership::Joined> joined = membership_.Join(request);
+    if (!joined.ok()) return joined.status();
+    credentials_[joined->member.worker_id] = joined->credential;
+    return joined->member;
+  }
+  // A heartbeat of `id` with its credential.
+  v1::HeartbeatRequest Beat(const std::string& id, int64_t step = 1) {
+    v1::HeartbeatRequest request;
+    request.set_worker_id(id);
+    request.set_member_credential(credentials_[id]);
+    request.set_step(step);
+    request.set_loss(0.5);
+    request.set_samples_per_second(1000);
+    return request;
+  }
+  absl::Status Leave(const std::string& id) { return membership_.Leave(id, credentials_[id]); }
+
   FakeClock clock_;
   Membership membership_{Opts(), clock_.AsFunction()};
+  std::map<std::string, std::string> credentials_;
 };
 
 TEST_F(MembershipTest, JoinAssignsIdsAndOrders) {
-  auto b = membership_.Join(JoinAs("node-b", 0));
-  auto a = membership_.Join(JoinAs("node-a", 1));
+  auto b = Join(JoinAs("node-b", 0));
+  auto a = Join(JoinAs("node-a", 1));
   ASSERT_THAT(a, IsOk());
   ASSERT_THAT(b, IsOk());
   EXPECT_EQ(a->worker_id, "node-a/1");
@@ -57,7 +71,7 @@ TEST_F(MembershipTest, JoinAssignsIdsAndOrders) {
 }
 
 TEST_F(MembershipTest, LeaseExpiresWithoutHeartbeat) {
-  ASSERT_THAT(membership_.Join(JoinAs("n", 0)), IsOk());
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());
   clock_.Advance(absl::Seconds(10));
   EXPECT_TRUE(membership_.ExpireLeases().empty());  // exactly at the timeout: still alive
   clock_.Advance(absl::Milliseconds(1));
@@ -67,8 +81,8 @@ TEST_F(MembershipTest, LeaseExpiresWithoutHeartbeat) {
 }
 
 TEST_F(MembershipTest, HeartbeatRenewsTheLease) {
-  ASSERT_THAT(membership_.Join(JoinAs("n", 0)), IsOk());
-  ASSERT_THAT(membership_.Join(JoinAs("n", 1)), IsOk());
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());
+  ASSERT_THAT(Join(JoinAs("n", 1)), IsOk());
   for (int i = 0; i < 5; ++i) {
     clock_.Advance(absl::Seconds(8));
     ASSERT_THAT(membership_.Heartbeat(Beat("n/0", i)), IsOk());
@@ -92,9 +106,9 @@ TEST_F(MembershipTest, HeartbeatRenewsTheLease) {
 }
 
 TEST_F(MembershipTest, RejoinGetsTheSameSlotAndANewGeneration) {
-  auto first = membership_.Join(JoinAs("n", 0));
+  auto first = Join(JoinAs("n", 0));
   clock_.Advance(absl::Seconds(3));
-  auto again = membership_.Join(JoinAs("n", 0));  // a retried or restarted worker
+  auto again = Join(JoinAs("n", 0));  // a retried or restarted worker
   ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->worker_id, first->worker_id);
   EXPECT_EQ(again->generation, 2);
@@ -103,7 +117,7 @@ TEST_F(MembershipTest, RejoinGetsTheSameSlotAndANewGeneration) {
 
   clock_.Advance(absl::Seconds(11));
   EXPECT_EQ(membership_.ExpireLeases().size(), 1u);
-  auto after_expiry = membership_.Join(JoinAs("n", 0));
+  auto after_expiry = Join(JoinAs("n", 0));
   ASSERT_THAT(after_expiry, IsOk());
   EXPECT_EQ(after_expiry->worker_id, "n/0");
   EXPECT_EQ(after_expiry->generation, 3);
@@ -111,45 +125,44 @@ TEST_F(MembershipTest, RejoinGetsTheSameSlotAndANewGeneration) {
 }
 
 TEST_F(MembershipTest, LeaveRemovesAndUnknownIsNotFound) {
-  ASSERT_THAT(membership_.Join(JoinAs("n", 0)), IsOk());
-  EXPECT_THAT(membership_.Leave("n/0"), IsOk());
-  EXPECT_THAT(membership_.Leave("n/0"), StatusIs(absl::StatusCode::kNotFound, "n/0"));
-  EXPECT_THAT(membership_.Leave(""), StatusIs(absl::StatusCode::kInvalidArgument, "worker_id"));
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());
+  EXPECT_THAT(Leave("n/0"), IsOk());
+  EXPECT_THAT(Leave("n/0"), StatusIs(absl::StatusCode::kNotFound, "n/0"));
+  EXPECT_THAT(Leave(""), StatusIs(absl::StatusCode::kInvalidArgument, "worker_id"));
   EXPECT_EQ(membership_.size(), 0);
 }
 
 TEST_F(MembershipTest, BadIdentitiesNameTheField) {
   v1::JoinRequest no_identity;
-  EXPECT_THAT(membership_.Join(no_identity),
-              StatusIs(absl::StatusCode::kInvalidArgument, "identity"));
-  EXPECT_THAT(membership_.Join(JoinAs("", 0)),
+  EXPECT_THAT(Join(no_identity), StatusIs(absl::StatusCode::kInvalidArgument, "identity"));
+  EXPECT_THAT(Join(JoinAs("", 0)),
               StatusIs(absl::StatusCode::kInvalidArgument, "identity.node_name"));
-  EXPECT_THAT(membership_.Join(JoinAs("a/b", 0)),
+  EXPECT_THAT(Join(JoinAs("a/b", 0)),
               StatusIs(absl::StatusCode::kInvalidArgument, "identity.node_name"));
-  EXPECT_THAT(membership_.Join(JoinAs(std::string(129, 'x'), 0)),
+  EXPECT_THAT(Join(JoinAs(std::string(129, 'x'), 0)),
               StatusIs(absl::StatusCode::kInvalidArgument, "identity.node_name"));
-  EXPECT_THAT(membership_.Join(JoinAs("n", 2, 2)),
+  EXPECT_THAT(Join(JoinAs("n", 2, 2)),
               StatusIs(absl::StatusCode::kInvalidArgument, "identity.local_rank"));
-  EXPECT_THAT(membership_.Join(JoinAs("n", -1, 2)),
+  EXPECT_THAT(Join(JoinAs("n", -1, 2)),
               StatusIs(absl::StatusCode::kInvalidArgument, "identity.local_rank"));
-  EXPECT_THAT(membership_.Join(JoinAs("n", 0, 0)),
+  EXPECT_THAT(Join(JoinAs("n", 0, 0)),
               StatusIs(absl::StatusCode::kInvalidArgument, "identity.local_world_size"));
   v1::JoinRequest bad_pid = JoinAs("n", 0);
   bad_pid.set_pid(-4);
-  EXPECT_THAT(membership_.Join(bad_pid), StatusIs(absl::StatusCode::kInvalidArgument, "pid"));
+  EXPECT_THAT(Join(bad_pid), StatusIs(absl::StatusCode::kInvalidArgument, "pid"));
   EXPECT_EQ(membership_.size(), 0);
 }
 
 TEST_F(MembershipTest, WorldSizeMustAgreeWithinANode) {
-  ASSERT_THAT(membership_.Join(JoinAs("n", 0, 2)), IsOk());
-  EXPECT_THAT(membership_.Join(JoinAs("n", 1, 4)),
+  ASSERT_THAT(Join(JoinAs("n", 0, 2)), IsOk());
+  EXPECT_THAT(Join(JoinAs("n", 1, 4)),
               StatusIs(absl::StatusCode::kFailedPrecondition, "local_world_size"));
   // The same worker may change its own world size (a restarted single-rank node).
-  EXPECT_THAT(membership_.Join(JoinAs("n", 0, 4)), IsOk());
+  EXPECT_THAT(Join(JoinAs("n", 0, 4)), IsOk());
 }
 
 TEST_F(MembershipTest, BadHeartbeatsChangeNothing) {
-  ASSERT_THAT(membership_.Join(JoinAs("n", 0)), IsOk());
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());
   EXPECT_THAT(membership_.Heartbeat(Beat("n/0", -1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "step"));
   v1::HeartbeatRequest bad_rate = Beat("n/0", 5);
@@ -171,6 +184,46 @@ TEST(MembershipLimitTest, FullMembershipIsResourceExhausted) {
   EXPECT_THAT(membership.Join(JoinAs("c", 0, 1)),
               StatusIs(absl::StatusCode::kResourceExhausted, "full"));
   EXPECT_THAT(membership.Join(JoinAs("a", 0, 1)), IsOk());  // an existing slot still rejoins
+}
+
+// Finding 6 of issue 37: only the generation that joined last speaks for a member.
+TEST_F(MembershipTest, CallsInAMembersNameNeedItsLatestCredential) {
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());
+  ASSERT_THAT(Join(JoinAs("m", 0)), IsOk());
+  v1::HeartbeatRequest without = Beat("n/0");
+  without.clear_member_credential();
+  EXPECT_THAT(membership_.Heartbeat(without),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential: required"));
+  v1::HeartbeatRequest others = Beat("n/0");
+  others.set_member_credential(credentials_["m/0"]);
+  EXPECT_THAT(membership_.Heartbeat(others),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
+  EXPECT_THAT(membership_.Leave("n/0", credentials_["m/0"]),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
+  EXPECT_EQ(membership_.size(), 2);
+
+  const std::string first = credentials_["n/0"];
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());  // started again
+  EXPECT_NE(credentials_["n/0"], first);
+  EXPECT_THAT(membership_.Authenticate("n/0", first),
+              StatusIs(absl::StatusCode::kPermissionDenied, "generation 2"));
+  EXPECT_THAT(membership_.Authenticate("n/0", credentials_["n/0"]), IsOk());
+  EXPECT_THAT(membership_.Authenticate("x/0", first), StatusIs(absl::StatusCode::kNotFound, "x/0"));
+  EXPECT_THAT(membership_.Heartbeat(Beat("n/0")), IsOk());
+  EXPECT_THAT(Leave("n/0"), IsOk());
+}
+
+TEST_F(MembershipTest, ARestoredMemberKeepsItsCredential) {
+  ASSERT_THAT(Join(JoinAs("n", 0)), IsOk());
+  const Member* saved = membership_.Find("n/0");
+  v1::MemberStatus status;
+  *status.mutable_identity() = saved->identity;
+  status.set_generation(saved->generation);
+  Membership restored(Opts(), clock_.AsFunction());
+  ASSERT_THAT(restored.Restore(status, saved->credential_digest), IsOk());
+  EXPECT_THAT(restored.Authenticate("n/0", credentials_["n/0"]), IsOk());
+  EXPECT_THAT(restored.Authenticate("n/0", saved->credential_digest),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
 }
 
 }  // namespace

@@ -35,13 +35,16 @@ Suspensions SuspensionsFor(const v1::RunSpec& spec) {
   return Suspensions(options);
 }
 
-absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id) {
+// A call in the name of node leader `member_id`, carrying `credential`: the leader's own
+// (docs/design.md, "Security").
+absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id,
+                         absl::string_view credential) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
   if (!IsLeader(plane.LiveLeaders(), member_id)) {
     return absl::NotFoundError(
         absl::StrCat("member_id: ", Quoted(member_id), " is not a live node leader (join first)"));
   }
-  return absl::OkStatus();
+  return plane.Authenticate(member_id, credential);
 }
 
 }  // namespace
@@ -112,7 +115,7 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
 absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
   MutexLock lock(&mu_);
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id()));
+  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id(), header.member_credential()));
   if (header.vector_length() <= 0 || header.vector_length() > kMaxVectorLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
@@ -211,7 +214,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> member) {
-  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id()));
+  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id(), header.member_credential()));
   absl::StatusOr<int64_t> session;
   {
     MutexLock lock(&mu_);
@@ -295,7 +298,13 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
         absl::StrCat("round: ", header.round(), " is in the future; the next round is ", next));
   }
   if (!round_.has_value()) OpenRound(next);
-  return round_->driver->Arrive(header, member);
+  // A member's step is a claim: it counts no further than the run could have trained since
+  // the last commit, local_sgd_steps for each attempt at this round (docs/design.md,
+  // "Security"), so no member can move the global step to the run's end.
+  v1::SyncHeader claimed = header;
+  claimed.set_step(std::min<int64_t>(
+      header.step(), model_.global_step() + attempts_ * model_.spec().local_sgd_steps()));
+  return round_->driver->Arrive(claimed, member);
 }
 
 int64_t RoundManager::AddSession(Session session) {
@@ -305,6 +314,8 @@ int64_t RoundManager::AddSession(Session session) {
 }
 
 void RoundManager::OpenRound(int64_t number) {
+  attempts_ = number == attempted_round_ ? attempts_ + 1 : 1;
+  attempted_round_ = number;
   Round round;
   round.number = number;
   round.opened = options_.clock();

@@ -265,6 +265,10 @@ class RoundManager {
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
   TouchedStreams<RoundMember> touched_ ABSL_GUARDED_BY(mu_);
+  // The round last opened and how many attempts it has had: a member's step counts no
+  // further than local_sgd_steps past the global step for each (ClaimedStep).
+  int64_t attempted_round_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t attempts_ ABSL_GUARDED_BY(mu_) = 0;
   // The model being saved; while it is, no other commit starts and FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -78,7 +79,14 @@ class RoundManagerTest : public ::testing::Test {
     v1::JoinRequest join;
     join.mutable_identity()->set_node_name("n");
     join.mutable_identity()->set_local_world_size(1);
-    ASSERT_THAT(plane_->Join(join), IsOk());
+    JoinMember(join);
+  }
+
+  // Joins on the plane and keeps the member's credential for its headers and heartbeats.
+  void JoinMember(const v1::JoinRequest& join) {
+    absl::StatusOr<v1::JoinResponse> joined = plane_->Join(join);
+    ASSERT_THAT(joined, IsOk());
+    credentials_[joined->worker_id()] = joined->member_credential();
   }
 
   void Start(RoundManager::Options options, const std::string& exchange) {
@@ -100,6 +108,7 @@ class RoundManagerTest : public ::testing::Test {
     v1::InitModelHeader init;
     init.set_run_id(run_id_);
     init.set_member_id("n/0");
+    init.set_member_credential(credentials_["n/0"]);
     init.set_vector_length(kValues);
     ASSERT_THAT(rounds_->BeginInit(init), IsOk());
     ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
@@ -110,6 +119,7 @@ class RoundManagerTest : public ::testing::Test {
     header.set_run_id(run_id_);
     header.set_round(round);
     header.set_member_id(member_id);
+    header.set_member_credential(credentials_[member_id]);
     header.set_vector_length(kValues);
     header.set_codec(v1::CODEC_FP32);
     header.set_weight(1);
@@ -176,6 +186,7 @@ class RoundManagerTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<ControlPlane> plane_;
   std::unique_ptr<RoundManager> rounds_;
+  std::map<std::string, std::string> credentials_;  // by worker id
   std::string run_id_;
 };
 
@@ -197,7 +208,7 @@ TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   v1::JoinRequest join;
   join.mutable_identity()->set_node_name("m");
   join.mutable_identity()->set_local_world_size(1);
-  ASSERT_THAT(plane_->Join(join), IsOk());
+  JoinMember(join);
   auto late = std::make_shared<FakeMember>();
   EXPECT_THAT(rounds_->Join(Header(1, "m/0"), late),
               StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
@@ -256,16 +267,17 @@ TEST_F(RoundManagerTest, HeartbeatsJoinsAndStatusAnswerWhileTheWriterIsBlockedIn
   v1::JoinRequest join;
   join.mutable_identity()->set_node_name("n");
   join.mutable_identity()->set_local_world_size(1);
-  ASSERT_THAT(plane_->Join(join), IsOk());
+  JoinMember(join);
   Start(options, "star");
   std::shared_ptr<FakeMember> member = StarRound(1);
   saving_.WaitForNotification();
   v1::HeartbeatRequest beat;
   beat.set_worker_id("n/0");
+  beat.set_member_credential(credentials_["n/0"]);
   EXPECT_THAT(plane_->Heartbeat(beat), IsOk());
   v1::JoinRequest other = join;
   other.mutable_identity()->set_node_name("m");
-  EXPECT_THAT(plane_->Join(other), IsOk());
+  JoinMember(other);
   EXPECT_EQ(plane_->Status().members_size(), 2);
   EXPECT_FALSE(member->committed());
   EXPECT_EQ(plane_->Run().round(), 0);
@@ -366,7 +378,7 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
   v1::JoinRequest join;
   join.mutable_identity()->set_node_name("s");
   join.mutable_identity()->set_local_world_size(1);
-  ASSERT_THAT(plane_->Join(join), IsOk());
+  JoinMember(join);
   // Time passes with both leaders heartbeating (their leases are 15 s).
   auto wait = [&](absl::Duration d) {
     for (absl::Duration left = d; left > absl::ZeroDuration(); left -= absl::Seconds(5)) {
@@ -374,6 +386,7 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
       for (const char* id : {"n/0", "s/0"}) {
         v1::HeartbeatRequest beat;
         beat.set_worker_id(id);
+        beat.set_member_credential(credentials_[id]);
         ASSERT_THAT(plane_->Heartbeat(beat), IsOk());
       }
       plane_->Tick();
@@ -430,6 +443,45 @@ TEST_F(RoundManagerTest, AMembersNewStreamCancelsItsEarlierOne) {
   EXPECT_TRUE(first->cancelled());
   EXPECT_FALSE(second->cancelled());
   EXPECT_TRUE(second->committed());
+}
+
+// Finding 6 of issue 37: a header in another member's name is refused before it touches that
+// member's stream, and a member's step is a claim the coordinator bounds: a step of 10^12
+// moves the global step by one round's local_sgd_steps, not to the run's end.
+TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredentialAndItsStepIsBounded) {
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("m");
+  join.mutable_identity()->set_local_world_size(1);
+  JoinMember(join);
+  Start(RoundManager::Options(), "star");
+  const int64_t k = plane_->Run().spec().local_sgd_steps();
+  auto honest = std::make_shared<FakeMember>();
+  v1::SyncHeader header = Header(1, "n/0");
+  header.set_step(1'000'000'000'000);
+  absl::StatusOr<int64_t> session = rounds_->Join(header, honest);
+  ASSERT_THAT(session, IsOk());
+
+  auto impostor = std::make_shared<FakeMember>();
+  v1::SyncHeader forged = Header(1, "n/0");
+  forged.set_member_credential(credentials_["m/0"]);
+  EXPECT_THAT(rounds_->Join(forged, impostor),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
+  forged.clear_member_credential();
+  EXPECT_THAT(rounds_->Join(forged, impostor),
+              StatusIs(absl::StatusCode::kPermissionDenied, "member_credential: required"));
+  EXPECT_FALSE(honest->cancelled());
+
+  absl::StatusOr<int64_t> other = rounds_->Join(Header(1, "m/0"), std::make_shared<FakeMember>());
+  ASSERT_THAT(other, IsOk());
+  v1::Chunk chunk;
+  chunk.set_index(0);
+  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  ASSERT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
+  ASSERT_THAT(rounds_->AddChunk(*other, chunk), IsOk());
+  ASSERT_TRUE(WaitFor([&] { return honest->committed(); }, absl::Seconds(5)));
+  EXPECT_EQ(plane_->Run().round(), 1);
+  EXPECT_EQ(plane_->Run().global_step(), k);
+  EXPECT_EQ(plane_->Run().state(), v1::RUN_STATE_RUNNING);
 }
 
 }  // namespace

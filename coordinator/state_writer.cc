@@ -120,6 +120,9 @@ void StateWriter::WriteState() {
   if (snapshot.has_value()) {
     *state.mutable_run() = std::move(snapshot->run);
     for (v1::MemberStatus& member : snapshot->members) *state.add_members() = std::move(member);
+    for (v1::SavedCredential& credential : snapshot->credentials) {
+      *state.add_credentials() = std::move(credential);
+    }
     if (snapshot->history != nullptr) {
       for (const v1::RunInfo& run : *snapshot->history) *state.add_history() = run;
     }

@@ -37,6 +37,7 @@ struct ModelSnapshot {
 struct StateSnapshot {
   v1::RunInfo run;
   std::vector<v1::MemberStatus> members;
+  std::vector<v1::SavedCredential> credentials;
   std::shared_ptr<const std::vector<v1::RunInfo>> history;
 };
 

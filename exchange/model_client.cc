@@ -17,14 +17,15 @@ std::unique_ptr<grpc::ClientContext> ModelClient::Context(absl::Duration timeout
 }
 
 absl::Status ModelClient::InitModel(const std::string& run_id, const std::string& member_id,
-                                    absl::Span<const float> values, const ChunkLayout& layout,
-                                    absl::Duration timeout) {
+                                    const std::string& credential, absl::Span<const float> values,
+                                    const ChunkLayout& layout, absl::Duration timeout) {
   auto context = Context(timeout);
   v1::InitModelResponse response;
   auto stream = stub_->InitModel(context.get(), &response);
   v1::InitModelRequest request;
   request.mutable_header()->set_run_id(run_id);
   request.mutable_header()->set_member_id(member_id);
+  request.mutable_header()->set_member_credential(credential);
   request.mutable_header()->set_vector_length(static_cast<int64_t>(values.size()));
   bool ok = stream->Write(request);
   for (int c = 0; ok && c < layout.num_chunks(); ++c) {

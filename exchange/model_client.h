@@ -24,10 +24,11 @@ class ModelClient {
  public:
   ModelClient(std::shared_ptr<grpc::Channel> channel, std::string token);
 
-  // Uploads global[0] in fp32 chunks of `layout`. ALREADY_EXISTS when another leader was first.
+  // Uploads global[0] in fp32 chunks of `layout`, as node leader `member_id` with its
+  // `credential`. ALREADY_EXISTS when another leader was first.
   absl::Status InitModel(const std::string& run_id, const std::string& member_id,
-                         absl::Span<const float> values, const ChunkLayout& layout,
-                         absl::Duration timeout);
+                         const std::string& credential, absl::Span<const float> values,
+                         const ChunkLayout& layout, absl::Duration timeout);
 
   struct Model {
     std::string run_id;

@@ -59,12 +59,14 @@ class StreamOutbox {
     Flush();
   }
 
-  // Ends the stream with `status` as soon as it can, dropping what is queued; at the next
-  // Flush a write in flight is cancelled with the call (its reader does not read). Only takes
-  // the outbox's own lock, like Enqueue.
+  // Ends the stream with `status` as soon as it can, dropping what is queued, even after a
+  // Close whose messages are not all written; at the next Flush a write in flight is cancelled
+  // with the call (its reader does not read). Only takes the outbox's own lock, like Enqueue.
   void Cancel(const grpc::Status& status) {
     MutexLock lock(&mu_);
-    DropQueue(status);
+    queue_.clear();
+    closing_ = true;
+    status_ = status;
     cancel_wanted_ = true;
   }
 

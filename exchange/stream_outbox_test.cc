@@ -91,6 +91,19 @@ TEST(StreamOutboxTest, CancelWithNothingInFlightFinishesWithoutCancellingTheCall
   EXPECT_TRUE(stream.written.empty());
 }
 
+// A stream closed after its last message (a commit), whose reader never read it: Cancel still
+// ends it with Cancel's status, never with the Close's OK and without the message.
+TEST(StreamOutboxTest, CancelAfterACloseWithMessagesQueuedFinishesCancelled) {
+  FakeStream stream;
+  stream.outbox.Enqueue(Msg("commit"));
+  stream.outbox.Close(grpc::Status::OK);
+  stream.outbox.Cancel(grpc::Status(grpc::StatusCode::CANCELLED, "newer stream"));
+  stream.outbox.Flush();
+  EXPECT_EQ(stream.finishes, 1);
+  EXPECT_EQ(stream.finish_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(stream.written.empty());
+}
+
 TEST(StreamOutboxTest, AbandonFinishesAfterTheWriteInFlight) {
   FakeStream stream;
   stream.outbox.Enqueue(Msg("a"));

@@ -43,6 +43,7 @@ absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContex
   header->set_run_id(member.run_id);
   header->set_round(round);
   header->set_member_id(member.member_id);
+  header->set_member_credential(member.CurrentCredential());
   header->set_vector_length(vector_length);
   header->set_codec(member.codec);
   header->set_weight(member.weight);

@@ -5,6 +5,7 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -31,6 +32,11 @@ struct SyncMember {
   v1::Codec codec = v1::CODEC_FP32;
   double weight = 1;
   int num_workers = 1;
+  // The member's credential as of now (JoinResponse.member_credential of its latest Join,
+  // which changes when it joins again).
+  std::function<std::string()> credential;
+
+  std::string CurrentCredential() const { return credential ? credential() : std::string(); }
 };
 
 using SyncStream = grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>;

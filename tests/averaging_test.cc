@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "tests/testutil/member_credentials.h"
 #include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/wait_for.h"
@@ -75,6 +76,7 @@ class AveragingTest : public ::testing::Test {
     request.mutable_identity()->set_local_world_size(1);
     v1::JoinResponse response;
     ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
+    credentials_.Keep(response);
   }
 
   void StartRun(const std::string& extra_spec) {
@@ -108,14 +110,16 @@ class AveragingTest : public ::testing::Test {
 
   // A node leader standing for `ranks` ranks (its delta's weight).
   SyncMember Member(int node, int ranks = 1) {
-    return SyncMember{run_id_, absl::StrCat("node-", node, "/0"), codec_,
-                      static_cast<double>(ranks), ranks};
+    const std::string id = absl::StrCat("node-", node, "/0");
+    return SyncMember{run_id_, id, codec_, static_cast<double>(ranks), ranks, credentials_.Of(id)};
   }
 
   // Uploads global[0] from node-0 and gives every member a copy.
   std::vector<float> InitModel(uint32_t seed = 7) {
     std::vector<float> global0 = RandomVector(kValues, seed);
-    EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global0, layout_, kTimeout), IsOk());
+    EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", credentials_.Get("node-0/0"), global0,
+                                   layout_, kTimeout),
+                IsOk());
     return global0;
   }
 
@@ -148,6 +152,9 @@ class AveragingTest : public ::testing::Test {
   std::string run_id_;
   v1::Codec codec_ = v1::CODEC_FP32;
   ChunkLayout layout_;
+
+ public:
+  testing::MemberCredentials credentials_;  // RawMember reads them too
 };
 
 TEST_F(AveragingTest, WeightedMeanMatchesReferenceAndEveryCopyIsBitIdentical) {
@@ -248,6 +255,7 @@ TEST_F(AveragingTest, FirstUpdateChunkArrivesBeforeTheLastDeltaChunkIsSent) {
   header->set_run_id(run_id_);
   header->set_round(1);
   header->set_member_id("node-0/0");
+  header->set_member_credential(credentials_.Get("node-0/0"));
   header->set_vector_length(kValues);
   header->set_codec(v1::CODEC_FP32);
   header->set_weight(1);
@@ -287,10 +295,14 @@ class RawMember {
  public:
   RawMember(AveragingTest* test, v1::Averaging::Stub* stub,
             std::unique_ptr<grpc::ClientContext> ctx)
-      : context_(std::move(ctx)), stream_(stub->Sync(context_.get())) {}
+      : test_(test), context_(std::move(ctx)), stream_(stub->Sync(context_.get())) {}
+  // Sends `header`, with its member's credential when it names none.
   bool Header(const v1::SyncHeader& header) {
     v1::SyncRequest request;
     *request.mutable_header() = header;
+    if (header.member_credential().empty()) {
+      request.mutable_header()->set_member_credential(test_->credentials_.Get(header.member_id()));
+    }
     return stream_->Write(request);
   }
   bool Chunk(int index, const std::string& data) {
@@ -320,6 +332,7 @@ class RawMember {
   grpc::ClientContext* context() { return context_.get(); }
 
  private:
+  AveragingTest* test_;
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SyncRequest, v1::SyncResponse>> stream_;
 };
@@ -613,7 +626,9 @@ TEST_F(AveragingTest, RestartedCoordinatorResumesFromTheSavedModel) {
 
   state_dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/restart-state";
   Start(2, diloco);
-  ASSERT_THAT(Client().InitModel(run_id_, "node-0/0", global0, layout_, kTimeout), IsOk());
+  ASSERT_THAT(Client().InitModel(run_id_, "node-0/0", credentials_.Get("node-0/0"), global0,
+                                 layout_, kTimeout),
+              IsOk());
   std::vector<std::vector<float>> globals(2, global0);
   rounds(1, 2, globals);
   server_->Shutdown();
@@ -706,15 +721,19 @@ TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
   EXPECT_THAT(Sync(Member(0), 1, 8, params, absl::MakeSpan(global)),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not initialised"));
   ChunkLayout wrong{kValues, layout_.chunk_values / 2};
-  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global, wrong, kTimeout),
+  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", credentials_.Get("node-0/0"), global, wrong,
+                                 kTimeout),
               StatusIs(absl::StatusCode::kInvalidArgument, "bytes"));
   std::vector<float> nan(kValues, std::nanf(""));
-  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", nan, layout_, kTimeout),
-              StatusIs(absl::StatusCode::kInvalidArgument, "NaN"));
-  EXPECT_THAT(Client().InitModel(run_id_, "ghost/0", global, layout_, kTimeout),
+  EXPECT_THAT(
+      Client().InitModel(run_id_, "node-0/0", credentials_.Get("node-0/0"), nan, layout_, kTimeout),
+      StatusIs(absl::StatusCode::kInvalidArgument, "NaN"));
+  EXPECT_THAT(Client().InitModel(run_id_, "ghost/0", credentials_.Get("ghost/0"), global, layout_,
+                                 kTimeout),
               StatusIs(absl::StatusCode::kNotFound, "member_id"));
   InitModel();
-  EXPECT_THAT(Client().InitModel(run_id_, "node-1/0", global, layout_, kTimeout),
+  EXPECT_THAT(Client().InitModel(run_id_, "node-1/0", credentials_.Get("node-1/0"), global, layout_,
+                                 kTimeout),
               StatusIs(absl::StatusCode::kAlreadyExists, "fetch"));
   ModelClient anonymous(Channel(), "");
   EXPECT_THAT(anonymous.FetchModel("", kTimeout),
@@ -746,6 +765,7 @@ TEST_F(AveragingTest, AnInitModelClaimAllocatesNothingBeforeItsBytes) {
     v1::InitModelRequest request;
     request.mutable_header()->set_run_id(run_id_);
     request.mutable_header()->set_member_id("node-0/0");
+    request.mutable_header()->set_member_credential(credentials_.Get("node-0/0"));
     request.mutable_header()->set_vector_length(int64_t{1} << 28);
     ASSERT_TRUE(streams.back()->Write(request));
   }
@@ -761,7 +781,8 @@ TEST_F(AveragingTest, AnInitModelClaimAllocatesNothingBeforeItsBytes) {
 TEST_F(AveragingTest, DisabledRunsDoNotAverage) {
   Start(1, "enabled: false");
   std::vector<float> global(kValues);
-  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", global, layout_, kTimeout),
+  EXPECT_THAT(Client().InitModel(run_id_, "node-0/0", credentials_.Get("node-0/0"), global, layout_,
+                                 kTimeout),
               StatusIs(absl::StatusCode::kFailedPrecondition, "disabled"));
 }
 

@@ -22,6 +22,7 @@
 #include "exchange/star_exchange.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "tests/testutil/member_credentials.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/node_group.h"
@@ -58,6 +59,7 @@ class NodeRecoveryTest : public ::testing::TestWithParam<int> {
     join.mutable_identity()->set_local_world_size(3);
     v1::JoinResponse joined;
     ASSERT_TRUE(stub->Join(Ctx().get(), join, &joined).ok());
+    credentials_.Keep(joined);
     v1::StartRunRequest start;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
         R"(model { builtin: "mlp" } chunk_bytes: 65536 min_workers: 1 exchange: EXCHANGE_STAR)",
@@ -75,6 +77,7 @@ class NodeRecoveryTest : public ::testing::TestWithParam<int> {
 
   std::unique_ptr<CoordinatorServer> server_;
   std::string run_id_;
+  testing::MemberCredentials credentials_;
 };
 
 TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
@@ -95,9 +98,10 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
       StarExchange exchange(Channel(), kToken);  // this rank's, should it lead
       std::unique_ptr<NodeLeader> leader;
       if (r == 0) {
-        leader = std::make_unique<NodeLeader>(&client, &exchange,
-                                              SyncMember{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3},
-                                              ChunkLayout::ForBytes(kValues, 65536), kTimeout);
+        leader = std::make_unique<NodeLeader>(
+            &client, &exchange,
+            SyncMember{run_id_, "node-0/0", v1::CODEC_FP32, 3, 3, credentials_.Of("node-0/0")},
+            ChunkLayout::ForBytes(kValues, 65536), kTimeout);
       }
       // Taking over from a dead leader, as the worker does it: join as the node's leader in
       // its place, then sync as the node's member.
@@ -111,12 +115,13 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
         v1::JoinResponse joined;
         grpc::Status s = v1::Coordinator::NewStub(Channel())->Join(Ctx().get(), join, &joined);
         if (!s.ok()) return absl::UnavailableError(s.error_message());
+        credentials_.Keep(joined);
         const int left = static_cast<int>((*group)->members().size());
-        leader =
-            std::make_unique<NodeLeader>(&client, &exchange,
-                                         SyncMember{run_id_, joined.worker_id(), v1::CODEC_FP32,
-                                                    static_cast<double>(left), left},
-                                         ChunkLayout::ForBytes(kValues, 65536), kTimeout);
+        leader = std::make_unique<NodeLeader>(
+            &client, &exchange,
+            SyncMember{run_id_, joined.worker_id(), v1::CODEC_FP32, static_cast<double>(left), left,
+                       credentials_.Of(joined.worker_id())},
+            ChunkLayout::ForBytes(kValues, 65536), kTimeout);
         return leader.get();
       };
       HierarchicalAverager averager(group->get(), leader.get(), take_lead);

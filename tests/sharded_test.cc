@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
+#include "tests/testutil/member_credentials.h"
 #include "tests/testutil/random_vector.h"
 #include "tests/testutil/status_matchers.h"
 #include "worker/node_leader.h"
@@ -75,6 +76,13 @@ class ShardedTest : public ::testing::Test {
   }
   std::unique_ptr<grpc::ClientContext> Ctx() { return AuthorizedContext(kToken, kTimeout); }
 
+  // Joins, keeping the member's credential for its later calls.
+  grpc::Status Join(const v1::JoinRequest& request, v1::JoinResponse* response) {
+    grpc::Status status = coordinator_->Join(Ctx().get(), request, response);
+    if (status.ok()) credentials_.Keep(*response);
+    return status;
+  }
+
   // Joins node-i's leader; with a data plane of its own unless `serve` is false.
   void JoinNode(int i, bool serve = true) {
     Leader& leader = leaders_[i];
@@ -91,7 +99,7 @@ class ShardedTest : public ::testing::Test {
     request.mutable_identity()->set_local_world_size(1);
     if (serve) request.set_data_address(leader.server->address());
     v1::JoinResponse response;
-    grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
+    grpc::Status status = Join(request, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     leader.serves = serve;
     leader.client = MakeClient(serve ? leader.server.get() : nullptr);
@@ -112,7 +120,8 @@ class ShardedTest : public ::testing::Test {
   // Uploads a random global[0] of `values` values from node-0 and returns it.
   std::vector<float> InitModel(int64_t values, uint32_t seed = 3) {
     std::vector<float> global0 = RandomVector(values, seed);
-    EXPECT_THAT(Client().InitModel(run_.run_id(), "node-0/0", global0, Layout(values), kTimeout),
+    EXPECT_THAT(Client().InitModel(run_.run_id(), "node-0/0", credentials_.Get("node-0/0"), global0,
+                                   Layout(values), kTimeout),
                 IsOk());
     return global0;
   }
@@ -127,8 +136,9 @@ class ShardedTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
     run_ = response.run();
     for (auto& [i, leader] : leaders_) {
-      leader.member = SyncMember{run_.run_id(), absl::StrCat("node-", i, "/0"), run_.spec().codec(),
-                                 1.0 + i, 1 + i};
+      const std::string id = absl::StrCat("node-", i, "/0");
+      leader.member =
+          SyncMember{run_.run_id(), id, run_.spec().codec(), 1.0 + i, 1 + i, credentials_.Of(id)};
       leader.client = MakeClient(leader.serves ? leader.server.get() : nullptr);
     }
   }
@@ -176,6 +186,7 @@ class ShardedTest : public ::testing::Test {
     header->set_run_id(run_.run_id());
     header->set_round(round);
     header->set_member_id("node-2/0");
+    header->set_member_credential(credentials_.Get("node-2/0"));
     header->set_vector_length(values);
     header->set_codec(v1::CODEC_FP32);
     header->set_weight(1);
@@ -198,6 +209,7 @@ class ShardedTest : public ::testing::Test {
   std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   std::map<int, Leader> leaders_;
+  testing::MemberCredentials credentials_;
   v1::RunInfo run_;
 };
 
@@ -529,7 +541,8 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   // A late joiner fetches global and momentum and takes part in the next round, which leaves
   // all three copies identical.
   JoinNode(2);
-  leaders_[2].member = SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1};
+  leaders_[2].member =
+      SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1, credentials_.Of("node-2/0")};
   auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[0].data(), values * sizeof(float)), 0);
@@ -684,7 +697,7 @@ TEST_F(ShardedTest, AJoinWithABadDataAddressIsRefusedNamingTheField) {
     request.mutable_identity()->set_local_world_size(1);
     request.set_data_address(bad);
     v1::JoinResponse response;
-    grpc::Status status = coordinator_->Join(Ctx().get(), request, &response);
+    grpc::Status status = Join(request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
     EXPECT_THAT(status.error_message(), HasSubstr("data_address")) << bad;
   }
@@ -694,7 +707,7 @@ TEST_F(ShardedTest, AJoinWithABadDataAddressIsRefusedNamingTheField) {
   request.mutable_identity()->set_local_world_size(1);
   request.set_data_address("0.0.0.0:4567");
   v1::JoinResponse response;
-  ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
+  ASSERT_TRUE(Join(request, &response).ok());
   EXPECT_EQ(Status().members(0).data_address(), "127.0.0.1:4567");
 }
 
@@ -710,7 +723,7 @@ TEST_F(ShardedTest, ALeaderWhoseDataAddressPointsNowhereSitsOutAndTheOthersCommi
   join.mutable_identity()->set_local_world_size(1);
   join.set_data_address("127.0.0.1:1");  // nothing listens there
   v1::JoinResponse joined;
-  ASSERT_TRUE(coordinator_->Join(Ctx().get(), join, &joined).ok());
+  ASSERT_TRUE(Join(join, &joined).ok());
   StartRun("round_deadline_seconds: 5");
   const int64_t values = 70'000;
   std::vector<float> global0 = InitModel(values);

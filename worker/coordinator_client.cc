@@ -77,6 +77,7 @@ absl::Status CoordinatorClient::Join(absl::Duration deadline) {
   if (!status.ok()) return FromGrpcStatus(status);
   MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
+  credential_ = response.member_credential();
   replaces_.clear();
   claim_pending_ = false;
   interval_ = absl::Seconds(std::max(0.1, response.heartbeat_interval_seconds()));
@@ -104,6 +105,7 @@ absl::Status CoordinatorClient::Beat() {
     claim_pending = claim_pending_;
     request = progress_;
     request.set_worker_id(worker_id_);
+    request.set_member_credential(credential_);
   }
   if (claim_pending) return Join();  // the node's lead, claimed while unreachable
   v1::HeartbeatResponse response;
@@ -176,6 +178,7 @@ absl::Status CoordinatorClient::Leave(const std::string& reason, bool preempted)
   if (heartbeat_.joinable()) heartbeat_.join();
   v1::LeaveRequest request;
   request.set_worker_id(worker_id());
+  request.set_member_credential(member_credential());
   request.set_reason(reason);
   request.set_preempted(preempted);
   v1::LeaveResponse response;

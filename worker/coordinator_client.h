@@ -73,6 +73,12 @@ class CoordinatorClient {
     MutexLock lock(&mu_);
     return worker_id_;
   }
+  // The credential of this worker's latest Join (JoinResponse.member_credential): every call
+  // in its name carries it, and it changes when the worker joins again.
+  std::string member_credential() const {
+    MutexLock lock(&mu_);
+    return credential_;
+  }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   const std::string& token() const { return options_.token; }
 
@@ -88,6 +94,7 @@ class CoordinatorClient {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   mutable Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::string credential_ ABSL_GUARDED_BY(mu_);
   absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(3);
   v1::HeartbeatRequest progress_ ABSL_GUARDED_BY(mu_);
   v1::RunInfo run_ ABSL_GUARDED_BY(mu_);

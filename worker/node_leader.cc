@@ -16,7 +16,9 @@ namespace {
 // A wait for the coordinator that may end by itself: it is restarting or cut off
 // (UNAVAILABLE, DEADLINE_EXCEEDED, and what a connection reset mid-call ends with: CANCELLED,
 // UNKNOWN, INTERNAL, ABORTED), or it lost this member's lease and the heartbeat is joining it
-// again (NOT_FOUND naming the member_id field; a run that is not found stays so).
+// again (NOT_FOUND naming the member_id field; a run that is not found stays so), or it joined
+// again while this call carried the previous credential (PERMISSION_DENIED naming
+// member_credential).
 bool IsTransient(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
@@ -28,6 +30,8 @@ bool IsTransient(const absl::Status& status) {
       return true;
     case absl::StatusCode::kNotFound:
       return absl::StartsWith(status.message(), "member_id");
+    case absl::StatusCode::kPermissionDenied:
+      return absl::StartsWith(status.message(), "member_credential");
     default:
       return false;
   }
@@ -49,8 +53,8 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
-    absl::Status status =
-        models_->InitModel(member_.run_id, member_.member_id, params, layout_, left);
+    absl::Status status = models_->InitModel(member_.run_id, member_.member_id,
+                                             member_.CurrentCredential(), params, layout_, left);
     if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params, left);
     if (!IsTransient(status) || absl::Now() + backoff > give_up) return status;
     LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",

@@ -182,8 +182,10 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
     exchange_ = std::make_unique<StarExchange>(coordinator_->channel(), options_.token);
   }
   const int ranks = static_cast<int>(group_->members().size());
-  SyncMember member{run_id_, coordinator_->worker_id(), spec_.codec(), static_cast<double>(ranks),
-                    ranks};
+  SyncMember member{
+      run_id_,       coordinator_->worker_id(),
+      spec_.codec(), static_cast<double>(ranks),
+      ranks,         [client = coordinator_.get()] { return client->member_credential(); }};
   leader_ = std::make_unique<NodeLeader>(
       models_.get(), exchange_.get(), member,
       ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),

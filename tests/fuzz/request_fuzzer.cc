@@ -4,6 +4,7 @@
 // crashes, and the run's round and global step never go back.
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,17 @@ void Feed(const std::string& bytes, Call call) {
   if (request.ParseFromString(bytes)) call(request).IgnoreError();
 }
 
+// The credentials Join handed out, by worker id: a request that names a member and carries no
+// credential gets that member's, so that the fuzzer reaches past authentication.
+std::map<std::string, std::string> credentials;
+
+template <typename Request>
+void Authenticate(const std::string& worker_id, Request& request) {
+  if (!request.member_credential().empty()) return;
+  auto it = credentials.find(worker_id);
+  if (it != credentials.end()) request.set_member_credential(it->second);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -35,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto clock = [&now] { return now; };
   localsgd::ControlPlane::Options options;
   options.clock = clock;
+  credentials.clear();
   auto plane = localsgd::ControlPlane::Create(options);
   if (!plane.ok()) std::abort();
   localsgd::RoundManager rounds(plane->get(), localsgd::RoundManager::Options{clock, nullptr});
@@ -50,13 +63,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     localsgd::ControlPlane& p = **plane;
     switch (kind) {
       case 0:
-        Feed<localsgd::v1::JoinRequest>(bytes, [&](const auto& r) { return p.Join(r); });
+        Feed<localsgd::v1::JoinRequest>(bytes, [&](const auto& r) {
+          absl::StatusOr<localsgd::v1::JoinResponse> joined = p.Join(r);
+          if (joined.ok()) credentials[joined->worker_id()] = joined->member_credential();
+          return joined;
+        });
         break;
       case 1:
-        Feed<localsgd::v1::HeartbeatRequest>(bytes, [&](const auto& r) { return p.Heartbeat(r); });
+        Feed<localsgd::v1::HeartbeatRequest>(bytes, [&](auto r) {
+          Authenticate(r.worker_id(), r);
+          return p.Heartbeat(r);
+        });
         break;
       case 2:
-        Feed<localsgd::v1::LeaveRequest>(bytes, [&](const auto& r) { return p.Leave(r); });
+        Feed<localsgd::v1::LeaveRequest>(bytes, [&](auto r) {
+          Authenticate(r.worker_id(), r);
+          return p.Leave(r);
+        });
         break;
       case 3:
         Feed<localsgd::v1::StartRunRequest>(bytes, [&](const auto& r) { return p.StartRun(r); });
@@ -68,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         localsgd::v1::InitModelHeader r;
         if (!r.ParseFromString(bytes)) break;
         r.set_vector_length(r.vector_length() % 100000);
+        Authenticate(r.member_id(), r);
         if (rounds.BeginInit(r).ok()) {
           rounds.FinishInit(r, std::vector<float>(r.vector_length(), 0.25f)).IgnoreError();
         }
@@ -76,6 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 6: {
         localsgd::v1::SyncHeader r;
         if (!r.ParseFromString(bytes)) break;
+        Authenticate(r.member_id(), r);
         absl::StatusOr<int64_t> joined = rounds.Join(r, std::make_shared<NullMember>());
         if (joined.ok()) session = *joined;
         break;

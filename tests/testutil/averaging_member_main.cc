@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
   while (true) {
     localsgd::v1::HeartbeatRequest beat;
     beat.set_worker_id(joined.worker_id());
+    beat.set_member_credential(joined.member_credential());
     localsgd::v1::HeartbeatResponse response;
     status = coordinator->Heartbeat(context().get(), beat, &response);
     if (!status.ok()) return Fail("heartbeat", localsgd::FromGrpcStatus(status));
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
     while (!stop.load()) {
       localsgd::v1::HeartbeatRequest beat;
       beat.set_worker_id(joined.worker_id());
+      beat.set_member_credential(joined.member_credential());
       localsgd::v1::HeartbeatResponse response;
       coordinator->Heartbeat(context().get(), beat, &response);
       for (int i = 0; i < 20 && !stop.load(); ++i) absl::SleepFor(absl::Milliseconds(50));
@@ -186,6 +188,7 @@ int main(int argc, char** argv) {
       header->set_run_id(run.run_id());
       header->set_round(round);
       header->set_member_id(joined.worker_id());
+      header->set_member_credential(joined.member_credential());
       header->set_vector_length(n);
       header->set_codec(run.spec().codec());
       header->set_weight(1);
@@ -242,6 +245,7 @@ int main(int argc, char** argv) {
   heartbeat.join();
   localsgd::v1::LeaveRequest leave;
   leave.set_worker_id(joined.worker_id());
+  leave.set_member_credential(joined.member_credential());
   localsgd::v1::LeaveResponse left;
   coordinator->Leave(context().get(), leave, &left);
   return 0;

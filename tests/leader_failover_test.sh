@@ -3,10 +3,12 @@
 # exchange mode EXCHANGE (EXCHANGE_SHARDED or EXCHANGE_STAR). Its node's other ranks notice at
 # their next collective, re-form, and local rank 1 takes the node's lead: it claims it at the
 # coordinator in the dead leader's place (which drops the dead leader at once: the lease here
-# is 60 s, and no lease_expired event may name it), starts its own data plane, takes the
-# committed model, and the node goes on. Every later round has both nodes, every surviving
-# rank holds the same parameters after each of them, the run completes, and the model the new
-# leader saves is the run's final global model. Two nodes x three ranks.
+# is 150 s, longer than a rank left blocked in a collective with the dead one can wait before
+# the node re-forms, 2 x round_deadline_seconds + 60 s; no lease_expired event may name it),
+# starts its own data plane, takes the committed model, and the node goes on. Every later round
+# has both nodes, every surviving rank holds the same parameters after each of them, the run
+# completes, and the model the new leader saves is the run's final global model. Two nodes x
+# three ranks.
 set -euo pipefail
 
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -16,7 +18,7 @@ mkdir -p "$WORK/dump"
 source "$BIN/tests/testutil/test_helpers.sh"
 
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
-  --token_file="$WORK/token" --lease_timeout=60s --heartbeat_interval=1s
+  --token_file="$WORK/token" --lease_timeout=150s --heartbeat_interval=1s
 
 start_workers 2 3 --log_every=50 --save_model="$WORK/model.pt"
 start_run <<SPEC
@@ -38,7 +40,7 @@ kill -9 "${worker_pids[00]}"
 wait "${worker_pids[00]}" 2>/dev/null || true
 
 for w in 01 02 10 11 12; do wait "${worker_pids[$w]}" || fail "worker $w failed (exit $?)"; done
-# Removed at once (leader_replaced, below), not when its 60 s lease ran out: read from the
+# Removed at once (leader_replaced, below), not when its 150 s lease ran out: read from the
 # coordinator's events rather than from a clock, which a loaded machine (or ASan) stretches.
 expect_status 'not events("lease_expired", "node-0/0")' \
   "the run waited for the dead leader's lease"

@@ -36,7 +36,9 @@ ABSL_FLAG(bool, if_absent, false,
 ABSL_FLAG(int, min_workers, 0,
           "start: the run's min_workers in place of the spec's (e.g. nodes x GPUs per node, "
           "computed where the job knows its shape); 0: the spec's.");
-ABSL_FLAG(std::string, run_id, "", "stop: the run to stop (default: the active run).");
+ABSL_FLAG(std::string, run_id, "",
+          "stop: the run to stop (default: the active run). fetch: the run whose model to fetch "
+          "(default: the active or last run; the final models of the last 3 ended runs are kept).");
 ABSL_FLAG(std::string, reason, "", "stop: why, shown in status.");
 ABSL_FLAG(bool, json, false, "status, runs: print JSON instead of a table.");
 ABSL_FLAG(std::string, out, "",

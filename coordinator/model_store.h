@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,6 +29,8 @@ class ModelStore {
  public:
   // Creates `state_dir` if needed.
   static absl::StatusOr<ModelStore> Open(const std::string& state_dir);
+  // The store in the file `path`, whose folder exists.
+  static ModelStore At(std::string path) { return ModelStore(std::move(path)); }
 
   // The saved checkpoint, or nullopt when none was saved. A truncated or altered file is
   // DATA_LOSS naming the file.

@@ -6,6 +6,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,9 @@ Suspensions SuspensionsFor(const v1::RunSpec& spec) {
 
 // A call in the name of node leader `member_id`, carrying `credential`: the leader's own
 // (docs/design.md, "Security").
+// The chunks an archived model is sent in (its run's own chunk size is not kept with it).
+constexpr int64_t kArchivedChunkBytes = 1 << 20;
+
 absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id,
                          absl::string_view credential) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
@@ -104,6 +108,12 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   }
   if (model_.run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
+    // The ended run's final model stays to be fetched.
+    if (model_.initialised()) {
+      ended_models_.push_back(model_.snapshot());
+      if (ended_models_.size() > StateWriter::kKeptRunModels) ended_models_.pop_front();
+      if (options_.state != nullptr) options_.state->ArchiveModel(model_.snapshot());
+    }
     model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
     refused_.clear();  // refusals, suspensions and streams belong to the run they were made in
     latest_stream_.clear();
@@ -196,20 +206,51 @@ absl::Status RoundManager::Restore() {
 }
 
 absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::string& run_id) {
-  MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
-      this));
-  v1::RunInfo run = plane_->Run();
-  const std::string id = run_id.empty() ? run.run_id() : run_id;
-  if (id.empty() || (id != model_.run_id() && id != run.run_id())) {
-    return absl::NotFoundError(absl::StrCat("run_id: no run ", Quoted(id)));
+  std::string id;
+  {
+    MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+        this));
+    v1::RunInfo run = plane_->Run();
+    id = run_id.empty() ? run.run_id() : run_id;
+    if (id.empty()) return absl::NotFoundError("run_id: no run has started");
+    if (id == model_.run_id() && model_.initialised()) return *model_.snapshot();
+    if (id == run.run_id()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
+    }
+    for (const std::shared_ptr<const ModelSnapshot>& ended : ended_models_) {
+      if (ended->run_id == id) return *ended;
+    }
   }
-  if (id != model_.run_id() || !model_.initialised()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
+  // An earlier run's, from the state folder (off the lock: it reads the disk).
+  const bool run_id_like =
+      !id.empty() && id[0] != '.' && std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
+      });
+  if (options_.state != nullptr && run_id_like) {
+    absl::StatusOr<std::optional<ModelCheckpoint>> kept = options_.state->LoadArchivedModel(id);
+    if (!kept.ok()) return kept.status();
+    if (kept->has_value() && (*kept)->run_id == id) {
+      ModelCheckpoint& model = **kept;
+      ModelSnapshot snapshot;
+      snapshot.run_id = id;
+      snapshot.round = model.round;
+      snapshot.global_step = model.global_step;
+      snapshot.layout =
+          ChunkLayout::ForBytes(static_cast<int64_t>(model.global.size()), kArchivedChunkBytes);
+      snapshot.values = std::make_shared<const std::vector<float>>(std::move(model.global));
+      if (!model.momentum.empty()) {
+        snapshot.momentum = std::make_shared<const std::vector<float>>(std::move(model.momentum));
+      }
+      return snapshot;
+    }
   }
-  return *model_.snapshot();
+  return absl::NotFoundError(absl::StrCat(
+      "run_id: no model of run ", Quoted(id),
+      " is kept (the coordinator keeps the final models of the last ", StateWriter::kKeptRunModels,
+      " ended runs", options_.state != nullptr ? "" : " while it runs", ")"));
 }
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,

@@ -2,6 +2,7 @@
 #define LOCALSGD_COORDINATOR_ROUND_MANAGER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -265,6 +266,9 @@ class RoundManager {
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
   TouchedStreams<RoundMember> touched_ ABSL_GUARDED_BY(mu_);
+  // The final models of the last StateWriter::kKeptRunModels ended runs, oldest first
+  // (docs/design.md, "Persistence"); also on disk with a state folder.
+  std::deque<std::shared_ptr<const ModelSnapshot>> ended_models_ ABSL_GUARDED_BY(mu_);
   // The round last opened and how many attempts it has had: a member's step counts no
   // further than local_sgd_steps past the global step for each (ClaimedStep).
   int64_t attempted_round_ ABSL_GUARDED_BY(mu_) = 0;

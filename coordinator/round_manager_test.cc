@@ -484,5 +484,48 @@ TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredentialAndItsStepIsBounded) {
   EXPECT_EQ(plane_->Run().state(), v1::RUN_STATE_RUNNING);
 }
 
+// Finding 9 of issue 37: an ended run's final model can still be fetched once the next run
+// started (it was gone then), from memory and, with a state folder, from disk after a restart;
+// the coordinator keeps the last three ended runs' models.
+TEST_F(RoundManagerTest, TheFinalModelsOfTheLastThreeEndedRunsAreKept) {
+  RoundManager::Options options;
+  options.state = Writer("kept");
+  Start(options, "star");
+  std::shared_ptr<FakeMember> member = StarRound(1);
+  ASSERT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
+  const std::string first = run_id_;
+  ASSERT_THAT(rounds_->StopRun(v1::StopRunRequest()), IsOk());
+  StartRun("star");
+  absl::StatusOr<RoundManager::ModelSnapshot> kept = rounds_->FetchModel(first);
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_EQ(kept->run_id, first);
+  EXPECT_EQ(kept->round, 1);
+  EXPECT_FLOAT_EQ((*kept->values)[0], 1.5f);
+  absl::StatusOr<RoundManager::ModelSnapshot> current = rounds_->FetchModel("");
+  ASSERT_THAT(current, IsOk());
+  EXPECT_EQ(current->run_id, run_id_);
+  EXPECT_EQ(current->round, 0);
+
+  // A restarted coordinator reads it from the state folder.
+  RoundManager restarted(plane_.get(), options);
+  EXPECT_TRUE(WaitFor([&] { return restarted.FetchModel(first).ok(); }, absl::Seconds(5)));
+  kept = restarted.FetchModel(first);
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_EQ(kept->round, 1);
+  EXPECT_FLOAT_EQ((*kept->values)[0], 1.5f);
+  EXPECT_THAT(restarted.FetchModel("../state"),
+              StatusIs(absl::StatusCode::kNotFound, "no model of run"));
+  EXPECT_THAT(restarted.FetchModel("run-never"),
+              StatusIs(absl::StatusCode::kNotFound, "last 3 ended runs"));
+
+  // Three more ended runs: the first one's model is no longer kept, in memory or on disk.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_THAT(rounds_->StopRun(v1::StopRunRequest()), IsOk());
+    StartRun("star");
+  }
+  EXPECT_THAT(rounds_->FetchModel(first), StatusIs(absl::StatusCode::kNotFound, "no model of run"));
+  EXPECT_TRUE(WaitFor([&] { return !restarted.FetchModel(first).ok(); }, absl::Seconds(5)));
+}
+
 }  // namespace
 }  // namespace localsgd

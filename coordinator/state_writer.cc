@@ -1,9 +1,13 @@
 #include "coordinator/state_writer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -48,6 +52,47 @@ void StateWriter::SaveModel(std::shared_ptr<const ModelSnapshot> model,
   queue_.push_back(Job{std::move(model), std::move(durable)});
 }
 
+void StateWriter::ArchiveModel(std::shared_ptr<const ModelSnapshot> model) {
+  MutexLock lock(&mu_);
+  queue_.push_back(Job{std::move(model), nullptr, /*archive=*/true});
+}
+
+std::string StateWriter::ArchivePath(const std::string& run_id) const {
+  return absl::StrCat(options_.state_dir, "/runs/", run_id, ".bin");
+}
+
+absl::StatusOr<std::optional<ModelCheckpoint>> StateWriter::LoadArchivedModel(
+    const std::string& run_id) const {
+  return ModelStore::At(ArchivePath(run_id)).Load();
+}
+
+void StateWriter::WriteArchive(const ModelSnapshot& model) {
+  namespace fs = std::filesystem;
+  const std::string folder = absl::StrCat(options_.state_dir, "/runs");
+  absl::Status saved = MakeDirectories(folder);
+  if (saved.ok()) {
+    saved = ModelStore::At(ArchivePath(model.run_id))
+                .Save(model.run_id, model.round, model.global_step, *model.values,
+                      model.momentum != nullptr ? absl::Span<const float>(*model.momentum)
+                                                : absl::Span<const float>());
+  }
+  if (!saved.ok()) {
+    LogError(
+        absl::StrCat("run ", model.run_id, ": cannot keep its final model: ", saved.ToString()));
+    return;
+  }
+  // The newest kKeptRunModels stay.
+  std::vector<std::pair<fs::file_time_type, fs::path>> kept;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, error)) {
+    if (entry.path().extension() != ".bin") continue;
+    kept.emplace_back(entry.last_write_time(error), entry.path());
+  }
+  std::sort(kept.begin(), kept.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = kKeptRunModels; i < kept.size(); ++i) fs::remove(kept[i].second, error);
+}
+
 void StateWriter::SetStateSource(std::function<StateSnapshot()> source) {
   MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
@@ -87,6 +132,11 @@ void StateWriter::Loop() {
     }
     if (job.model == nullptr) {
       WriteState();
+      continue;
+    }
+    if (job.archive) {
+      if (options_.before_write) options_.before_write("runs");
+      WriteArchive(*job.model);
       continue;
     }
     if (options_.before_write) options_.before_write("model.bin");

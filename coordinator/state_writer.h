@@ -74,6 +74,15 @@ class StateWriter {
   void SaveModel(std::shared_ptr<const ModelSnapshot> model,
                  std::function<void(const absl::Status&)> durable);
 
+  // The final models of ended runs (docs/design.md, "Persistence"): queues `model` for
+  // runs/<run_id>.bin and, once it is written, removes the oldest such files beyond
+  // kKeptRunModels.
+  static constexpr int kKeptRunModels = 3;
+  void ArchiveModel(std::shared_ptr<const ModelSnapshot> model);
+  // The final model archived for `run_id` (a run id the coordinator made), nullopt when there
+  // is none. Reads the disk: call it without locks that others need.
+  absl::StatusOr<std::optional<ModelCheckpoint>> LoadArchivedModel(const std::string& run_id) const;
+
   // Where the run record comes from: called on the writer thread, without the writer's lock.
   // Set it before the first StateChanged; null detaches it, waiting for a call in progress
   // (the control plane's end).
@@ -88,11 +97,14 @@ class StateWriter {
   struct Job {
     std::shared_ptr<const ModelSnapshot> model;  // null: the run record
     std::function<void(const absl::Status&)> durable;
+    bool archive = false;  // an ended run's final model (ArchiveModel)
   };
 
   StateWriter(Options options, ModelStore models, RunStore runs);
   void Loop();
   void WriteState();
+  void WriteArchive(const ModelSnapshot& model);
+  std::string ArchivePath(const std::string& run_id) const;
 
   const Options options_;
   const ModelStore models_;

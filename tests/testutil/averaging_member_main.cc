@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (float& x : global) x = dist(rng);
     localsgd::ChunkLayout layout = localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
-    absl::Status s =
-        client.InitModel(run.run_id(), joined.worker_id(), global, layout, absl::Seconds(120));
+    absl::Status s = client.InitModel(run.run_id(), joined.worker_id(), joined.member_credential(),
+                                      global, layout, absl::Seconds(120));
     if (!s.ok()) return Fail("init model", s);
   } else {
     while (true) {
@@ -151,7 +151,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  localsgd::SyncMember member{run.run_id(), joined.worker_id(), run.spec().codec(), 1.0, 1};
+  const std::string credential = joined.member_credential();
+  localsgd::SyncMember member{run.run_id(),
+                              joined.worker_id(),
+                              run.spec().codec(),
+                              1.0,
+                              1,
+                              [credential] { return credential; }};
   const bool sharded = run.spec().exchange() == localsgd::v1::EXCHANGE_SHARDED;
   const localsgd::v1::OuterOptimizerSpec& outer_spec = run.spec().outer_optimizer();
   const localsgd::OuterOptimizer outer{outer_spec.lr(), outer_spec.momentum(),

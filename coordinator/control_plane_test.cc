@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/fake_clock.h"
@@ -60,6 +61,14 @@ class ControlPlaneTest : public ::testing::Test {
     return plane.Leave(request);
   }
   std::map<std::string, std::string> credentials_;
+
+  // Worker a/0 joins and a run of 200 steps starts for it.
+  absl::StatusOr<v1::RunInfo> StartOneWorkerRun(ControlPlane& plane) {
+    LOCALSGD_RETURN_IF_ERROR(Join(plane, JoinAs("a", 0)).status());
+    v1::StartRunRequest request = StartRequest(1);
+    request.mutable_spec()->set_total_steps(200);
+    return plane.StartRun(request);
+  }
 
   std::unique_ptr<ControlPlane> Make(const std::string& state_dir = "") {
     ControlPlane::Options options;
@@ -508,10 +517,7 @@ TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {
 // restarted node waiting for the next run) changes nothing in that run's record.
 TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameName) {
   auto plane = Make("");
-  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
-  v1::StartRunRequest request = StartRequest(1);
-  request.mutable_spec()->set_total_steps(200);
-  auto run = plane->StartRun(request);
+  absl::StatusOr<v1::RunInfo> run = StartOneWorkerRun(*plane);
   ASSERT_THAT(run, IsOk());
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 200, 0.974)), IsOk());
   ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
@@ -540,10 +546,7 @@ TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameN
 // still gives its final report after the run ended.
 TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {
   auto plane = Make("");
-  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
-  v1::StartRunRequest request = StartRequest(1);
-  request.mutable_spec()->set_total_steps(200);
-  auto run = plane->StartRun(request);
+  absl::StatusOr<v1::RunInfo> run = StartOneWorkerRun(*plane);
   ASSERT_THAT(run, IsOk());
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 10, 2.0)), IsOk());
   ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());

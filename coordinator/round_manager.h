@@ -269,10 +269,6 @@ class RoundManager {
   // The final models of the last StateWriter::kKeptRunModels ended runs, oldest first
   // (docs/design.md, "Persistence"); also on disk with a state folder.
   std::deque<std::shared_ptr<const ModelSnapshot>> ended_models_ ABSL_GUARDED_BY(mu_);
-  // The round last opened and how many attempts it has had: a member's step counts no
-  // further than local_sgd_steps past the global step for each (ClaimedStep).
-  int64_t attempted_round_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t attempts_ ABSL_GUARDED_BY(mu_) = 0;
   // The model being saved; while it is, no other commit starts and FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.

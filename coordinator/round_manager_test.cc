@@ -446,19 +446,15 @@ TEST_F(RoundManagerTest, AMembersNewStreamCancelsItsEarlierOne) {
 }
 
 // Finding 6 of issue 37: a header in another member's name is refused before it touches that
-// member's stream, and a member's step is a claim the coordinator bounds: a step of 10^12
-// moves the global step by one round's local_sgd_steps, not to the run's end.
-TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredentialAndItsStepIsBounded) {
+// member's stream.
+TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredential) {
   v1::JoinRequest join;
   join.mutable_identity()->set_node_name("m");
   join.mutable_identity()->set_local_world_size(1);
   JoinMember(join);
   Start(RoundManager::Options(), "star");
-  const int64_t k = plane_->Run().spec().local_sgd_steps();
   auto honest = std::make_shared<FakeMember>();
-  v1::SyncHeader header = Header(1, "n/0");
-  header.set_step(1'000'000'000'000);
-  absl::StatusOr<int64_t> session = rounds_->Join(header, honest);
+  absl::StatusOr<int64_t> session = rounds_->Join(Header(1, "n/0"), honest);
   ASSERT_THAT(session, IsOk());
 
   auto impostor = std::make_shared<FakeMember>();
@@ -480,8 +476,6 @@ TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredentialAndItsStepIsBounded) {
   ASSERT_THAT(rounds_->AddChunk(*other, chunk), IsOk());
   ASSERT_TRUE(WaitFor([&] { return honest->committed(); }, absl::Seconds(5)));
   EXPECT_EQ(plane_->Run().round(), 1);
-  EXPECT_EQ(plane_->Run().global_step(), k);
-  EXPECT_EQ(plane_->Run().state(), v1::RUN_STATE_RUNNING);
 }
 
 // Finding 9 of issue 37: an ended run's final model can still be fetched once the next run

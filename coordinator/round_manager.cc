@@ -286,7 +286,10 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       member->Enqueue(std::move(response));
       Touch(member);
     }
-    if (!session.ok() && !absl::IsAlreadyExists(session.status()) && !stale) {
+    // Nor one whose round aborted (quorum lost, say): that is no fault of the member, and a
+    // refusal kept for the next attempt would drop it there and abort that one too.
+    if (!session.ok() && !absl::IsAlreadyExists(session.status()) &&
+        !absl::IsAborted(session.status()) && !stale) {
       Refuse(header.member_id(), session.status());
     }
     Advance();

@@ -89,17 +89,18 @@ class RoundManagerTest : public ::testing::Test {
     credentials_[joined->worker_id()] = joined->member_credential();
   }
 
-  void Start(RoundManager::Options options, const std::string& exchange) {
+  void Start(RoundManager::Options options, const std::string& exchange, int min_workers = 1) {
     options.clock = clock_.AsFunction();
     rounds_ = std::make_unique<RoundManager>(plane_.get(), options);
     ASSERT_THAT(rounds_->Restore(), IsOk());
-    StartRun(exchange);
+    StartRun(exchange, min_workers);
   }
 
   // Starts a run on the plane and uploads its initial model.
-  void StartRun(const std::string& exchange) {
+  void StartRun(const std::string& exchange, int min_workers = 1) {
     v1::StartRunRequest start;
     start.mutable_spec()->mutable_model()->set_builtin("mlp");
+    start.mutable_spec()->set_min_workers(min_workers);
     start.mutable_spec()->set_exchange(exchange == "star" ? v1::EXCHANGE_STAR
                                                           : v1::EXCHANGE_SHARDED);
     absl::StatusOr<v1::RunInfo> run = plane_->StartRun(start);
@@ -519,6 +520,52 @@ TEST_F(RoundManagerTest, TheFinalModelsOfTheLastThreeEndedRunsAreKept) {
   }
   EXPECT_THAT(rounds_->FetchModel(first), StatusIs(absl::StatusCode::kNotFound, "no model of run"));
   EXPECT_TRUE(WaitFor([&] { return !restarted.FetchModel(first).ok(); }, absl::Seconds(5)));
+}
+
+// A round that aborts because too few members are left (quorum lost) is no member's failure:
+// the member left alone keeps offering its rounds and is never suspended for it, and once the
+// other member is back the round commits.
+TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("m");
+  join.mutable_identity()->set_local_world_size(1);
+  JoinMember(join);
+  Start(RoundManager::Options(), "star", /*min_workers=*/2);
+  v1::LeaveRequest leave;
+  leave.set_worker_id("m/0");
+  leave.set_member_credential(credentials_["m/0"]);
+  leave.set_preempted(true);
+  ASSERT_THAT(plane_->Leave(leave), IsOk());
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto alone = std::make_shared<FakeMember>();
+    absl::StatusOr<int64_t> session = rounds_->Join(Header(1), alone);
+    if (session.ok()) {
+      v1::Chunk chunk;
+      chunk.set_index(0);
+      Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+      rounds_->AddChunk(*session, chunk).IgnoreError();
+    }
+    rounds_->Tick();
+    EXPECT_FALSE(alone->committed());
+  }
+  const v1::CoordinatorStatus status = plane_->Status();
+  for (const v1::Event& event : status.events()) {
+    EXPECT_NE(event.kind(), "member_suspended") << event.text();
+  }
+  JoinMember(join);
+  auto first = std::make_shared<FakeMember>();
+  auto second = std::make_shared<FakeMember>();
+  absl::StatusOr<int64_t> b = rounds_->Join(Header(1, "m/0"), second);
+  absl::StatusOr<int64_t> a = rounds_->Join(Header(1, "n/0"), first);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  v1::Chunk chunk;
+  chunk.set_index(0);
+  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  ASSERT_THAT(rounds_->AddChunk(*a, chunk), IsOk());
+  ASSERT_THAT(rounds_->AddChunk(*b, chunk), IsOk());
+  EXPECT_TRUE(WaitFor([&] { return first->committed() && second->committed(); }, absl::Seconds(5)));
+  EXPECT_EQ(plane_->Run().round(), 1);
 }
 
 }  // namespace

@@ -129,14 +129,20 @@ class RoundManagerTest : public ::testing::Test {
     return header;
   }
 
+  // The one chunk of a delta of 0.5 everywhere.
+  static v1::Chunk DeltaChunk() {
+    v1::Chunk chunk;
+    chunk.set_index(0);
+    Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+    return chunk;
+  }
+
   // One star round of the single member: the header and its one chunk.
   std::shared_ptr<FakeMember> StarRound(int64_t round) {
     auto member = std::make_shared<FakeMember>();
     absl::StatusOr<int64_t> session = rounds_->Join(Header(round), member);
     EXPECT_THAT(session, IsOk());
-    v1::Chunk chunk;
-    chunk.set_index(0);
-    Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+    const v1::Chunk chunk = DeltaChunk();
     EXPECT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
     return member;
   }
@@ -329,9 +335,7 @@ TEST_F(RoundManagerTest, AStopAbortsTheOpenRoundAndItsLastChunkCannotCommitIt) {
   ASSERT_THAT(session, IsOk());
   ASSERT_THAT(rounds_->StopRun(v1::StopRunRequest()), IsOk());
   EXPECT_TRUE(member->closed());
-  v1::Chunk chunk;
-  chunk.set_index(0);
-  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  const v1::Chunk chunk = DeltaChunk();
   EXPECT_FALSE(rounds_->AddChunk(*session, chunk).ok());  // the last chunk, too late
   EXPECT_FALSE(member->committed());
   EXPECT_EQ(plane_->Run().round(), 0);
@@ -427,9 +431,7 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
   auto back = std::make_shared<FakeMember>();
   absl::StatusOr<int64_t> session = rounds_->Join(Header(5, "s/0"), back);
   ASSERT_THAT(session, IsOk());
-  v1::Chunk chunk;
-  chunk.set_index(0);
-  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  const v1::Chunk chunk = DeltaChunk();
   ASSERT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
   EXPECT_TRUE(WaitFor([&] { return member->committed() && back->committed(); }, absl::Seconds(5)));
 }
@@ -470,9 +472,7 @@ TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredential) {
 
   absl::StatusOr<int64_t> other = rounds_->Join(Header(1, "m/0"), std::make_shared<FakeMember>());
   ASSERT_THAT(other, IsOk());
-  v1::Chunk chunk;
-  chunk.set_index(0);
-  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  const v1::Chunk chunk = DeltaChunk();
   ASSERT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
   ASSERT_THAT(rounds_->AddChunk(*other, chunk), IsOk());
   ASSERT_TRUE(WaitFor([&] { return honest->committed(); }, absl::Seconds(5)));
@@ -540,9 +540,7 @@ TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
     auto alone = std::make_shared<FakeMember>();
     absl::StatusOr<int64_t> session = rounds_->Join(Header(1), alone);
     if (session.ok()) {
-      v1::Chunk chunk;
-      chunk.set_index(0);
-      Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+      const v1::Chunk chunk = DeltaChunk();
       rounds_->AddChunk(*session, chunk).IgnoreError();
     }
     rounds_->Tick();
@@ -559,9 +557,7 @@ TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
   absl::StatusOr<int64_t> a = rounds_->Join(Header(1, "n/0"), first);
   ASSERT_THAT(a, IsOk());
   ASSERT_THAT(b, IsOk());
-  v1::Chunk chunk;
-  chunk.set_index(0);
-  Encode(v1::CODEC_FP32, std::vector<float>(kValues, 0.5f), chunk.mutable_data());
+  const v1::Chunk chunk = DeltaChunk();
   ASSERT_THAT(rounds_->AddChunk(*a, chunk), IsOk());
   ASSERT_THAT(rounds_->AddChunk(*b, chunk), IsOk());
   EXPECT_TRUE(WaitFor([&] { return first->committed() && second->committed(); }, absl::Seconds(5)));

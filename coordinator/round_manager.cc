@@ -6,7 +6,6 @@
 #include <random>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -225,11 +224,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
     }
   }
   // An earlier run's, from the state folder (off the lock: it reads the disk).
-  const bool run_id_like =
-      !id.empty() && id[0] != '.' && std::all_of(id.begin(), id.end(), [](char c) {
-        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
-      });
-  if (options_.state != nullptr && run_id_like) {
+  if (options_.state != nullptr) {
     absl::StatusOr<std::optional<ModelCheckpoint>> kept = options_.state->LoadArchivedModel(id);
     if (!kept.ok()) return kept.status();
     if (kept->has_value() && (*kept)->run_id == id) {

@@ -6,12 +6,22 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
 namespace localsgd {
+namespace {
+
+// A snapshot's momentum, empty when the outer optimizer has none.
+absl::Span<const float> Momentum(const ModelSnapshot& model) {
+  return model.momentum != nullptr ? absl::Span<const float>(*model.momentum)
+                                   : absl::Span<const float>();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<StateWriter>> StateWriter::Open(Options options) {
   LOCALSGD_ASSIGN_OR_RETURN(ModelStore models, ModelStore::Open(options.state_dir));
@@ -63,6 +73,12 @@ std::string StateWriter::ArchivePath(const std::string& run_id) const {
 
 absl::StatusOr<std::optional<ModelCheckpoint>> StateWriter::LoadArchivedModel(
     const std::string& run_id) const {
+  // Only a name the coordinator could have made is a file name here (never "../x").
+  const bool run_id_like =
+      !run_id.empty() && run_id[0] != '.' && std::all_of(run_id.begin(), run_id.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
+      });
+  if (!run_id_like) return std::optional<ModelCheckpoint>();
   return ModelStore::At(ArchivePath(run_id)).Load();
 }
 
@@ -72,9 +88,7 @@ void StateWriter::WriteArchive(const ModelSnapshot& model) {
   absl::Status saved = MakeDirectories(folder);
   if (saved.ok()) {
     saved = ModelStore::At(ArchivePath(model.run_id))
-                .Save(model.run_id, model.round, model.global_step, *model.values,
-                      model.momentum != nullptr ? absl::Span<const float>(*model.momentum)
-                                                : absl::Span<const float>());
+                .Save(model.run_id, model.round, model.global_step, *model.values, Momentum(model));
   }
   if (!saved.ok()) {
     LogError(
@@ -142,9 +156,7 @@ void StateWriter::Loop() {
     if (options_.before_write) options_.before_write("model.bin");
     const ModelSnapshot& model = *job.model;
     absl::Status saved =
-        models_.Save(model.run_id, model.round, model.global_step, *model.values,
-                     model.momentum != nullptr ? absl::Span<const float>(*model.momentum)
-                                               : absl::Span<const float>());
+        models_.Save(model.run_id, model.round, model.global_step, *model.values, Momentum(model));
     if (!saved.ok()) {
       LogError(absl::StrCat("run ", model.run_id, ": cannot save the global model of round ",
                             model.round, ": ", saved.ToString()));

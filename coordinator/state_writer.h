@@ -79,8 +79,9 @@ class StateWriter {
   // kKeptRunModels.
   static constexpr int kKeptRunModels = 3;
   void ArchiveModel(std::shared_ptr<const ModelSnapshot> model);
-  // The final model archived for `run_id` (a run id the coordinator made), nullopt when there
-  // is none. Reads the disk: call it without locks that others need.
+  // The final model archived for `run_id`, nullopt when there is none or `run_id` is no name
+  // the coordinator makes (such as "../x"). Reads the disk: call it without locks that others
+  // need.
   absl::StatusOr<std::optional<ModelCheckpoint>> LoadArchivedModel(const std::string& run_id) const;
 
   // Where the run record comes from: called on the writer thread, without the writer's lock.

@@ -163,11 +163,31 @@ void HttpServer::Loop() {
                                SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         const std::string client = PeerAddress(peer);
+        const std::string busy = Render(503, "text/plain", "too many connections\n", false);
+        if (static_cast<int>(connections.size()) >= options_.max_connections &&
+            per_client[client] < options_.max_connections_per_client) {
+          // Full: the busiest other address gives up its oldest unanswered request, so a
+          // few addresses holding every slot cannot keep out everyone else.
+          auto busiest = per_client.end();
+          for (auto p = per_client.begin(); p != per_client.end(); ++p) {
+            if (busiest == per_client.end() || p->second > busiest->second) busiest = p;
+          }
+          if (busiest != per_client.end() && busiest->second > per_client[client] + 1) {
+            const std::string victim = busiest->first;
+            for (auto it = connections.begin(); it != connections.end(); ++it) {
+              if (it->client == victim && !it->answering) {
+                send(it->fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+                drop(it);
+                break;
+              }
+            }
+          }
+        }
         if (static_cast<int>(connections.size()) >= options_.max_connections ||
             per_client[client] >= options_.max_connections_per_client) {
-          const std::string busy = Render(503, "text/plain", "too many connections\n", false);
           send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
           close(fd);
+          if (per_client[client] == 0) per_client.erase(client);
           continue;
         }
         ++per_client[client];

@@ -20,7 +20,9 @@ namespace localsgd {
 // thread polls every socket, so a slow or hostile client holds a connection slot, never a
 // thread: each request must arrive whole within `request_timeout` (headers and all), each
 // client IP may hold `max_connections_per_client` connections and the server
-// `max_connections` in all (beyond that new connections are closed at once), and Stop closes
+// `max_connections` in all (when full, a new connection takes the slot of the oldest
+// unanswered request of the address holding the most, if that holds more than the newcomer's
+// address plus one; otherwise it is closed at once with 503), and Stop closes
 // every connection without waiting for anyone. Every response closes its connection.
 // Handlers run on the server's thread and must be quick.
 // Thread-safe: Stop() may be called from any thread, once or more.

@@ -101,9 +101,16 @@ TEST(HttpServerTest, StopIsIdempotentAndClosesThePort) {
   EXPECT_FALSE(client.Get("/hello"));  // nobody listens any more
 }
 
-// A client socket connected to the server, for hand-written requests.
-int Connect(int port) {
+// A client socket connected to the server, for hand-written requests, from 127.0.0.`from`.
+int Connect(int port, int from = 1) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in source = {};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + static_cast<uint32_t>(from));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0) {
+    close(fd);
+    return -1;
+  }
   sockaddr_in address = {};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
@@ -161,6 +168,63 @@ TEST(HttpServerTest, TricklingClientsNeitherBlockOthersNorShutdown) {
   done.Notify();
   trickle.join();
   for (int fd : trickling) close(fd);
+}
+
+// Issue 37, finding 12: 512 trickling connections from 4 addresses filled every slot and
+// /healthz failed most probes. A newcomer now takes the slot of the busiest address's oldest
+// unanswered request, even while that address connects again as fast as it is cut.
+TEST(HttpServerTest, HealthzAnswersWhileFourAddressesHoldEverySlot) {
+  HttpServer::Options options;
+  options.routes["/healthz"] = [] { return HttpServer::Response{200, "text/plain", "ok\n"}; };
+  options.request_timeout = absl::Seconds(120);  // only the displacement frees a slot
+  auto server = HttpServer::Start(std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<std::pair<int, int>> trickling;  // (fd, address)
+  for (int from = 1; from <= 4; ++from) {
+    for (int i = 0; i < 128; ++i) {
+      const int fd = Connect(port, from);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(send(fd, "G", 1, MSG_NOSIGNAL), 1);
+      trickling.push_back({fd, from});
+    }
+  }
+  absl::Notification done;
+  std::atomic<int> reconnected{0};
+  std::thread trickle([&] {  // one more byte on each every 100 ms; a cut one connects again
+    do {
+      for (auto& [fd, from] : trickling) {
+        char answer[64];
+        const bool cut = recv(fd, answer, sizeof(answer), MSG_DONTWAIT) >= 0 ||
+                         send(fd, "E", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+        if (!cut) continue;
+        close(fd);
+        fd = Connect(port, from);
+        if (fd >= 0) send(fd, "G", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ++reconnected;
+      }
+    } while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  });
+  int answered = 0;
+  for (int probe = 0; probe < 40; ++probe) {
+    const int fd = Connect(port, 5);
+    ASSERT_GE(fd, 0);
+    const std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    char answer[256] = {};
+    timeval timeout = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (recv(fd, answer, sizeof(answer) - 1, 0) > 0 && absl::StartsWith(answer, "HTTP/1.1 200")) {
+      ++answered;
+    }
+    close(fd);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  done.Notify();
+  trickle.join();
+  for (auto& [fd, from] : trickling) close(fd);
+  EXPECT_EQ(answered, 40);
+  EXPECT_GT(reconnected.load(), 0);  // the probes did displace tricklers
 }
 
 TEST(HttpServerTest, ConnectionsAreLimitedPerClientAndMalformedRequestsRefused) {

@@ -36,3 +36,43 @@ loaded=$(sed -n 's/^test accuracy \([0-9.]*\)$/\1/p' <<<"$out")
 grep -q "^test_accuracy: " <<<"$out" || fail "no metrics beside the model: $out"
 grep -q "^run_id: \"run-" <<<"$out" || fail "no run record beside the model: $out"
 echo "PASS: loaded $loaded, reported $reported"
+
+# Issue 37 (the chaos soak's "nobody saved the model"): node 0 that joins a run but has not
+# begun training when the other node completes it still saves the run's final global model.
+# Its rank 1 never comes, so rank 0 waits to form its node until the run has ended.
+run_worker() {  # NODE RANK RANKS LOG [FLAGS...]
+  local node=$1 rank=$2 ranks=$3 log=$4
+  shift 4
+  "$BIN/tests/testutil/dumping_worker" --coordinator="$GRPC" --token_file="$WORK/token" \
+    --node_name="node-$node" --node_rank="$node" --num_nodes=2 --local_rank="$rank" \
+    --local_world_size="$ranks" --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" \
+    --log_every=100000 "$@" >"$WORK/$log.out" 2>"$WORK/$log.err" &
+  pids+=($!)
+  last_pid=$!
+}
+run_worker 0 0 2 late00 --save_model="$WORK/late.pt"
+late=$last_pid
+run_worker 1 0 1 late10
+alone=$last_pid
+start_run <<SPEC
+model { builtin: "mlp" }
+dataset { kind: DATASET_KIND_FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }
+local_sgd_steps: 8
+total_steps: 200
+batch_size: 64
+min_workers: 1
+optimizer { lr: 0.05 momentum: 0.9 }
+SPEC
+wait "$alone" || fail "node-1 failed"
+wait "$late" || fail "node-0's rank 0 failed"
+grep -q "before this worker began training" "$WORK/late00.out" || fail "node-0 trained after all"
+[[ -f "$WORK/late.pt" ]] || fail "node-0 did not save the completed run's model"
+alone_accuracy=$(sed -n 's/.* done: .*test accuracy \([0-9.]*\),.*/\1/p' "$WORK/late10.out")
+out=$(cd "$WORK" && /usr/bin/python3 load.py "$WORK/late.pt") || fail "the snippet failed: $out"
+echo "$out"
+late_accuracy=$(sed -n 's/^test accuracy \([0-9.]*\)$/\1/p' <<<"$out")
+/usr/bin/python3 -c "import sys; sys.exit(abs($late_accuracy - $alone_accuracy) > 0.0015)" \
+  || fail "node-0 saved a model scoring $late_accuracy, the run's final model scores $alone_accuracy"
+second_run=$(status_value 'run["run_id"]' | tr -d '"')
+grep -q "^run_id: \"$second_run\"" <<<"$out" || fail "the saved model is not run $second_run's: $out"
+echo "PASS: node 0 saved run $second_run's final model after the run completed without it"

@@ -1,5 +1,6 @@
 #include "worker/session.h"
 
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <utility>
@@ -232,6 +233,42 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
                          "; resuming from the global model at step ", first_step_));
   }
   return first_step_;
+}
+
+absl::StatusOr<Session::FinalModel> Session::FetchFinalModel(
+    const std::vector<at::Tensor>& tensors) {
+  if (coordinator_->run().run_id() != run_id_ ||
+      coordinator_->run().state() != v1::RUN_STATE_COMPLETED) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", run_id_, " has not completed"));
+  }
+  ModelClient client(coordinator_->channel(), options_.token);
+  absl::StatusOr<ModelClient::Model> model;
+  const absl::Time give_up = absl::Now() + absl::Minutes(1);
+  do {
+    model = client.FetchModel(run_id_, absl::Seconds(10));
+    if (model.ok() ||
+        (!absl::IsUnavailable(model.status()) && !absl::IsDeadlineExceeded(model.status()))) {
+      break;
+    }
+    absl::SleepFor(absl::Seconds(1));
+  } while (absl::Now() < give_up);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("final model: ", model.status().message()));
+  }
+  if (static_cast<int64_t>(model->values.size()) != NumValues(tensors)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "final model: ", model->values.size(), " values, the model has ", NumValues(tensors)));
+  }
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const at::Tensor& t : tensors) {
+    const at::Tensor values =
+        torch::from_blob(model->values.data() + offset, {t.numel()}, torch::kFloat32);
+    t.copy_(values.view(t.sizes()));
+    offset += t.numel();
+  }
+  return FinalModel{model->round, model->global_step};
 }
 
 int64_t Session::round() const { return leader_ != nullptr ? leader_->round() : 0; }

@@ -97,6 +97,16 @@ class Session : public ParameterAverager {
   bool RunHalted() const;
   bool RunEnded() const;
 
+  // Copies the final global model of this session's run, once it completed, into `tensors`
+  // (the same tensors Start takes): for a rank that must save the run's model but joined too
+  // late to train (the other nodes finished the run meanwhile). Retries an unreachable
+  // coordinator for up to a minute. Returns the model's round and global step.
+  struct FinalModel {
+    int64_t round = 0;
+    int64_t global_step = 0;
+  };
+  absl::StatusOr<FinalModel> FetchFinalModel(const std::vector<at::Tensor>& tensors);
+
   // This rank leads its node now, and the round and global step its node last agreed on.
   bool leads_node() const { return leader_ != nullptr; }
   int64_t round() const;

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/process_tuning.h"
 #include "common/run_spec.h"
+#include "common/status_macros.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 #include "worker/session.h"
@@ -188,9 +189,43 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
     session.Leave(absl::StrCat("failed: ", message)).IgnoreError();
     return Fail(message);
   };
+  const std::string save_path = absl::GetFlag(FLAGS_save_model);
+  // Saves `model`, the global model of `round` at `global_step` (after the last sync every
+  // replica holds it), with the spec and `result`'s metrics beside it, and tells the
+  // coordinator where.
+  auto save = [&](localsgd::Model& model, int64_t round, int64_t global_step,
+                  const localsgd::TrainResult& result) -> absl::Status {
+    localsgd::Model::SaveInfo info;
+    info.run_id = session.run_id();
+    info.round = round;
+    info.global_step = global_step;
+    // Raw inputs go into the saved model (its normalisation inside); the spec and the final
+    // metrics go beside it.
+    const localsgd::InputNormalization normalization = localsgd::NormalizationOf(spec.dataset());
+    info.input_divisor = normalization.divisor;
+    info.input_mean = normalization.mean;
+    info.input_std = normalization.std;
+    google::protobuf::TextFormat::PrintToString(spec, &info.extra_files["spec.textproto"]);
+    info.extra_files["metrics.txt"] =
+        absl::StrFormat("steps: %d\ntrain_loss: %.6f\ntest_accuracy: %.6f\ntest_loss: %.6f\n",
+                        result.steps, result.loss, result.test_accuracy, result.test_loss);
+    LOCALSGD_RETURN_IF_ERROR(model.Save(save_path, info));
+    std::printf("%s saved the trained model (run %s, round %lld, global step %lld) to %s\n",
+                worker_id.c_str(), info.run_id.c_str(), static_cast<long long>(info.round),
+                static_cast<long long>(info.global_step), save_path.c_str());
+    std::fflush(stdout);
+    session.coordinator().ReportModelPath(save_path);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::unique_ptr<localsgd::Model>> model =
+      localsgd::MakeModel(spec.model(), spec.seed());
+  if (!model.ok()) return leave_and_fail(model.status().ToString());
+  (*model)->To(device);
+  absl::StatusOr<localsgd::DataSplits> data = localsgd::LoadData(spec.dataset(), spec.seed());
+  if (!data.ok()) return leave_and_fail(data.status().ToString());
   // A signal at any stage before training: leave, say so once, exit 128 + signal. Any end of
   // the run before training (completed too: the other nodes finished it while this worker was
-  // starting) means there is nothing left to do.
+  // starting) means there is nothing left to train.
   auto not_training = [&](const absl::Status& status) {
     if (g_stop.load()) {
       localsgd::LogInfo("stopped by signal before training");
@@ -201,18 +236,34 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
       std::printf("%s: run %s ended (%s) before this worker began training\n", worker_id.c_str(),
                   session.run_id().c_str(),
                   localsgd::EnumName(session.coordinator().run().state()).c_str());
+      // Node 0 (restarted, or late) still saves a completed run's final global model.
+      const bool completed =
+          session.coordinator().run().state() == localsgd::v1::RUN_STATE_COMPLETED;
+      if (completed && spec.enabled() && !save_path.empty() && node_rank == 0 &&
+          (session.leads_node() || local_rank == 0)) {
+        absl::StatusOr<localsgd::Session::FinalModel> final_model =
+            session.FetchFinalModel(localsgd::ModelTensors(**model, spec.average_buffers()));
+        if (!final_model.ok()) return leave_and_fail(final_model.status().ToString());
+        localsgd::TrainResult evaluated;
+        try {
+          const localsgd::Evaluation e =
+              localsgd::Evaluate(**model, data->test, device, spec.loss());
+          evaluated.test_accuracy = e.accuracy;
+          evaluated.test_loss = e.loss;
+        } catch (const std::exception& e) {
+          return leave_and_fail(absl::StrCat("evaluating the final model: ", e.what()));
+        }
+        if (absl::Status s = save(**model, final_model->round, final_model->global_step, evaluated);
+            !s.ok()) {
+          return leave_and_fail(s.ToString());
+        }
+      }
       session.Leave("the run ended before this worker began").IgnoreError();
       return 0;
     }
     return leave_and_fail(status.ToString());
   };
 
-  absl::StatusOr<std::unique_ptr<localsgd::Model>> model =
-      localsgd::MakeModel(spec.model(), spec.seed());
-  if (!model.ok()) return leave_and_fail(model.status().ToString());
-  (*model)->To(device);
-  absl::StatusOr<localsgd::DataSplits> data = localsgd::LoadData(spec.dataset(), spec.seed());
-  if (!data.ok()) return leave_and_fail(data.status().ToString());
   if (absl::Status s = session.FormNodeGroup(); !s.ok()) return not_training(s);
   absl::StatusOr<int64_t> first_step =
       session.Start(localsgd::ModelTensors(**model, spec.average_buffers()));
@@ -281,34 +332,12 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
       : result->run_ended ? " (the run ended first; this is its final model)"
                           : "");
   std::fflush(stdout);
-  const std::string save_path = absl::GetFlag(FLAGS_save_model);
   // Node 0's leader saves (local rank 0, or the rank that took over from it).
-  const bool saver = node_rank == 0 && (spec.enabled() ? session.leads_node() : local_rank == 0);
-  if (!save_path.empty() && saver) {
-    // After the last sync every replica holds the final global model (averaging runs).
-    // Which global model this is: the round and step the node leader last agreed on.
-    localsgd::Model::SaveInfo info;
-    info.run_id = session.run_id();
-    info.round = session.round();
-    info.global_step = session.global_step();
-    // Raw inputs go into the saved model (its normalisation inside); the spec and the final
-    // metrics go beside it.
-    const localsgd::InputNormalization normalization = localsgd::NormalizationOf(spec.dataset());
-    info.input_divisor = normalization.divisor;
-    info.input_mean = normalization.mean;
-    info.input_std = normalization.std;
-    google::protobuf::TextFormat::PrintToString(spec, &info.extra_files["spec.textproto"]);
-    info.extra_files["metrics.txt"] =
-        absl::StrFormat("steps: %d\ntrain_loss: %.6f\ntest_accuracy: %.6f\ntest_loss: %.6f\n",
-                        result->steps, result->loss, result->test_accuracy, result->test_loss);
-    if (absl::Status s = (*model)->Save(save_path, info); !s.ok()) {
+  if (!save_path.empty() && node_rank == 0 &&
+      (spec.enabled() ? session.leads_node() : local_rank == 0)) {
+    if (absl::Status s = save(**model, session.round(), session.global_step(), *result); !s.ok()) {
       return leave_and_fail(s.ToString());
     }
-    std::printf("%s saved the trained model (run %s, round %lld, global step %lld) to %s\n",
-                worker_id.c_str(), info.run_id.c_str(), static_cast<long long>(info.round),
-                static_cast<long long>(info.global_step), save_path.c_str());
-    std::fflush(stdout);
-    coordinator.ReportModelPath(save_path);
   }
   using Ending = localsgd::Session::Ending;
   const Ending ending = !result->stopped ? Ending::kFinished

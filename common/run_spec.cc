@@ -56,12 +56,14 @@ absl::Status FieldError(absl::string_view field, absl::string_view why) {
 
 // Checks a value that must be finite and within [lo, hi] (or (lo, hi] when lo_open).
 absl::Status CheckRange(absl::string_view field, double value, double lo, double hi,
-                        bool lo_open = false) {
+                        bool lo_open = false, bool hi_open = false) {
   if (!std::isfinite(value)) return FieldError(field, "must be a finite number");
   if (lo_open ? value <= lo : value < lo) {
     return FieldError(field, absl::StrCat("must be ", lo_open ? "> " : ">= ", lo, ", got ", value));
   }
-  if (value > hi) return FieldError(field, absl::StrCat("must be <= ", hi, ", got ", value));
+  if (hi_open ? value >= hi : value > hi) {
+    return FieldError(field, absl::StrCat("must be ", hi_open ? "< " : "<= ", hi, ", got ", value));
+  }
   return absl::OkStatus();
 }
 
@@ -233,6 +235,10 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckRange("max_delta_norm_ratio", spec.max_delta_norm_ratio(), 1, 1e9, /*lo_open=*/true));
   }
+  if (spec.has_trimmed_mean_fraction() && spec.trimmed_mean_fraction() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("trimmed_mean_fraction", spec.trimmed_mean_fraction(), 0,
+                                        0.5, /*lo_open=*/true, /*hi_open=*/true));
+  }
   if (spec.has_suspend_after_failed_rounds()) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("suspend_after_failed_rounds", spec.suspend_after_failed_rounds(), 0, 1000));
@@ -267,11 +273,6 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
   if (!v1::Exchange_IsValid(spec.exchange())) {
     return FieldError("exchange", absl::StrCat("unknown exchange ", spec.exchange(),
                                                " (known: EXCHANGE_SHARDED, EXCHANGE_STAR)"));
-  }
-  if (spec.exchange() == v1::EXCHANGE_SHARDED && spec.max_delta_norm_ratio() != 0) {
-    return FieldError("exchange",
-                      "EXCHANGE_SHARDED cannot screen deltas (max_delta_norm_ratio needs every "
-                      "whole delta in one place): use EXCHANGE_STAR or leave exchange unset");
   }
   return absl::OkStatus();
 }
@@ -311,10 +312,7 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   if (!out.outer_optimizer().has_lr()) out.mutable_outer_optimizer()->set_lr(1.0);
   if (out.loss() == v1::LOSS_KIND_UNSPECIFIED) out.set_loss(v1::LOSS_KIND_CROSS_ENTROPY);
   if (!out.has_average_buffers()) out.set_average_buffers(true);
-  if (out.exchange() == v1::EXCHANGE_UNSPECIFIED) {
-    // Screening needs every whole delta at the coordinator.
-    out.set_exchange(out.max_delta_norm_ratio() != 0 ? v1::EXCHANGE_STAR : v1::EXCHANGE_SHARDED);
-  }
+  if (out.exchange() == v1::EXCHANGE_UNSPECIFIED) out.set_exchange(v1::EXCHANGE_SHARDED);
   if (!out.has_chunk_bytes()) {
     out.set_chunk_bytes(out.exchange() == v1::EXCHANGE_STAR ? kDefaultStarChunkBytes
                                                             : kDefaultShardedChunkBytes);

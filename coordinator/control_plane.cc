@@ -485,8 +485,8 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   for (const Member& member : membership_.Members()) {
     // A leader that finished training will not sync again: rounds must not wait for it.
     if (member.node_leader && !member.finished) {
-      leaders.push_back(Leader{member.worker_id, member.identity.local_world_size(),
-                               member.data_address, member.generation});
+      leaders.push_back(
+          Leader{member.worker_id, member.identity.local_world_size(), member.data_address});
     }
   }
   return leaders;

@@ -93,7 +93,6 @@ class ControlPlane {
     std::string worker_id;
     int local_world_size = 1;
     std::string data_address;  // empty: it serves no sharded data plane
-    int64_t generation = 0;    // of its latest Join
   };
   std::vector<Leader> LiveLeaders() const;
 

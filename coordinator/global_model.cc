@@ -24,6 +24,7 @@ absl::Status GlobalModel::Install(std::vector<float> global,
   const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
   options.outer = OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()};
   options.max_norm_ratio = spec_.max_delta_norm_ratio();
+  options.trim_fraction = spec_.trimmed_mean_fraction();
   auto reducer = std::make_shared<RangeReducer>(options, std::move(global));
   if (momentum.has_value()) {
     LOCALSGD_RETURN_IF_ERROR(reducer->RestoreMomentum(*std::move(momentum)));

@@ -24,6 +24,11 @@ namespace {
 
 constexpr int64_t kMaxVectorLength = int64_t{1} << 32;
 
+bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::string& id) {
+  return std::any_of(leaders.begin(), leaders.end(),
+                     [&](const ControlPlane::Leader& l) { return l.worker_id == id; });
+}
+
 Suspensions SuspensionsFor(const v1::RunSpec& spec) {
   Suspensions::Options options;
   options.strikes = spec.suspend_after_failed_rounds();
@@ -35,20 +40,14 @@ Suspensions SuspensionsFor(const v1::RunSpec& spec) {
 // The chunks an archived model is sent in (its run's own chunk size is not kept with it).
 constexpr int64_t kArchivedChunkBytes = 1 << 20;
 
-// Returns the leader's generation.
-absl::StatusOr<int64_t> CheckMember(const ControlPlane& plane, const std::string& member_id,
-                                    absl::string_view credential) {
+absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id,
+                         absl::string_view credential) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
-  const std::vector<ControlPlane::Leader> leaders = plane.LiveLeaders();
-  auto leader = std::find_if(leaders.begin(), leaders.end(), [&](const ControlPlane::Leader& l) {
-    return l.worker_id == member_id;
-  });
-  if (leader == leaders.end()) {
+  if (!IsLeader(plane.LiveLeaders(), member_id)) {
     return absl::NotFoundError(
         absl::StrCat("member_id: ", Quoted(member_id), " is not a live node leader (join first)"));
   }
-  LOCALSGD_RETURN_IF_ERROR(plane.Authenticate(member_id, credential));
-  return leader->generation;
+  return plane.Authenticate(member_id, credential);
 }
 
 }  // namespace
@@ -115,9 +114,8 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
       if (options_.state != nullptr) options_.state->ArchiveModel(model_.snapshot());
     }
     model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
-    refused_.clear();  // refusals, suspensions, streams and starts belong to their run
+    refused_.clear();  // refusals, suspensions and streams belong to the run they were made in
     latest_stream_.clear();
-    started_.clear();
     suspensions_ = SuspensionsFor(run.spec());
   }
   return run;
@@ -126,9 +124,7 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
 absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
   MutexLock lock(&mu_);
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  LOCALSGD_ASSIGN_OR_RETURN(const int64_t generation,
-                            CheckMember(*plane_, header.member_id(), header.member_credential()));
-  started_[header.member_id()] = generation;
+  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id(), header.member_credential()));
   if (header.vector_length() <= 0 || header.vector_length() > kMaxVectorLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
@@ -195,10 +191,6 @@ absl::Status RoundManager::Restore() {
   }
   model_.Reset(run.run_id(), run.spec(), saved.round, saved.global_step);
   suspensions_ = SuspensionsFor(run.spec());
-  // The restored leaders had begun the run.
-  for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
-    started_[leader.worker_id] = leader.generation;
-  }
   const size_t values = saved.global.size();
   if (absl::Status s = model_.Install(std::move(saved.global), std::move(saved.momentum));
       !s.ok()) {
@@ -258,12 +250,10 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> member) {
-  LOCALSGD_ASSIGN_OR_RETURN(const int64_t generation,
-                            CheckMember(*plane_, header.member_id(), header.member_credential()));
+  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id(), header.member_credential()));
   absl::StatusOr<int64_t> session;
   {
     MutexLock lock(&mu_);
-    if (RunningRun(header.run_id()).ok()) started_[header.member_id()] = generation;
     std::weak_ptr<RoundMember>& latest = latest_stream_[header.member_id()];
     if (std::shared_ptr<RoundMember> earlier = latest.lock(); earlier && earlier != member) {
       earlier->Cancel();
@@ -362,10 +352,6 @@ void RoundManager::OpenRound(int64_t number) {
   round.opened = options_.clock();
   std::vector<ControlPlane::Leader> leaders;
   for (ControlPlane::Leader& leader : plane_->LiveLeaders()) {
-    if (auto it = started_.find(leader.worker_id);
-        it == started_.end() || it->second != leader.generation) {
-      continue;  // it has not begun the run (still starting): nothing to wait for
-    }
     if (std::string why; suspensions_.Suspended(leader.worker_id, round.opened, &why)) {
       round.suspended.emplace_back(leader.worker_id, std::move(why));
     } else {

@@ -280,10 +280,6 @@ class RoundManager {
   Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
-  // The leaders (worker id -> generation) that have begun the run: sent an InitModel or Sync
-  // header, or were restored. Rounds expect only these, so a node still starting (its ranks
-  // forming, its data loading) holds no round (docs/design.md, "Faults").
-  std::map<std::string, int64_t> started_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace localsgd

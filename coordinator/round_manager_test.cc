@@ -115,18 +115,6 @@ class RoundManagerTest : public ::testing::Test {
     ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
   }
 
-  // Leader `member_id` begins the run as a worker does: its InitModel header (the model is
-  // there already, so it fetches it instead).
-  void BeginRun(const std::string& member_id) {
-    v1::InitModelHeader init;
-    init.set_run_id(run_id_);
-    init.set_member_id(member_id);
-    init.set_member_credential(credentials_[member_id]);
-    init.set_vector_length(kValues);
-    EXPECT_THAT(rounds_->BeginInit(init),
-                StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
-  }
-
   v1::SyncHeader Header(int64_t round, const std::string& member_id = "n/0") {
     v1::SyncHeader header;
     header.set_run_id(run_id_);
@@ -396,7 +384,6 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
   join.mutable_identity()->set_node_name("s");
   join.mutable_identity()->set_local_world_size(1);
   JoinMember(join);
-  BeginRun("s/0");
   // Time passes with both leaders heartbeating (their leases are 15 s).
   auto wait = [&](absl::Duration d) {
     for (absl::Duration left = d; left > absl::ZeroDuration(); left -= absl::Seconds(5)) {
@@ -449,28 +436,6 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
   EXPECT_TRUE(WaitFor([&] { return member->committed() && back->committed(); }, absl::Seconds(5)));
 }
 
-// The chaos soak's "nobody saved the model" (issue 37): a leader that joined but is still
-// starting (its node's ranks forming) held every round for the whole deadline, until it was
-// suspended. Rounds expect a leader only once it has begun the run (InitModel or a header).
-TEST_F(RoundManagerTest, ALeaderThatHasNotBegunTheRunHoldsNoRound) {
-  Start(RoundManager::Options(), "star");
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("s");
-  join.mutable_identity()->set_local_world_size(1);
-  JoinMember(join);
-  EXPECT_TRUE(WaitFor([&] { return StarRound(1)->committed(); }, absl::Seconds(5)));
-  BeginRun("s/0");
-  std::shared_ptr<FakeMember> member = StarRound(2);
-  rounds_->Tick();
-  EXPECT_FALSE(member->committed());  // s/0 has begun: round 2 waits for it
-  // Joined again (a restarted worker): a new generation, starting again.
-  JoinMember(join);
-  clock_.Advance(absl::Seconds(61));
-  rounds_->Tick();  // the deadline drops the old generation from round 2
-  EXPECT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
-  EXPECT_TRUE(WaitFor([&] { return StarRound(3)->committed(); }, absl::Seconds(5)));
-}
-
 // Finding 5 of issue 37: a member's next header cancels its earlier stream (which its member
 // may never read), and only that one.
 TEST_F(RoundManagerTest, AMembersNewStreamCancelsItsEarlierOne) {
@@ -491,7 +456,6 @@ TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredential) {
   join.mutable_identity()->set_local_world_size(1);
   JoinMember(join);
   Start(RoundManager::Options(), "star");
-  BeginRun("m/0");
   auto honest = std::make_shared<FakeMember>();
   absl::StatusOr<int64_t> session = rounds_->Join(Header(1, "n/0"), honest);
   ASSERT_THAT(session, IsOk());

@@ -51,6 +51,9 @@ class ShardedRound {
     // with a lossy codec the all-to-all exchange, whose deltas travel encoded, moves fewer
     // bytes: only fp32 rounds go round the ring.
     bool lossless = true;
+    // Whether owners hold every member's whole delta of their range (screening, a trimmed
+    // mean): running sums cannot, so no ring.
+    bool owners_hold_deltas = false;
   };
   struct Shard {
     int owner_slot = -1;  // the owner's position in members()

@@ -25,7 +25,8 @@ class ShardedRoundTest : public ::testing::Test {
   // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
   // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
   ShardedRound Make(int members, int chunks, int min_workers = 1, std::vector<int> no_address = {},
-                    int64_t min_shard_values = 0, bool lossless = true) {
+                    int64_t min_shard_values = 0, bool lossless = true,
+                    bool owners_hold_deltas = false) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
       const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();
@@ -39,6 +40,7 @@ class ShardedRoundTest : public ::testing::Test {
     options.min_workers = min_workers;
     options.min_shard_values = min_shard_values;
     options.lossless = lossless;
+    options.owners_hold_deltas = owners_hold_deltas;
     return ShardedRound(options, std::move(candidates));
   }
 
@@ -111,6 +113,10 @@ TEST_F(ShardedRoundTest, RingsOnlyWhenTwoOrMoreMembersOwnOneRangeEach) {
   ShardedRound lossy = Make(3, 10, 1, {}, 0, /*lossless=*/false);  // the deltas travel encoded
   ArriveAll(lossy, 3);
   EXPECT_FALSE(lossy.ring());
+  // Screening or a trimmed mean needs each member's delta at the owner, not a running sum.
+  ShardedRound robust = Make(3, 10, 1, {}, 0, /*lossless=*/true, /*owners_hold_deltas=*/true);
+  ArriveAll(robust, 3);
+  EXPECT_FALSE(robust.ring());
 }
 
 TEST_F(ShardedRoundTest, AMemberAloneHasNothingRelayed) {

@@ -74,10 +74,10 @@ void RangeReducer::BeginRound(int num_members) {
   finalized_.assign(static_cast<size_t>(chunks), false);
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   completed_ = 0;
-  if (screening()) {
+  if (holding()) {
     held_.assign(static_cast<size_t>(num_members), {});
     norm2_.assign(static_cast<size_t>(num_members), 0.0);
-    screened_ = false;
+    reduced_ = false;
     exclusions_.clear();
   }
 }
@@ -165,7 +165,7 @@ void RangeReducer::Add(int slot, int chunk, const float* values, size_t n, bool 
     return v;
   };
   const int64_t begin = layout().begin(chunk);
-  if (screening()) {
+  if (holding()) {
     std::vector<float>& held = held_[slot];
     if (held.empty()) held.resize(static_cast<size_t>(layout().num_values));
     double norm2 = 0;
@@ -190,14 +190,15 @@ void RangeReducer::Add(int slot, int chunk, const float* values, size_t n, bool 
   }
 }
 
-void RangeReducer::Screen() {
-  screened_ = true;
+void RangeReducer::ReduceHeld() {
+  reduced_ = true;
   std::vector<int> members;  // delivered every chunk
   for (int slot = 0; slot < num_members_; ++slot) {
     if (!dropped_[slot]) members.push_back(slot);
   }
   std::vector<bool> excluded(static_cast<size_t>(num_members_), false);
   for (int slot : members) {
+    if (!screening()) break;
     std::vector<double> others;
     for (int other : members) {
       if (other != slot) others.push_back(std::sqrt(norm2_[other]));
@@ -215,17 +216,44 @@ void RangeReducer::Screen() {
   }
   // The held deltas of members still in (not dropped, not excluded) make the sums; everyone
   // else's weight leaves the chunks it had reached.
+  std::vector<int> counted;
   for (int slot = 0; slot < num_members_; ++slot) {
     const bool counts = !dropped_[slot] && !excluded[slot];
     for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
       if (got_[chunk][slot] && !counts) chunk_weight_[chunk] -= weights_[slot];
     }
-    if (!counts || held_[slot].empty()) continue;
-    const float w = static_cast<float>(weights_[slot]);
-    const std::vector<float>& held = held_[slot];
-    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w * held[i];
+    if (counts && !held_[slot].empty()) counted.push_back(slot);
+  }
+  if (trimming()) {
+    TrimmedSums(counted);
+  } else {
+    for (int slot : counted) {
+      const float w = static_cast<float>(weights_[slot]);
+      const std::vector<float>& held = held_[slot];
+      for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w * held[i];
+    }
   }
   held_.clear();
+}
+
+void RangeReducer::TrimmedSums(const std::vector<int>& counted) {
+  const size_t n = counted.size();
+  if (n == 0) return;  // nobody's delta: no chunk completes
+  const size_t trim = static_cast<size_t>(std::floor(options_.trim_fraction * n));
+  std::vector<std::pair<float, double>> column(n);  // (delta, weight), sorted per value
+  for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
+    const int64_t end = layout().begin(chunk) + layout().size(chunk);
+    for (int64_t i = layout().begin(chunk); i < end; ++i) {
+      for (size_t k = 0; k < n; ++k) column[k] = {held_[counted[k]][i], weights_[counted[k]]};
+      std::sort(column.begin(), column.end());
+      double weighted = 0, weight = 0;
+      for (size_t k = trim; k < n - trim; ++k) {
+        weighted += column[k].second * column[k].first;
+        weight += column[k].second;
+      }
+      sum_[i] = static_cast<float>(weighted / weight * chunk_weight_[chunk]);
+    }
+  }
 }
 
 void RangeReducer::Drop(int slot) {
@@ -246,11 +274,11 @@ bool RangeReducer::Complete(int chunk) const {
 
 absl::StatusOr<std::vector<int>> RangeReducer::TakeCompleted() {
   std::vector<int> done;
-  if (screening() && !screened_) {
+  if (holding() && !reduced_) {
     for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
       if (!Complete(chunk)) return done;
     }
-    Screen();
+    ReduceHeld();
   }
   for (int chunk = 0; chunk < layout().num_chunks(); ++chunk) {
     if (!finalized_[chunk] && Complete(chunk)) {

@@ -38,6 +38,11 @@ class RangeReducer {
     // exceeds this many times the median of the other members' norms is excluded (its weight
     // and values leave every chunk's mean), and only then are the chunks finalised.
     double max_norm_ratio = 0;
+    // In (0, 0.5): a coordinate-wise trimmed mean (RunSpec.trimmed_mean_fraction) over the
+    // members that count (after screening): per value, the floor(f * n) largest and smallest
+    // of the n deltas are left out and the rest averaged by weight. The deltas are held as for
+    // screening. 0: the weighted mean.
+    double trim_fraction = 0;
     // Whether it holds the range's model and applies each round to it (Commit). A shard owner
     // only averages: it neither keeps nor writes a next model.
     bool holds_model = true;
@@ -124,6 +129,7 @@ class RangeReducer {
   // Puts back a saved momentum buffer (a restarted coordinator). INVALID_ARGUMENT when its
   // size is not the range's (or not 0 without momentum) or it holds NaN/Inf.
   absl::Status RestoreMomentum(std::vector<float> momentum);
+  const Options& options() const { return options_; }
   const ChunkLayout& layout() const { return options_.layout; }
   v1::Codec codec() const { return options_.codec; }
 
@@ -133,10 +139,17 @@ class RangeReducer {
   absl::Status Admit(int slot, int chunk, size_t values);
   bool Complete(int chunk) const;
   bool screening() const { return options_.max_norm_ratio > 0; }
-  // Adds slot's values of `chunk` to the sum, or holds them when screening.
+  bool trimming() const { return options_.trim_fraction > 0; }
+  // The deltas are held until every chunk is complete (screening or trimming).
+  bool holding() const { return screening() || trimming(); }
+  // Adds slot's values of `chunk` to the sum, or holds them.
   void Add(int slot, int chunk, const float* values, size_t n, bool from_bytes);
-  // Screening: excludes outliers and sums the held deltas of the others into sum_.
-  void Screen();
+  // Every chunk complete: screens out outliers (when screening) and reduces the held deltas
+  // of the members that count into sum_ (weighted, or trimmed).
+  void ReduceHeld();
+  // sum_ for `counted` slots' held deltas under the trimmed mean: per value, the trimmed
+  // weighted mean times its chunk's weight (which Finalize divides by).
+  void TrimmedSums(const std::vector<int>& counted);
 
   // Keeps `buffer` for SpareBuffer.
   void Recycle(std::shared_ptr<std::vector<float>> buffer);
@@ -159,10 +172,10 @@ class RangeReducer {
   std::shared_ptr<std::vector<float>> pending_momentum_;
   std::vector<std::string> encoded_update_;
   int completed_ = 0;
-  // Screening only: each slot's delta as it arrives, its squared norm, the verdicts.
+  // Holding only: each slot's delta as it arrives, its squared norm, the verdicts.
   std::vector<std::vector<float>> held_;
   std::vector<double> norm2_;
-  bool screened_ = false;
+  bool reduced_ = false;
   std::vector<Exclusion> exclusions_;
 };
 

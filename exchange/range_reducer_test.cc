@@ -1,8 +1,10 @@
 #include "exchange/range_reducer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -263,6 +265,54 @@ TEST(RangeReducerTest, ScreeningKeepsMembersOfSimilarNorms) {
   EXPECT_TRUE(engine.TakeExclusions().empty());
   engine.Commit();
   EXPECT_NEAR(engine.global()[9], (a[9] + b[9]) / 2, 1e-6);
+}
+
+// Issue 37, finding 4: one member's within-ratio delta with a large weight, or a poisoned
+// delta, set the update. A trimmed mean leaves each value's extremes out.
+TEST(RangeReducerTest, TheTrimmedMeanLeavesOutEachValuesExtremes) {
+  RangeReducer::Options options = Opts(600, 256);  // 3 chunks
+  options.trim_fraction = 0.25;                    // 4 members: one off each end
+  RangeReducer engine(options, std::vector<float>(600));
+  engine.BeginRound(4);
+  std::vector<std::vector<float>> deltas;
+  for (int m = 0; m < 4; ++m) {
+    ASSERT_TRUE(engine.SetWeight(m, m == 3 ? 3 : 1).ok());
+    deltas.push_back(RandomVector(600, 20 + m));
+  }
+  for (int i = 0; i < 600; i += 2) deltas[1][i] = 1e30f;  // poisoned on every other value
+  for (int chunk = 0; chunk < 3; ++chunk) {
+    for (int m = 0; m < 4; ++m) ASSERT_TRUE(Feed(engine, m, chunk, deltas[m]).ok());
+  }
+  EXPECT_EQ(engine.TakeCompleted()->size(), 3u);
+  EXPECT_TRUE(engine.TakeExclusions().empty());
+  engine.Commit();
+  for (int i = 0; i < 600; ++i) {
+    std::vector<std::pair<float, double>> column;
+    for (int m = 0; m < 4; ++m) column.push_back({deltas[m][i], m == 3 ? 3.0 : 1.0});
+    std::sort(column.begin(), column.end());
+    const double mean = (column[1].first * column[1].second + column[2].first * column[2].second) /
+                        (column[1].second + column[2].second);
+    ASSERT_NEAR(engine.global()[i], mean, 1e-5) << i;
+    ASSERT_LT(std::abs(engine.global()[i]), 10) << i;  // the poison never reaches the model
+  }
+}
+
+TEST(RangeReducerTest, TooFewMembersToTrimGiveThePlainMeanAndScreeningComesFirst) {
+  RangeReducer::Options options = Opts(256, 256);
+  options.trim_fraction = 0.34;  // 3 members: the median; 2 members: nothing to trim
+  options.max_norm_ratio = 5;
+  RangeReducer engine(options, std::vector<float>(256));
+  engine.BeginRound(3);
+  std::vector<float> a = RandomVector(256, 1), b = RandomVector(256, 2), c = RandomVector(256, 3);
+  for (float& v : c) v *= 100;  // screened out: the other two are averaged, not trimmed
+  for (int m = 0; m < 3; ++m) ASSERT_TRUE(engine.SetWeight(m, 1).ok());
+  ASSERT_TRUE(Feed(engine, 0, 0, a).ok());
+  ASSERT_TRUE(Feed(engine, 1, 0, b).ok());
+  ASSERT_TRUE(Feed(engine, 2, 0, c).ok());
+  EXPECT_EQ(engine.TakeCompleted()->size(), 1u);
+  EXPECT_EQ(engine.TakeExclusions().size(), 1u);
+  engine.Commit();
+  for (int i = 0; i < 256; ++i) ASSERT_NEAR(engine.global()[i], (a[i] + b[i]) / 2, 1e-6) << i;
 }
 
 TEST(RangeReducerTest, LossyCodecsApplyExactlyTheEncodedUpdate) {

@@ -5,7 +5,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/log.h"
 #include "common/status_util.h"
 #include "exchange/codec.h"
 
@@ -30,10 +32,14 @@ absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
     const int64_t values = layout.end(assignment.end_chunk - 1) - begin;
     if (engine_ == nullptr || engine_->layout().num_values != values ||
         engine_->layout().chunk_values != layout.chunk_values ||
-        engine_->codec() != assignment.codec) {
+        engine_->codec() != assignment.codec ||
+        engine_->options().max_norm_ratio != assignment.max_norm_ratio ||
+        engine_->options().trim_fraction != assignment.trim_fraction) {
       RangeReducer::Options options;
       options.layout = ChunkLayout{values, layout.chunk_values};
       options.codec = assignment.codec;
+      options.max_norm_ratio = assignment.max_norm_ratio;
+      options.trim_fraction = assignment.trim_fraction;
       options.outer = OuterOptimizer{1.0, 0.0, false};  // the plain mean: members step
       options.holds_model = false;
       engine_ = std::make_shared<RangeReducer>(
@@ -195,6 +201,13 @@ void ShardOwner::Advance() {
     return;
   }
   const int begin_chunk = round_->assignment.begin_chunk;
+  for (const RangeReducer::Exclusion& e : engine_->TakeExclusions()) {
+    LogWarning(absl::StrFormat(
+        "round %d: %s's delta left out of chunks [%d, %d): norm %.6g is more than "
+        "max_delta_norm_ratio %g times the median of the others' (%.6g)",
+        round_->assignment.round, round_->assignment.members[e.slot], begin_chunk,
+        round_->assignment.end_chunk, e.norm, round_->assignment.max_norm_ratio, e.others_median));
+  }
   for (int local : *completed) {
     v1::ReduceResponse response;
     response.mutable_mean()->set_index(begin_chunk + local);

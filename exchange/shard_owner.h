@@ -71,6 +71,9 @@ class ShardOwner {
     // The member (slot) that gets the range's means from the coordinator: its stream carries
     // none and ends once the range is averaged. -1: every member gets them from here.
     int relayed_slot = -1;
+    // The run's robust aggregation over this range (RangeReducer::Options).
+    double max_norm_ratio = 0;
+    double trim_fraction = 0;
   };
 
   // Starts owning a range in a round; `sink` must outlive the round (until Finish). Streams

@@ -121,6 +121,50 @@ TEST_F(ShardOwnerTest, EachChunkIsAveragedOnceEveryMemberSentItAndGoesToEveryone
   EXPECT_TRUE(b->closed);
 }
 
+// Issue 37, finding 4: screening was refused in sharded mode. An owner screens its range:
+// a member whose delta there is far larger than the others' is left out of its means.
+TEST_F(ShardOwnerTest, AnOwnerScreensItsRangeAndTrimsItsValues) {
+  ShardOwner::Assignment assignment = Assignment();
+  assignment.members = {"a", "b", "c"};
+  assignment.weights = {1, 1, 1};
+  assignment.max_norm_ratio = 3;
+  ASSERT_THAT(owner_.Install(assignment, &sink_), IsOk());
+  std::vector<std::shared_ptr<FakeStream>> streams;
+  std::vector<int64_t> sessions;
+  for (const char* member : {"a", "b", "c"}) {
+    streams.push_back(std::make_shared<FakeStream>());
+    sessions.push_back(Attach(member, streams.back()));
+  }
+  const float values[] = {1.0f, 2.0f, 1e6f};  // c's delta: a million times the others'
+  for (int chunk = 1; chunk < 3; ++chunk) {
+    for (int m = 0; m < 3; ++m) {
+      ASSERT_THAT(owner_.AddChunk(sessions[m], Fp32Chunk(chunk, values[m])), IsOk());
+    }
+  }
+  ASSERT_EQ(streams[0]->sent.size(), 2u);
+  EXPECT_FLOAT_EQ(FirstValue(*streams[0]->sent[0]), 1.5f);  // c is left out
+  owner_.Finish("run-1", 3, 77);
+  // The next round with a trimmed mean instead (3 members, 1/3: the median of each value).
+  assignment.round = 4;
+  assignment.attempt = 78;
+  assignment.max_norm_ratio = 0;
+  assignment.trim_fraction = 0.34;
+  ASSERT_THAT(owner_.Install(assignment, &sink_), IsOk());
+  std::vector<std::shared_ptr<FakeStream>> next;
+  for (int m = 0; m < 3; ++m) {
+    next.push_back(std::make_shared<FakeStream>());
+    bool waiting = true;
+    absl::StatusOr<int64_t> session =
+        owner_.Attach(Header(assignment.members[m], 4, 78), next.back(), &waiting);
+    ASSERT_THAT(session, IsOk());
+    for (int chunk = 1; chunk < 3; ++chunk) {
+      ASSERT_THAT(owner_.AddChunk(*session, Fp32Chunk(chunk, values[m])), IsOk());
+    }
+  }
+  ASSERT_EQ(next[0]->sent.size(), 2u);
+  EXPECT_FLOAT_EQ(FirstValue(*next[0]->sent[0]), 2.0f);
+}
+
 // The member the coordinator relays the range to gets no mean from the owner (the coordinator
 // gets every one through the sink), and its stream still ends OK once the range is averaged.
 TEST_F(ShardOwnerTest, TheRelayedMemberGetsNoMeanFromTheOwner) {

@@ -72,6 +72,8 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     assignment.begin_chunk = range.begin_chunk();
     assignment.end_chunk = range.end_chunk();
     assignment.codec = header.codec();
+    assignment.max_norm_ratio = options_.max_norm_ratio;
+    assignment.trim_fraction = options_.trim_fraction;
     const auto relayed =
         std::find(assignment.members.begin(), assignment.members.end(), range.relayed_to());
     if (!range.relayed_to().empty() && relayed != assignment.members.end()) {

@@ -38,6 +38,10 @@ class ShardedExchange : public Exchange {
     RingInbox* inbox = nullptr;
     // The run's outer optimizer, which every member applies.
     OuterOptimizer outer;
+    // The run's robust aggregation, which this node's owner applies to its ranges
+    // (RunSpec.max_delta_norm_ratio, trimmed_mean_fraction).
+    double max_norm_ratio = 0;
+    double trim_fraction = 0;
   };
 
   explicit ShardedExchange(Options options);

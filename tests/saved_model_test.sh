@@ -39,7 +39,8 @@ echo "PASS: loaded $loaded, reported $reported"
 
 # Issue 37 (the chaos soak's "nobody saved the model"): node 0 that joins a run but has not
 # begun training when the other node completes it still saves the run's final global model.
-# Its rank 1 never comes, so rank 0 waits to form its node until the run has ended.
+# Its rank 1 never comes, so rank 0 waits to form its node until the run has ended (node 1's
+# rounds wait for node 0's leader until the deadline, then without it once it is suspended).
 run_worker() {  # NODE RANK RANKS LOG [FLAGS...]
   local node=$1 rank=$2 ranks=$3 log=$4
   shift 4
@@ -61,6 +62,7 @@ local_sgd_steps: 8
 total_steps: 200
 batch_size: 64
 min_workers: 1
+round_deadline_seconds: 2
 optimizer { lr: 0.05 momentum: 0.9 }
 SPEC
 wait "$alone" || fail "node-1 failed"

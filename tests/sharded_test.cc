@@ -5,6 +5,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +115,8 @@ class ShardedTest : public ::testing::Test {
     options.owner = server != nullptr ? server->owner() : nullptr;
     options.inbox = server != nullptr ? server->inbox() : nullptr;
     options.outer = Outer();
+    options.max_norm_ratio = run_.spec().max_delta_norm_ratio();
+    options.trim_fraction = run_.spec().trimmed_mean_fraction();
     return std::make_unique<ShardedExchange>(options);
   }
 
@@ -515,6 +518,51 @@ TEST_F(ShardedTest, AnUpdateThatOverflowsAbortsTheRoundButNotTheRun) {
   }
   for (auto& result : SyncAll({0, 1}, 1, Steps(globals, 1), globals, momenta)) {
     EXPECT_THAT(result, IsOk());
+  }
+}
+
+// Issue 37, finding 4: screening was refused in sharded mode, the default, and a poisoned
+// delta moved every value. Each owner now screens its range, with no ring.
+TEST_F(ShardedTest, OwnersScreenOutAPoisonedDelta) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i);
+  StartRun("max_delta_norm_ratio: 10");
+  const int64_t values = 3 * 16384;  // three owners
+  std::vector<float> global0 = InitModel(values);
+  Vectors globals(3, global0), momenta(3, std::vector<float>());
+  Vectors params = Steps(globals, 1);
+  for (int64_t i = 0; i < values; ++i)
+    params[2][i] = global0[i] + 1000 * (params[2][i] - global0[i]);
+  for (auto& result : SyncAll({0, 1, 2}, 1, params, globals, momenta)) ASSERT_THAT(result, IsOk());
+  for (int64_t i = 0; i < values; ++i) {  // the weighted mean of node-0 (1) and node-1 (2)
+    const float mean = ((params[0][i] - global0[i]) + 2 * (params[1][i] - global0[i])) / 3;
+    ASSERT_NEAR(globals[0][i], global0[i] + mean, 1e-5) << i;
+  }
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_EQ(std::memcmp(globals[k].data(), globals[0].data(), values * sizeof(float)), 0);
+  }
+  EXPECT_FALSE(Status().recent_rounds(0).ring());
+}
+
+// The same with a trimmed mean: with three members and 1/3, each value's median delta.
+TEST_F(ShardedTest, OwnersTakeTheTrimmedMeanOfEachValue) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i);
+  StartRun("trimmed_mean_fraction: 0.34");
+  const int64_t values = 3 * 16384;
+  std::vector<float> global0 = InitModel(values);
+  Vectors globals(3, global0), momenta(3, std::vector<float>());
+  Vectors params = Steps(globals, 1);
+  for (int64_t i = 0; i < values; i += 3) params[1][i] = 1e30f;  // poisoned, within fp32
+  for (auto& result : SyncAll({0, 1, 2}, 1, params, globals, momenta)) ASSERT_THAT(result, IsOk());
+  for (int64_t i = 0; i < values; ++i) {
+    std::vector<float> deltas;
+    for (int k = 0; k < 3; ++k) deltas.push_back(params[k][i] - global0[i]);
+    std::sort(deltas.begin(), deltas.end());
+    ASSERT_NEAR(globals[0][i], global0[i] + deltas[1], 1e-5) << i;
+  }
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_EQ(std::memcmp(globals[k].data(), globals[0].data(), values * sizeof(float)), 0);
   }
 }
 

@@ -182,6 +182,8 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
     sharded.inbox = data_plane_ != nullptr ? data_plane_->inbox() : nullptr;
     const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
     sharded.outer = OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()};
+    sharded.max_norm_ratio = spec_.max_delta_norm_ratio();
+    sharded.trim_fraction = spec_.trimmed_mean_fraction();
     exchange_ = std::make_unique<ShardedExchange>(std::move(sharded));
   } else if (exchange_ == nullptr) {
     exchange_ = std::make_unique<StarExchange>(coordinator_->channel(), options_.token);

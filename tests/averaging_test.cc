@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -711,6 +712,29 @@ TEST_F(AveragingTest, NormOutlierIsExcludedAndReported) {
   EXPECT_EQ(record.excluded(0).member_id(), "node-2/0");
   EXPECT_THAT(record.excluded(0).reason(), HasSubstr("max_delta_norm_ratio 10"));
   EXPECT_EQ(record.dropped_size(), 0);
+}
+
+// Issue 37, finding 4: a trimmed mean at the coordinator (star): with three members and 1/3,
+// each value's median delta, so one poisoned member moves no value.
+TEST_F(AveragingTest, TheTrimmedMeanTakesEachValuesMedianOfThree) {
+  Start(3, "trimmed_mean_fraction: 0.34");
+  std::vector<float> global0 = InitModel();
+  std::vector<std::vector<float>> params, globals(3, global0);
+  for (int m = 0; m < 3; ++m) {
+    params.push_back(global0);
+    std::vector<float> step = RandomVector(kValues, 300 + m, 0.1f);
+    for (int64_t i = 0; i < kValues; ++i) params[m][i] += step[i];
+  }
+  for (int64_t i = 0; i < kValues; i += 2) params[2][i] = 1e30f;
+  auto results = SyncAll({0, 1, 2}, 1, params, globals, {1, 1, 1});
+  for (auto& result : results) ASSERT_THAT(result, IsOk());
+  for (int64_t i = 0; i < kValues; ++i) {
+    std::vector<float> deltas;
+    for (int m = 0; m < 3; ++m) deltas.push_back(params[m][i] - global0[i]);
+    std::sort(deltas.begin(), deltas.end());
+    ASSERT_NEAR(globals[0][i], global0[i] + deltas[1], 1e-5) << i;
+  }
+  EXPECT_EQ(std::memcmp(globals[2].data(), globals[0].data(), kValues * sizeof(float)), 0);
 }
 
 TEST_F(AveragingTest, InitModelOnceAndItsErrors) {

@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/data_plane_tag.h"
+#include "common/member_credential.h"
 #include "coordinator/round_manager.h"
 #include "coordinator/sharded_round.h"
 #include "exchange/codec.h"
@@ -280,9 +282,38 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     }
     mean_bytes_.assign(round_.shards().size(), 0);
     laid_out_ = true;
+    // Each member gets its own copy: its key for this attempt, and the tags of the streams it
+    // will receive (docs/design.md, "Security").
+    const std::vector<std::string>& members = round_.members();
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < members.size(); ++i) keys.push_back(NewMemberCredential());
     for (auto& [session_id, session] : m_->sessions_) {
-      session.member->Enqueue(response);
+      const auto slot = std::find(members.begin(), members.end(), session.member_id);
+      if (slot == members.end()) continue;
+      auto copy = std::make_shared<v1::SyncResponse>(*response);
+      AddIdentity(static_cast<int>(slot - members.begin()), keys, copy->mutable_header());
+      session.member->Enqueue(std::move(copy));
       m_->Touch(session.member);
+    }
+  }
+
+  // Member `slot`'s key, and the tags of the streams it receives by position in the members
+  // (empty for a member it receives none from): an owner gets every member's Reduce stream;
+  // in a ring a member gets only its predecessor's Pass stream, and no Reduce stream.
+  void AddIdentity(int slot, const std::vector<std::string>& keys, v1::RoundHeader* header) const {
+    const std::vector<std::string>& members = round_.members();
+    const int n = static_cast<int>(members.size());
+    header->set_data_key(keys[slot]);
+    const bool owner =
+        std::any_of(round_.shards().begin(), round_.shards().end(),
+                    [&](const ShardedRound::Shard& s) { return s.owner_slot == slot; });
+    for (int sender = 0; sender < n; ++sender) {
+      const bool receives = round_.ring() ? sender == (slot + n - 1) % n : owner;
+      header->add_peer_tags(
+          receives ? DataPlaneTag(keys[sender],
+                                  DataPlaneStream{m_->model_.run_id(), round_.number(), attempt_,
+                                                  members[sender], members[slot]})
+                   : std::string());
     }
   }
 

@@ -28,7 +28,7 @@ absl::Status AllToAll::Run(int s) {
   const v1::ShardRange& range = round.range(s);
   const bool relayed = round.relayed_here(s);
   absl::Status status = setup_.links[s]->Exchange(
-      setup_.header, range.begin_chunk(), range.end_chunk(), setup_.encode,
+      setup_.headers[s], range.begin_chunk(), range.end_chunk(), setup_.encode,
       [&](const v1::Chunk& mean) {
         return relayed ? absl::InternalError(absl::StrCat("owner ", range.owner_id(),
                                                           " sent a mean the coordinator relays"))

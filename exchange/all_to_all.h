@@ -23,7 +23,8 @@ class AllToAll : public RangeSchedule {
  public:
   struct Setup {
     const MemberRound* round = nullptr;
-    v1::ReduceHeader header;                        // names this member and the attempt
+    // By range: names this member and the attempt, tagged for the range's owner.
+    std::vector<v1::ReduceHeader> headers;
     std::vector<std::unique_ptr<OwnerLink>> links;  // by range
     OwnerLink::Encode encode;
     // Takes averaged chunk `mean` of range `s` into the member's update.

@@ -312,7 +312,7 @@ TEST_F(PassTest, RefusesAMissingOrWrongTokenAndMalformedStreams) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("header sent twice"));
   // This member follows attempt 10 by now: attempt 9's streams are over.
-  server_->inbox()->Follow("run-1", 4, 10, "a");
+  server_->inbox()->Follow("run-1", 4, 10, "a", "");
   status = Pass(Context(), {PassHeader(4, 9), Sum(0)});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   server_->inbox()->Stop();
@@ -320,7 +320,7 @@ TEST_F(PassTest, RefusesAMissingOrWrongTokenAndMalformedStreams) {
 
 TEST_F(PassTest, AStreamBeforeTheLayoutWaitsInTheInbox) {
   ASSERT_TRUE(Pass(Context(), {PassHeader(5, 1), Sum(0), Sum(1)}).ok());
-  server_->inbox()->Follow("run-1", 5, 1, "a");
+  server_->inbox()->Follow("run-1", 5, 1, "a", "");
   for (int index : {0, 1}) ExpectSum(index, Sum(index).sum().data());
   absl::StatusOr<std::optional<ReceivedChunk>> end = server_->inbox()->Next();
   ASSERT_TRUE(end.ok()) << end.status();
@@ -342,7 +342,7 @@ TEST_F(PassTest, OtherFormsAreParsedAndMessagesWithoutAChunkRefused) {
   const std::string reordered =
       length_delimited('\x12', length_delimited('\x12', data) + std::string("\x08\x03"));
   ASSERT_TRUE(PassBytes({PassHeader(6, 1).SerializeAsString(), reordered}).ok());
-  server_->inbox()->Follow("run-1", 6, 1, "a");
+  server_->inbox()->Follow("run-1", 6, 1, "a", "");
   ExpectSum(3, data);
   server_->inbox()->Stop();
   uint64_t attempt = 1;  // a stream of its own for each (of the next round: not too far ahead)

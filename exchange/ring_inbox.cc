@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_plane_tag.h"
 
 namespace localsgd {
 namespace {
@@ -30,8 +31,15 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
         absl::StrCat("round ", key.round, " is more than one round ahead of round ",
                      followed_->round, ", which this member follows"));
   }
+  if (followed_.has_value() && key == *followed_ &&
+      !IsFollowed(Stream{key, header.member_id(), header.member_tag()})) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member_tag: this round's ring stream comes from ", from_,
+                     ", and this one does not prove it"));
+  }
   for (const auto& [id, stream] : streams_) {
-    if (stream.key == key) {
+    if (stream.key == key && stream.from == header.member_id() &&
+        stream.tag == header.member_tag()) {
       return absl::AlreadyExistsError(
           absl::StrCat("a second stream for round ", key.round, " attempt ", key.attempt));
     }
@@ -44,6 +52,7 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
   Stream& stream = streams_[id];
   stream.key = key;
   stream.from = header.member_id();
+  stream.tag = header.member_tag();
   return id;
 }
 
@@ -83,25 +92,32 @@ void RingInbox::Close(int64_t id, const absl::Status& status) {
 }
 
 void RingInbox::Follow(const std::string& run_id, int64_t round, uint64_t attempt,
-                       const std::string& from, int64_t stream_bytes) {
+                       const std::string& from, const std::string& from_tag, int64_t stream_bytes) {
   MutexLock lock(&mu_);
   followed_ = Key{run_id, round, attempt};
   from_ = from;
+  from_tag_ = from_tag;
   stream_bytes_ = stream_bytes;
   stopped_ = false;
-  // Streams of this attempt or a newer one may already be here; the others are over.
+  // Streams of this attempt (from `from`) or a newer one may already be here; the others are
+  // over, or another member's in `from`'s name.
   for (auto it = streams_.begin(); it != streams_.end();) {
     const Key& key = it->second.key;
     const bool kept = key.run_id == run_id && !Before(key.round, key.attempt, round, attempt) &&
-                      key.round <= round + 1 && it->second.bytes <= stream_bytes;
+                      key.round <= round + 1 && it->second.bytes <= stream_bytes &&
+                      (!(key == *followed_) || IsFollowed(it->second));
     it = kept ? std::next(it) : streams_.erase(it);
   }
 }
 
+bool RingInbox::IsFollowed(const Stream& stream) const {
+  return followed_.has_value() && stream.key == *followed_ && stream.from == from_ &&
+         (from_tag_.empty() || DataPlaneTagMatches(stream.tag, from_tag_));
+}
+
 RingInbox::Stream* RingInbox::Followed() {
-  if (!followed_.has_value()) return nullptr;
   for (auto& [id, stream] : streams_) {
-    if (stream.key == *followed_) return &stream;
+    if (IsFollowed(stream)) return &stream;
   }
   return nullptr;
 }
@@ -112,16 +128,11 @@ absl::StatusOr<std::optional<ReceivedChunk>> RingInbox::Next() {
       +[](RingInbox* inbox) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         if (inbox->stopped_) return true;
         const Stream* stream = inbox->Followed();
-        return stream != nullptr &&
-               (stream->closed || !stream->queue.empty() || stream->from != inbox->from_);
+        return stream != nullptr && (stream->closed || !stream->queue.empty());
       },
       this));
   if (stopped_) return absl::CancelledError("the round ended");
   Stream* stream = Followed();
-  if (stream->from != from_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ring's stream came from ", stream->from, ", not from ", from_));
-  }
   if (!stream->queue.empty()) {
     std::optional<ReceivedChunk> message(std::move(stream->queue.front()));
     stream->queue.pop_front();

@@ -29,8 +29,10 @@ class RingInbox {
   static constexpr int64_t kFirstStreamBytes = int64_t{1} << 30;
 
   // Server side. A stream opens with its header: FAILED_PRECONDITION for an attempt older than
-  // the one followed (same run) or a round more than one ahead of it, ALREADY_EXISTS for a
-  // second stream of the same attempt, RESOURCE_EXHAUSTED when kMaxStreams are open.
+  // the one followed (same run) or a round more than one ahead of it, PERMISSION_DENIED for the
+  // followed attempt when it is not from the member followed with its tag, ALREADY_EXISTS for
+  // a second stream of the same attempt, sender and tag, RESOURCE_EXHAUSTED when kMaxStreams
+  // are open.
   absl::StatusOr<int64_t> Open(const v1::ReduceHeader& header);
   // A message of stream `id` (not a header): FAILED_PRECONDITION once its attempt is no longer
   // followed (a newer one is), RESOURCE_EXHAUSTED (the stream is forgotten) when it brings the
@@ -40,13 +42,13 @@ class RingInbox {
   void Close(int64_t id, const absl::Status& status);
 
   // Leader side. From now on the leader takes the messages of (run_id, round, attempt) from
-  // member `from`, who sends at most `stream_bytes` of chunk data in a round (streams are cut
-  // past it); streams of earlier attempts are forgotten.
+  // member `from`, whose stream carries `from_tag` (RoundHeader.peer_tags; empty: not checked)
+  // and who sends at most `stream_bytes` of chunk data in a round (streams are cut past it);
+  // streams of earlier attempts, and the followed attempt's from anyone else, are forgotten.
   void Follow(const std::string& run_id, int64_t round, uint64_t attempt, const std::string& from,
-              int64_t stream_bytes = kFirstStreamBytes);
+              const std::string& from_tag, int64_t stream_bytes = kFirstStreamBytes);
   // The next message of the followed attempt, waiting for it; nullopt once its stream ended
-  // OK and every message was taken. Errors: the stream's (it broke), INVALID_ARGUMENT (it
-  // came from another member than `from`), CANCELLED (Stop).
+  // OK and every message was taken. Errors: the stream's (it broke), CANCELLED (Stop).
   absl::StatusOr<std::optional<ReceivedChunk>> Next();
   // The followed round is over for the leader: Next returns CANCELLED, messages still arriving
   // for it are dropped.
@@ -64,11 +66,14 @@ class RingInbox {
   struct Stream {
     Key key;
     std::string from;
+    std::string tag;  // ReduceHeader.member_tag
     std::deque<ReceivedChunk> queue;
     int64_t bytes = 0;  // chunk data received, taken or not
     bool closed = false;
     absl::Status status;
   };
+  // Whether `stream` is the followed attempt's, from the followed member.
+  bool IsFollowed(const Stream& stream) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The followed attempt's stream, or null.
   Stream* Followed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -77,6 +82,7 @@ class RingInbox {
   std::map<int64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
   std::optional<Key> followed_ ABSL_GUARDED_BY(mu_);
   std::string from_ ABSL_GUARDED_BY(mu_);
+  std::string from_tag_ ABSL_GUARDED_BY(mu_);
   int64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = kFirstStreamBytes;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

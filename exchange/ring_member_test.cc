@@ -106,7 +106,7 @@ class RingMemberTest : public ::testing::Test {
   }
 
   std::unique_ptr<RingMember> Start(int i) {
-    servers_[i]->inbox()->Follow("run", 5, 2, absl::StrCat("m", (i + members_ - 1) % members_));
+    servers_[i]->inbox()->Follow("run", 5, 2, absl::StrCat("m", (i + members_ - 1) % members_), "");
     RingMember::Setup setup;
     setup.header = &header_;
     setup.pass_header.set_run_id("run");
@@ -227,7 +227,7 @@ TEST_F(RingMemberTest, ARingOfTwoCompletes) {
 TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
   Lay({0, 20, 40, 61}, 61 * kChunkValues);
   RingInbox* succ_inbox = servers_[2]->inbox();
-  succ_inbox->Follow("run", 5, 2, "m1");
+  succ_inbox->Follow("run", 5, 2, "m1", "");
   std::unique_ptr<RingMember> m1 = Start(1);
   for (int k = 0; k < RingPlan::kChainLead; ++k) {
     absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/data_plane_tag.h"
 #include "common/grpc_channel.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
@@ -74,6 +75,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     assignment.codec = header.codec();
     assignment.max_norm_ratio = options_.max_norm_ratio;
     assignment.trim_fraction = options_.trim_fraction;
+    assignment.member_tags.assign(header.peer_tags().begin(), header.peer_tags().end());
     const auto relayed =
         std::find(assignment.members.begin(), assignment.members.end(), range.relayed_to());
     if (!range.relayed_to().empty() && relayed != assignment.members.end()) {
@@ -116,11 +118,18 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   auto unreachable = [&uploader](const std::string& id, const absl::Status& why) {
     uploader.Unreachable(id, why);
   };
-  v1::ReduceHeader reduce_header;
-  reduce_header.set_run_id(member.run_id);
-  reduce_header.set_round(header.round());
-  reduce_header.set_member_id(member.member_id);
-  reduce_header.set_attempt(header.attempt());
+  // This member's header for a stream to `receiver`, tagged with its key for the attempt.
+  auto reduce_header = [&](const std::string& receiver) {
+    v1::ReduceHeader out;
+    out.set_run_id(member.run_id);
+    out.set_round(header.round());
+    out.set_member_id(member.member_id);
+    out.set_attempt(header.attempt());
+    out.set_member_tag(DataPlaneTag(header.data_key(),
+                                    DataPlaneStream{member.run_id, header.round(), header.attempt(),
+                                                    member.member_id, receiver}));
+    return out;
+  };
 
   std::unique_ptr<RangeSchedule> schedule;
   if (round.ring()) {
@@ -128,7 +137,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     const int n = round.num_ranges();
     RingMember::Setup setup;
     setup.header = &header;
-    setup.pass_header = reduce_header;
+    setup.pass_header = reduce_header(header.members((self + 1) % n));
     setup.layout = &layout;
     setup.self = self;
     setup.params = params;
@@ -143,16 +152,17 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       return take(s, mean.index(), [&mean](absl::Span<float> out) { return mean.DecodeFp32(out); });
     };
     // pred sends the sums of N - 1 ranges and the means of N - 2: under two vectors of fp32.
-    options_.inbox->Follow(member.run_id, header.round(), header.attempt(),
-                           header.members((self + n - 1) % n),
+    const int pred = (self + n - 1) % n;
+    options_.inbox->Follow(member.run_id, header.round(), header.attempt(), header.members(pred),
+                           pred < header.peer_tags_size() ? header.peer_tags(pred) : "",
                            2 * static_cast<int64_t>(params.size() * sizeof(float)));
     schedule = std::make_unique<RingMember>(std::move(setup));
   } else {
     AllToAll::Setup setup;
     setup.round = &round;
-    setup.header = reduce_header;
     for (int s = 0; s < round.num_ranges(); ++s) {
       const v1::ShardRange& range = round.range(s);
+      setup.headers.push_back(reduce_header(range.owner_id()));
       if (round.owns(s)) {
         setup.links.push_back(std::make_unique<LocalOwnerLink>(options_.owner));
       } else {

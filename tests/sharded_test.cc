@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/data_plane_tag.h"
 #include "common/tls.h"
 #include "coordinator/coordinator_server.h"
 #include "exchange/codec.h"
@@ -676,6 +677,80 @@ TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
   EXPECT_EQ(fetched->round, 2);
   EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), values * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[1].data(), values * sizeof(float)), 0);
+}
+
+// Issue 37, finding 6: the data plane checked the run token only, so any member could send
+// deltas to an owner in another member's name. Each stream now carries its sender's tag.
+TEST_F(ShardedTest, AMemberCannotSendDeltasToAnOwnerInAnothersName) {
+  ASSERT_THAT(StartServer(), IsOk());
+  JoinNode(0);
+  JoinNode(1);
+  JoinNode(2, /*serve=*/false);  // node-2, played by hand below, owns nothing
+  StartRun("round_deadline_seconds: 2");
+  const int64_t values = 2 * 16384;
+  std::vector<float> global0 = InitModel(values);
+  std::vector<grpc::Status> forged;
+  std::thread hostile([&] {
+    auto stub = v1::Averaging::NewStub(Channel());
+    auto context = Ctx();
+    auto sync = stub->Sync(context.get());
+    ASSERT_TRUE(sync->Write(Node2Header(1, values)));
+    v1::SyncResponse layout;
+    ASSERT_TRUE(sync->Read(&layout));
+    ASSERT_TRUE(layout.has_header());
+    const v1::RoundHeader& header = layout.header();
+    ASSERT_FALSE(header.data_key().empty());
+    const v1::ShardRange& range = header.shards(0);
+    // In node-1's name: with no tag, with node-2's own key, and with node-2's own tag.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      v1::ReduceRequest request;
+      v1::ReduceHeader* reduce = request.mutable_header();
+      reduce->set_run_id(run_.run_id());
+      reduce->set_round(1);
+      reduce->set_attempt(header.attempt());
+      reduce->set_member_id("node-1/0");
+      const std::string sender = attempt == 2 ? "node-2/0" : "node-1/0";
+      if (attempt > 0) {
+        reduce->set_member_tag(DataPlaneTag(
+            header.data_key(),
+            DataPlaneStream{run_.run_id(), 1, header.attempt(), sender, range.owner_id()}));
+      }
+      auto data = v1::DataPlane::NewStub(
+          grpc::CreateChannel(range.address(), grpc::InsecureChannelCredentials()));
+      auto data_context = Ctx();
+      auto stream = data->Reduce(data_context.get());
+      stream->Write(request);
+      v1::ReduceRequest chunk;
+      chunk.mutable_chunk()->set_index(range.begin_chunk());
+      Encode(v1::CODEC_FP32, std::vector<float>(16384, 1e6f),
+             chunk.mutable_chunk()->mutable_data());
+      stream->Write(chunk);
+      stream->WritesDone();
+      v1::ReduceResponse response;
+      while (stream->Read(&response)) {
+      }
+      forged.push_back(stream->Finish());
+    }
+    context->TryCancel();  // node-2 leaves the round: the owners stop waiting for it
+    sync->Finish();
+  });
+  Vectors globals(2, global0), momenta(2);
+  Vectors params = Steps(globals, 1);
+  auto results = SyncAll({0, 1}, 1, params, globals, momenta);
+  hostile.join();
+  ASSERT_EQ(forged.size(), 3u);
+  for (const grpc::Status& status : forged) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("member_tag"));
+  }
+  for (auto& result : results) {
+    ASSERT_THAT(result, IsOk());
+    EXPECT_THAT(result->members, ElementsAre("node-0/0", "node-1/0"));
+  }
+  for (int64_t i = 0; i < values; ++i) {  // node-0 weighs 1, node-1 2: nothing of node-2's
+    const float mean = ((params[0][i] - global0[i]) + 2 * (params[1][i] - global0[i])) / 3;
+    ASSERT_NEAR(globals[0][i], global0[i] + mean, 1e-5) << i;
+  }
 }
 
 TEST_F(ShardedTest, TheDataPlaneRefusesAMissingOrWrongToken) {

@@ -11,10 +11,9 @@ namespace localsgd {
 
 std::string DataPlaneTag(absl::string_view key, const DataPlaneStream& stream) {
   // Names joined with NUL, which no worker id or run id holds.
-  const std::string message =
-      absl::StrCat(stream.run_id, std::string(1, '\0'), stream.round, std::string(1, '\0'),
-                   stream.attempt, std::string(1, '\0'), stream.sender, std::string(1, '\0'),
-                   stream.receiver);
+  const std::string message = absl::StrCat(
+      stream.run_id, std::string(1, '\0'), stream.round, std::string(1, '\0'), stream.attempt,
+      std::string(1, '\0'), stream.sender, std::string(1, '\0'), stream.receiver);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),

@@ -24,11 +24,6 @@ namespace {
 
 constexpr int64_t kMaxVectorLength = int64_t{1} << 32;
 
-bool IsLeader(const std::vector<ControlPlane::Leader>& leaders, const std::string& id) {
-  return std::any_of(leaders.begin(), leaders.end(),
-                     [&](const ControlPlane::Leader& l) { return l.worker_id == id; });
-}
-
 Suspensions SuspensionsFor(const v1::RunSpec& spec) {
   Suspensions::Options options;
   options.strikes = spec.suspend_after_failed_rounds();
@@ -40,14 +35,21 @@ Suspensions SuspensionsFor(const v1::RunSpec& spec) {
 // The chunks an archived model is sent in (its run's own chunk size is not kept with it).
 constexpr int64_t kArchivedChunkBytes = 1 << 20;
 
-absl::Status CheckMember(const ControlPlane& plane, const std::string& member_id,
-                         absl::string_view credential) {
+// Returns the leader as it joined.
+absl::StatusOr<ControlPlane::Leader> CheckMember(const ControlPlane& plane,
+                                                 const std::string& member_id,
+                                                 absl::string_view credential) {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
-  if (!IsLeader(plane.LiveLeaders(), member_id)) {
+  std::vector<ControlPlane::Leader> leaders = plane.LiveLeaders();
+  auto leader = std::find_if(leaders.begin(), leaders.end(), [&](const ControlPlane::Leader& l) {
+    return l.worker_id == member_id;
+  });
+  if (leader == leaders.end()) {
     return absl::NotFoundError(
         absl::StrCat("member_id: ", Quoted(member_id), " is not a live node leader (join first)"));
   }
-  return plane.Authenticate(member_id, credential);
+  LOCALSGD_RETURN_IF_ERROR(plane.Authenticate(member_id, credential));
+  return std::move(*leader);
 }
 
 }  // namespace
@@ -124,7 +126,8 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
 absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
   MutexLock lock(&mu_);
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id(), header.member_credential()));
+  LOCALSGD_RETURN_IF_ERROR(
+      CheckMember(*plane_, header.member_id(), header.member_credential()).status());
   if (header.vector_length() <= 0 || header.vector_length() > kMaxVectorLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
@@ -250,7 +253,8 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> member) {
-  LOCALSGD_RETURN_IF_ERROR(CheckMember(*plane_, header.member_id(), header.member_credential()));
+  LOCALSGD_ASSIGN_OR_RETURN(const ControlPlane::Leader leader,
+                            CheckMember(*plane_, header.member_id(), header.member_credential()));
   absl::StatusOr<int64_t> session;
   {
     MutexLock lock(&mu_);
@@ -260,7 +264,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       Touch(earlier);
     }
     latest = member;
-    session = JoinLocked(header, member);
+    session = JoinLocked(header, leader.local_world_size, member);
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
@@ -293,11 +297,13 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
   return session;
 }
 
-absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header,
+absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header, int ranks,
                                                  const std::shared_ptr<RoundMember>& member) {
-  if (header.num_workers() < 1 || header.num_workers() > kMaxRanksPerNode) {
-    return absl::InvalidArgumentError(absl::StrCat("num_workers: must be in [1, ", kMaxRanksPerNode,
-                                                   "], got ", header.num_workers()));
+  // A node leader stands for its node's live ranks: at most the local_world_size it joined with.
+  if (header.num_workers() < 1 || header.num_workers() > ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers: must be in [1, ", ranks,
+        "] (the local_world_size this node leader joined with), got ", header.num_workers()));
   }
   // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
   // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them.

@@ -213,7 +213,8 @@ class RoundManager {
   // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
   absl::StatusOr<v1::RunInfo> RunningRun(const std::string& run_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header,
+  // `ranks`: the local_world_size the member joined with.
+  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header, int ranks,
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

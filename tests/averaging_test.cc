@@ -70,11 +70,12 @@ class AveragingTest : public ::testing::Test {
 
   std::unique_ptr<grpc::ClientContext> Ctx() { return AuthorizedContext(kToken, kTimeout); }
 
-  void JoinNode(int i) {
+  // Joins node-i's leader, of a node of `ranks` ranks.
+  void JoinNode(int i, int ranks = 1) {
     v1::JoinRequest request;
     request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
     request.mutable_identity()->set_local_rank(0);
-    request.mutable_identity()->set_local_world_size(1);
+    request.mutable_identity()->set_local_world_size(ranks);
     v1::JoinResponse response;
     ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
     credentials_.Keep(response);
@@ -159,7 +160,9 @@ class AveragingTest : public ::testing::Test {
 };
 
 TEST_F(AveragingTest, WeightedMeanMatchesReferenceAndEveryCopyIsBitIdentical) {
-  Start(4);
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 4; ++i) JoinNode(i, /*ranks=*/i + 1);  // each weighs its ranks
+  StartRun("");
   ASSERT_GE(layout_.num_chunks(), 4);
   std::vector<float> global0 = InitModel();
   const std::vector<int> nodes = {0, 1, 2, 3};
@@ -487,6 +490,14 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
        "weight"},
       // Issue 37, finding 4: a weight beyond the ranks a member stands for outweighed the
       // others (1e6 set the update to its delta) or cancelled them in double (1e17).
+      {"more ranks than the node joined with",
+       [](v1::SyncHeader& h) {
+         h.set_num_workers(2);
+         h.set_weight(2);
+       },
+       {},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "num_workers: must be in [1, 1] (the local_world_size"},
       {"weight beyond the member's ranks",
        [](v1::SyncHeader& h) { h.set_weight(1e6); },
        {},

@@ -98,7 +98,7 @@ class ShardedTest : public ::testing::Test {
     v1::JoinRequest request;
     request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
     request.mutable_identity()->set_local_rank(0);
-    request.mutable_identity()->set_local_world_size(1);
+    request.mutable_identity()->set_local_world_size(1 + i);  // it weighs 1 + i (StartRun)
     if (serve) request.set_data_address(leader.server->address());
     v1::JoinResponse response;
     grpc::Status status = Join(request, &response);

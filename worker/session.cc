@@ -220,7 +220,16 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   if (!spec_.enabled()) return first_step_ = 0;
   absl::StatusOr<int64_t> resume_at = hierarchical_->Start(tensors_);
   if (!resume_at.ok()) {
-    coordinator_->Flush().IgnoreError();
+    // Whether the run ended decides between leaving quietly and failing, so ask the
+    // coordinator now: retried for up to 30 s while it is unreachable (as it may have been for
+    // the leader too).
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    for (absl::Status beat = coordinator_->Flush();
+         (absl::IsUnavailable(beat) || absl::IsDeadlineExceeded(beat)) && !options_.stop() &&
+         absl::Now() < give_up;
+         beat = coordinator_->Flush()) {
+      absl::SleepFor(absl::Seconds(1));
+    }
     if (options_.stop() || RunEnded()) {  // the run stopped before this worker began
       return absl::CancelledError(absl::StrCat("initial model: ", resume_at.status().message()));
     }

@@ -190,15 +190,9 @@ void RangeReducer::Add(int slot, int chunk, const float* values, size_t n, bool 
   }
 }
 
-void RangeReducer::ReduceHeld() {
-  reduced_ = true;
-  std::vector<int> members;  // delivered every chunk
-  for (int slot = 0; slot < num_members_; ++slot) {
-    if (!dropped_[slot]) members.push_back(slot);
-  }
+std::vector<bool> RangeReducer::Screen(const std::vector<int>& members) {
   std::vector<bool> excluded(static_cast<size_t>(num_members_), false);
   for (int slot : members) {
-    if (!screening()) break;
     std::vector<double> others;
     for (int other : members) {
       if (other != slot) others.push_back(std::sqrt(norm2_[other]));
@@ -214,6 +208,17 @@ void RangeReducer::ReduceHeld() {
       exclusions_.push_back(Exclusion{slot, norm, median});
     }
   }
+  return excluded;
+}
+
+void RangeReducer::ReduceHeld() {
+  reduced_ = true;
+  std::vector<int> members;  // delivered every chunk
+  for (int slot = 0; slot < num_members_; ++slot) {
+    if (!dropped_[slot]) members.push_back(slot);
+  }
+  const std::vector<bool> excluded =
+      screening() ? Screen(members) : std::vector<bool>(static_cast<size_t>(num_members_), false);
   // The held deltas of members still in (not dropped, not excluded) make the sums; everyone
   // else's weight leaves the chunks it had reached.
   std::vector<int> counted;

@@ -144,6 +144,8 @@ class RangeReducer {
   bool holding() const { return screening() || trimming(); }
   // Adds slot's values of `chunk` to the sum, or holds them.
   void Add(int slot, int chunk, const float* values, size_t n, bool from_bytes);
+  // Screening: which of `members` (slots) are outliers; records them as exclusions.
+  std::vector<bool> Screen(const std::vector<int>& members);
   // Every chunk complete: screens out outliers (when screening) and reduces the held deltas
   // of the members that count into sum_ (weighted, or trimmed).
   void ReduceHeld();

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,28 @@
 
 namespace localsgd {
 namespace {
+
+const absl::Status& StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
+// Calls `attempt` until it returns anything but UNAVAILABLE or DEADLINE_EXCEEDED (the
+// coordinator unreachable), once a second for up to `budget` or until `stop()`; returns the
+// last result.
+template <typename Attempt>
+auto RetryWhileUnreachable(Attempt attempt, absl::Duration budget,
+                           const std::function<bool()>& stop) {
+  const absl::Time give_up = absl::Now() + budget;
+  auto result = attempt();
+  while ((absl::IsUnavailable(StatusOf(result)) || absl::IsDeadlineExceeded(StatusOf(result))) &&
+         !stop() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Seconds(1));
+    result = attempt();
+  }
+  return result;
+}
 
 // The folder, in --rendezvous_dir, where a node's ranks meet for one run.
 std::string NodeFolderName(const std::string& run_id, const std::string& node_name) {
@@ -223,13 +246,9 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
     // Whether the run ended decides between leaving quietly and failing, so ask the
     // coordinator now: retried for up to 30 s while it is unreachable (as it may have been for
     // the leader too).
-    const absl::Time give_up = absl::Now() + absl::Seconds(30);
-    for (absl::Status beat = coordinator_->Flush();
-         (absl::IsUnavailable(beat) || absl::IsDeadlineExceeded(beat)) && !options_.stop() &&
-         absl::Now() < give_up;
-         beat = coordinator_->Flush()) {
-      absl::SleepFor(absl::Seconds(1));
-    }
+    RetryWhileUnreachable([this] { return coordinator_->Flush(); }, absl::Seconds(30),
+                          options_.stop)
+        .IgnoreError();
     if (options_.stop() || RunEnded()) {  // the run stopped before this worker began
       return absl::CancelledError(absl::StrCat("initial model: ", resume_at.status().message()));
     }
@@ -253,16 +272,9 @@ absl::StatusOr<Session::FinalModel> Session::FetchFinalModel(
     return absl::FailedPreconditionError(absl::StrCat("run ", run_id_, " has not completed"));
   }
   ModelClient client(coordinator_->channel(), options_.token);
-  absl::StatusOr<ModelClient::Model> model;
-  const absl::Time give_up = absl::Now() + absl::Minutes(1);
-  do {
-    model = client.FetchModel(run_id_, absl::Seconds(10));
-    if (model.ok() ||
-        (!absl::IsUnavailable(model.status()) && !absl::IsDeadlineExceeded(model.status()))) {
-      break;
-    }
-    absl::SleepFor(absl::Seconds(1));
-  } while (absl::Now() < give_up);
+  absl::StatusOr<ModelClient::Model> model =
+      RetryWhileUnreachable([&] { return client.FetchModel(run_id_, absl::Seconds(10)); },
+                            absl::Minutes(1), options_.stop);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("final model: ", model.status().message()));

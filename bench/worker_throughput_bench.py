@@ -21,12 +21,19 @@ threads as cores spin against each other). The K=8 runs use each --exchanges mod
 star by default), interleaved; a mode may name its chunk size, e.g. EXCHANGE_SHARDED:1024 (KiB;
 default: the run's own).
 
+First, one optimizer step's time on one worker (averaging off) against the same model's step in
+Python torch on this machine, at 1 thread and at all cores: an MLP 784-1024-1024-10 scripted to
+TorchScript once and loaded by both, batch 64 of the same synthetic 28x28 inputs, each batch
+gathered from the data set with index_select, SGD. Both go through the same libblas.so.3 (the
+README's set-up selects OpenBLAS); the ratio shows what the worker adds.
+
 Usage: /usr/bin/python3 bench/worker_throughput_bench.py [--steps 400] [--repeats 2]
-       [--exchanges EXCHANGE_SHARDED EXCHANGE_STAR]
+       [--exchanges EXCHANGE_SHARDED EXCHANGE_STAR] [--step_time_only]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
 import collections
+import os
 import statistics
 import tempfile
 import threading
@@ -108,14 +115,93 @@ def run(bin_dir, work, exchange, steps, workers=4, batch=64):
                           idle.share(start, end))
 
 
+def blas():
+    """The file libblas.so.3 resolves to (Debian's alternative)."""
+    return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+
+
+def script_mlp(path):
+    import torch
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Flatten(), torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+                torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+        def forward(self, x):
+            return self.net(x)
+
+    torch.manual_seed(0)
+    torch.jit.script(Mlp()).save(path)
+
+
+def python_step_ms(model_path, threads, steps, batch=64, samples=16384):
+    """Python torch's milliseconds per step, over all `steps` (as the worker reports them)."""
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model = torch.jit.load(model_path)
+    inputs = torch.randn(samples, 1, 28, 28)
+    targets = torch.randint(0, 10, (samples,))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    order, cursor = torch.randperm(samples), 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        if cursor + batch > samples:
+            order, cursor = torch.randperm(samples), 0
+        idx = order[cursor:cursor + batch]
+        cursor += batch
+        loss = torch.nn.functional.cross_entropy(model(inputs.index_select(0, idx)),
+                                                 targets.index_select(0, idx))
+        loss.backward()
+        loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+    return (time.perf_counter() - start) / steps * 1000
+
+
+def worker_step_ms(bin_dir, work, model_path, threads, steps, batch=64):
+    """The worker's milliseconds per step (its samples/s over all its steps), averaging off."""
+    with Cluster(bin_dir, work) as cluster:
+        cluster.workers(1, f"--threads={threads}")
+        cluster.start(f'model {{ torchscript_path: "{model_path}" }} '
+                      f'dataset {{ synthetic_samples: 16384 }} total_steps: {steps} '
+                      f'batch_size: {batch} min_workers: 1 enabled: false '
+                      f'optimizer {{ lr: 0.01 }}')
+        done = done_line(cluster.wait()[0])
+        return batch / done["samples_per_second"] * 1000
+
+
+def step_times(bin_dir, work, steps, repeats):
+    model_path = os.path.join(work, "mlp_784_1024_1024_10.pt")
+    script_mlp(model_path)
+    print(f"one step, MLP 784-1024-1024-10, batch 64, libblas.so.3 = {blas()}")
+    for threads in sorted({1, os.cpu_count()}):
+        worker, python = [], []
+        for _ in range(repeats):
+            worker.append(worker_step_ms(bin_dir, work, model_path, threads, steps))
+            python.append(python_step_ms(model_path, threads, steps))
+        w, p = statistics.median(worker), statistics.median(python)
+        print(f"  {threads} thread(s): worker {w:.2f} ms, Python torch {p:.2f} ms, "
+              f"ratio {w / p:.3f} (worker runs {[round(x, 2) for x in worker]}, "
+              f"Python {[round(x, 2) for x in python]})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--exchanges", nargs="+", default=["EXCHANGE_SHARDED", "EXCHANGE_STAR"])
+    parser.add_argument("--step_time_only", action="store_true")
     args = parser.parse_args()
     bin_dir = build()
+    with tempfile.TemporaryDirectory() as work:
+        step_times(bin_dir, work, args.steps, args.repeats)
+    if args.step_time_only:
+        return
     runs = {None: []}
     runs.update({exchange: [] for exchange in args.exchanges})
     with tempfile.TemporaryDirectory() as work:

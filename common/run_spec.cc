@@ -202,6 +202,13 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
   if (spec.has_local_sgd_steps()) {
     LOCALSGD_RETURN_IF_ERROR(CheckInt("local_sgd_steps", spec.local_sgd_steps(), 1, 1'000'000));
   }
+  const int local_sgd_steps =
+      spec.has_local_sgd_steps() ? spec.local_sgd_steps() : kDefaultLocalSgdSteps;
+  if (spec.overlap_steps() < 0 || spec.overlap_steps() >= local_sgd_steps) {
+    return FieldError("overlap_steps",
+                      absl::StrCat(spec.overlap_steps(),
+                                   " is not in [0, local_sgd_steps = ", local_sgd_steps, ")"));
+  }
   if (spec.has_gradient_accumulation_steps()) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("gradient_accumulation_steps", spec.gradient_accumulation_steps(), 1, 10'000));

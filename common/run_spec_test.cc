@@ -163,6 +163,9 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } exchange: 5", "spec.exchange:"},
       {"model { builtin: \"mlp\" } trimmed_mean_fraction: 0.5", "spec.trimmed_mean_fraction:"},
       {"model { builtin: \"mlp\" } trimmed_mean_fraction: -0.1", "spec.trimmed_mean_fraction:"},
+      {"model { builtin: \"mlp\" } overlap_steps: -1", "spec.overlap_steps:"},
+      {"model { builtin: \"mlp\" } overlap_steps: 8", "spec.overlap_steps:"},
+      {"model { builtin: \"mlp\" } local_sgd_steps: 4 overlap_steps: 4", "spec.overlap_steps:"},
   };
   for (const BadCase& c : cases) {
     absl::Status status = ValidateRunSpec(Parse(c.text));

@@ -8,43 +8,37 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "exchange/sync_stream.h"
+#include "worker/flat_model.h"
 
 namespace localsgd {
 namespace {
 
-// One flat fp32 vector on the model's device (NCCL averages it on the GPU).
-at::Tensor Flatten(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> pieces;
-  pieces.reserve(tensors.size());
-  for (const at::Tensor& t : tensors)
-    pieces.push_back(t.detach().to(torch::kFloat32).reshape({-1}));
-  return torch::cat(pieces).contiguous();
-}
-
-void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
-  int64_t offset = 0;
-  for (const at::Tensor& t : tensors) {
-    const int64_t n = t.numel();
-    t.copy_(flat.slice(0, offset, offset + n).view(t.sizes()));
-    offset += n;
-  }
-}
-
-// Broadcasts rank 0's (code, step) to the group (the step in two parts of 2^20, each exact in
-// fp32).
-absl::StatusOr<std::pair<int, int64_t>> BroadcastCodeAndStep(IntraNodeAverager& intra, int code,
-                                                             int64_t step,
-                                                             const at::Device& device) {
+// Broadcasts rank 0's (code, flag, step) to the group (the step in two parts of 2^20, each
+// exact in fp32).
+struct Shared {
+  int code = 0;
+  bool flag = false;
+  int64_t step = 0;
+};
+absl::StatusOr<Shared> BroadcastFromLeader(IntraNodeAverager& intra, Shared mine,
+                                           const at::Device& device) {
   constexpr int64_t kPart = int64_t{1} << 20;
-  at::Tensor info = torch::tensor({static_cast<float>(code), static_cast<float>(step / kPart),
-                                   static_cast<float>(step % kPart)},
-                                  torch::TensorOptions().device(device))
-                        .contiguous();
+  at::Tensor info =
+      torch::tensor({static_cast<float>(mine.code), mine.flag ? 1.0f : 0.0f,
+                     static_cast<float>(mine.step / kPart), static_cast<float>(mine.step % kPart)},
+                    torch::TensorOptions().device(device))
+          .contiguous();
   LOCALSGD_RETURN_IF_ERROR(intra.Broadcast(info));
   at::Tensor host = info.to(torch::kCPU);
-  return std::make_pair(static_cast<int>(host[0].item<float>()),
-                        static_cast<int64_t>(host[1].item<float>()) * kPart +
-                            static_cast<int64_t>(host[2].item<float>()));
+  return Shared{static_cast<int>(host[0].item<float>()), host[1].item<float>() != 0,
+                static_cast<int64_t>(host[2].item<float>()) * kPart +
+                    static_cast<int64_t>(host[3].item<float>())};
+}
+
+// Whether the leader's round left it holding a model every rank takes: the round's result,
+// the run's model after rounds it missed (stale), or the run's final model (OUT_OF_RANGE).
+bool TookModel(const absl::Status& status) {
+  return status.ok() || absl::IsOutOfRange(status) || StaleRoundOf(status).has_value();
 }
 
 }  // namespace
@@ -54,6 +48,10 @@ HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader,
       leader_(leader),
       take_lead_(std::move(take_lead)),
       leader_rank_(group->members().front()) {}
+
+HierarchicalAverager::~HierarchicalAverager() {
+  if (in_flight_ != nullptr && in_flight_->round.joinable()) in_flight_->round.join();
+}
 
 template <typename LeaderStep>
 absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first,
@@ -74,53 +72,130 @@ absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first
 
 absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
   if (!health_.ok()) return health_;
+  return AverageNow(absl::OkStatus(), tensors, step);
+}
+
+absl::Status HierarchicalAverager::AverageNow(absl::Status failure,
+                                              const std::vector<at::Tensor>& tensors,
+                                              int64_t* step) {
   torch::NoGradGuard no_grad;
-  at::Tensor flat = Flatten(tensors);
+  const ValueRange all = WholeModel(tensors);
+  at::Tensor flat = Flatten(tensors, all);
   absl::Status sync_status;
-  auto sync = [&](absl::Span<float> values) { sync_status = leader_->Sync(values, *step); };
   bool leader_has_result = false;
-  if (absl::Status failure = Exchange(flat, /*average_first=*/true, sync, &leader_has_result);
-      !failure.ok()) {
-    if (absl::Status s =
-            Recover(std::move(failure), tensors, flat, step, leader_has_result, &sync_status);
-        !s.ok()) {
-      return s;
-    }
+  if (failure.ok()) {
+    failure = Exchange(
+        flat, /*average_first=*/true,
+        [&](absl::Span<float> values) { sync_status = leader_->Sync(values, *step); },
+        &leader_has_result);
   }
-  Unflatten(flat, tensors);
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<Verdict> verdict,
+                            Conclude(
+                                std::move(failure), flat, [&] { return Flatten(tensors, all); },
+                                step, leader_has_result, &sync_status));
+  Unflatten(flat, tensors, all);
+  if (!verdict.has_value()) return sync_status;
   // Every rank follows the run's global step (the leader's, once it took the round's result
   // or the committed model) and learns whether the run ended, so that no rank trains past it.
-  // It also tells every rank how the round went, so that all of them decide alike (e.g.
-  // whether to try the run's last round again).
-  const bool took = leader_ != nullptr && (sync_status.ok() || absl::IsOutOfRange(sync_status) ||
-                                           StaleRoundOf(sync_status).has_value());
-  // The code: the leader's round's status code (OUT_OF_RANGE: the run ended, and the leader
-  // took its final model).
-  absl::StatusOr<std::pair<int, int64_t>> follow =
-      BroadcastCodeAndStep(intra(), static_cast<int>(sync_status.code()),
-                           took ? leader_->global_step() : *step, tensors.front().device());
-  if (!follow.ok()) {
-    // A rank died just now: the next collective fails and the group re-forms then.
-    LogWarning(absl::StrCat("could not share the global step: ", follow.status().ToString()));
-    return sync_status;
+  *step = verdict->step;
+  return StatusOfRound(sync_status, *verdict);
+}
+
+absl::Status HierarchicalAverager::Launch(const std::vector<at::Tensor>& tensors, int64_t* step) {
+  if (!health_.ok()) return health_;
+  if (in_flight_ != nullptr) {
+    return absl::FailedPreconditionError("Launch: a round is in flight already (Merge it first)");
   }
-  *step = follow->second;
-  const auto code = static_cast<absl::StatusCode>(follow->first);
-  if (sync_status.ok() && code == absl::StatusCode::kOutOfRange) {
+  torch::NoGradGuard no_grad;
+  auto round = std::make_unique<InFlight>();
+  round->range = WholeModel(tensors);
+  round->step = *step;
+  round->snapshot = Flatten(tensors, round->range);
+  at::Tensor mean = round->snapshot.clone();
+  if (absl::Status failure = intra().AllReduceMean(mean); !failure.ok()) {
+    // A rank of the node died: this round runs at once among the ranks left (the tensors are
+    // still the snapshot, so its result is what Merge would make of it).
+    return AverageNow(std::move(failure), tensors, step);
+  }
+  if (leader_ != nullptr) {
+    round->values = mean.to(torch::kCPU);  // `mean` is this round's own copy
+    round->round = std::thread([leader = leader_, r = round.get()] {
+      r->status = leader->Sync(
+          absl::MakeSpan(r->values.data_ptr<float>(), static_cast<size_t>(r->values.numel())),
+          r->step);
+    });
+  }
+  in_flight_ = std::move(round);
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalAverager::Merge(const std::vector<at::Tensor>& tensors, int64_t* step) {
+  if (in_flight_ == nullptr) return absl::OkStatus();
+  const std::unique_ptr<InFlight> round = std::move(in_flight_);
+  if (round->round.joinable()) round->round.join();
+  if (!health_.ok()) return health_;
+  torch::NoGradGuard no_grad;
+  // The leader's values (the round's result, or the node's mean when it did not commit) to
+  // every rank, then its verdict.
+  at::Tensor flat = leader_ != nullptr ? round->values.to(round->snapshot.device())
+                                       : at::empty_like(round->snapshot);
+  absl::Status sync_status = round->status;
+  int64_t at = round->step;
+  LOCALSGD_ASSIGN_OR_RETURN(
+      std::optional<Verdict> verdict,
+      Conclude(
+          intra().Broadcast(flat), flat, [&] { return round->snapshot.clone(); }, &at,
+          /*leader_has_result=*/leader_ != nullptr, &sync_status));
+  if (!verdict.has_value()) return sync_status;
+  if (verdict->took && verdict->code == absl::StatusCode::kOutOfRange) {
+    Unflatten(flat, tensors, round->range);  // the run's final model: nothing more to train
+    *step = verdict->step;
+  } else if (verdict->took) {
+    MergeRound(flat, round->snapshot, tensors, round->range);
+    *step = verdict->step + (*step - round->step);
+  }
+  return StatusOfRound(sync_status, *verdict);
+}
+
+absl::StatusOr<std::optional<HierarchicalAverager::Verdict>> HierarchicalAverager::Conclude(
+    absl::Status failure, at::Tensor& flat, const Redo& redo, int64_t* step, bool leader_has_result,
+    absl::Status* sync_status) {
+  if (!failure.ok()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        Recover(std::move(failure), redo, flat, step, leader_has_result, sync_status));
+  }
+  // The leader's round's status code (OUT_OF_RANGE: the run ended, and the leader took its
+  // final model) and step, so that every rank decides alike (e.g. whether to try the run's
+  // last round again).
+  const bool took = leader_ != nullptr && TookModel(*sync_status);
+  absl::StatusOr<Shared> shared = BroadcastFromLeader(
+      intra(),
+      Shared{static_cast<int>(sync_status->code()), took, took ? leader_->global_step() : *step},
+      flat.device());
+  if (!shared.ok()) {
+    LogWarning(absl::StrCat("could not share the round's outcome: ", shared.status().ToString()));
+    return std::optional<Verdict>();
+  }
+  return std::optional<Verdict>(
+      Verdict{static_cast<absl::StatusCode>(shared->code), shared->flag, shared->step});
+}
+
+absl::Status HierarchicalAverager::StatusOfRound(const absl::Status& sync_status,
+                                                 const Verdict& verdict) {
+  if (sync_status.ok() && verdict.code == absl::StatusCode::kOutOfRange) {
     return absl::OutOfRangeError("the run ended; the node leader took its final model");
   }
-  if (sync_status.ok() && code != absl::StatusCode::kOk) {
-    return absl::Status(code,
+  if (sync_status.ok() && verdict.code != absl::StatusCode::kOk) {
+    return absl::Status(verdict.code,
                         "the node leader's round did not commit with this node (see its log)");
   }
   return sync_status;
 }
 
-absl::Status HierarchicalAverager::Recover(absl::Status failure,
-                                           const std::vector<at::Tensor>& tensors, at::Tensor& flat,
+absl::Status HierarchicalAverager::Recover(absl::Status failure, const Redo& redo, at::Tensor& flat,
                                            int64_t* step, bool leader_has_result,
                                            absl::Status* sync_status) {
-  const at::Device device = tensors.front().device();
+  const at::Device device = flat.device();
   while (!failure.ok()) {
     LogWarning(absl::StrCat("node group generation ", group_->generation(),
                             ": a collective at step ", *step, " failed (", failure.message(),
@@ -149,19 +224,21 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure,
     }
     if (leader_ != nullptr) leader_->SetNodeWorkers(static_cast<int>(group_->members().size()));
     // The leader's state decides: its step, and whether it holds the round's result.
-    absl::StatusOr<std::pair<int, int64_t>> plan =
-        BroadcastCodeAndStep(intra(), leader_has_result ? 1 : 0, *step, device);
+    absl::StatusOr<Shared> plan =
+        BroadcastFromLeader(intra(), Shared{0, leader_has_result, *step}, device);
     if (!plan.ok()) {
       failure = plan.status();
       continue;
     }
-    *step = plan->second;
-    if (plan->first == 1) {
+    *step = plan->step;
+    if (plan->flag) {
       failure = intra().Broadcast(flat);  // the leader's result (it holds it in `flat`)
     } else {
-      flat = Flatten(tensors);
-      auto sync = [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step); };
-      failure = Exchange(flat, /*average_first=*/true, sync, &leader_has_result);
+      flat = redo();
+      failure = Exchange(
+          flat, /*average_first=*/true,
+          [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step); },
+          &leader_has_result);
     }
   }
   return absl::OkStatus();
@@ -169,7 +246,8 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure,
 
 absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
-  at::Tensor flat = Flatten(tensors);
+  const ValueRange all = WholeModel(tensors);
+  at::Tensor flat = Flatten(tensors, all);
   absl::Status status;
   bool leader_has_result = false;
   if (absl::Status s = Exchange(
@@ -178,19 +256,17 @@ absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor
       !s.ok()) {
     return s;
   }
-  Unflatten(flat, tensors);
+  Unflatten(flat, tensors, all);
   // Every rank learns whether its leader got the initial model, so that none trains on, and
   // the global step to resume at.
+  const bool got = leader_ != nullptr && status.ok();
   LOCALSGD_ASSIGN_OR_RETURN(
-      const auto info,
-      BroadcastCodeAndStep(intra(), leader_ != nullptr && status.ok() ? 1 : 0,
-                           leader_ != nullptr && status.ok() ? leader_->global_step() : 0,
-                           tensors.front().device()));
+      const Shared info,
+      BroadcastFromLeader(intra(), Shared{0, got, got ? leader_->global_step() : 0},
+                          tensors.front().device()));
   if (!status.ok()) return status;
-  if (info.first != 1) {
-    return absl::UnavailableError("the node leader could not get the initial model");
-  }
-  return info.second;
+  if (!info.flag) return absl::UnavailableError("the node leader could not get the initial model");
+  return info.step;
 }
 
 }  // namespace localsgd

@@ -4,8 +4,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include "worker/flat_model.h"
 #include "worker/node_group.h"
 #include "worker/node_leader.h"
 #include "worker/parameter_averager.h"
@@ -23,7 +27,14 @@ namespace localsgd {
 // lowest live local rank takes the lead (`take_lead`): it becomes the node's member at the
 // coordinator in the dead leader's place, takes the run's committed model, and every rank of
 // the node takes that model and step. If the group cannot re-form, or the new leader cannot
-// take the lead, Health() says so and the worker stops. Not thread-safe.
+// take the lead, Health() says so and the worker stops.
+//
+// Overlapped rounds (docs/design.md, "Overlapped rounds"): Launch averages the ranks'
+// snapshots within the node and the leader runs the round on a thread of its own while every
+// rank trains on; Merge waits for it there, the leader broadcasts the outcome and each rank
+// merges it into its own values. A collective that fails in Launch makes that round a blocking
+// one among the ranks left; in Merge, the ranks left take the leader's result (or, when the
+// leader died, the run's committed model from the new leader). Not thread-safe.
 class HierarchicalAverager : public ParameterAverager {
  public:
   // Makes this rank its node's leader in place of the dead leader of local rank `dead_rank`.
@@ -32,8 +43,12 @@ class HierarchicalAverager : public ParameterAverager {
   // `leader` is null on ranks that do not lead their node (the group's first rank does).
   // `group`, `leader` and what `take_lead` makes must outlive this object.
   HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead);
+  // Waits for a round in flight.
+  ~HierarchicalAverager() override;
 
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override { return health_; }
 
   // Start of training: the leader offers global[0] and fetches the run's current global
@@ -43,16 +58,47 @@ class HierarchicalAverager : public ParameterAverager {
   absl::StatusOr<int64_t> Start(const std::vector<at::Tensor>& tensors);
 
  private:
+  // What the leader tells its ranks after a round: its round's status code, whether it took a
+  // model (the round's result, or the run's model when it missed rounds or the run ended),
+  // and the step to go on from.
+  struct Verdict {
+    absl::StatusCode code = absl::StatusCode::kOk;
+    bool took = false;
+    int64_t step = 0;
+  };
+  // An overlapped round between Launch and Merge.
+  struct InFlight {
+    ValueRange range;     // the values the round carries
+    int64_t step = 0;     // the optimizer step of the snapshot
+    at::Tensor snapshot;  // this rank's values at that step (flat, on its device)
+    at::Tensor values;    // leader: the node's mean on a CPU, then the round's result
+    absl::Status status;  // leader: the round's outcome
+    std::thread round;    // leader: runs the round
+  };
+  using Redo = std::function<at::Tensor()>;
+
   // All-reduce (if `average_first`), `leader_step` on the leader over a CPU view of `flat`,
   // broadcast. Returns a collective's failure; `*leader_has_result` tells whether the
   // leader's `flat` holds what every rank should take (its step ran).
   template <typename LeaderStep>
   absl::Status Exchange(at::Tensor& flat, bool average_first, LeaderStep leader_step,
                         bool* leader_has_result);
-  // After `failure`: re-forms the group and finishes the round as the class comment says.
-  absl::Status Recover(absl::Status failure, const std::vector<at::Tensor>& tensors,
-                       at::Tensor& flat, int64_t* step, bool leader_has_result,
-                       absl::Status* sync_status);
+  // A round run at once on `tensors`, its collectives starting with `failure` when not OK.
+  absl::Status AverageNow(absl::Status failure, const std::vector<at::Tensor>& tensors,
+                          int64_t* step);
+  // After a round's collectives ended with `failure` (OK: they went through): re-forms the
+  // group and finishes the round (Recover), then shares the leader's verdict; nullopt when
+  // that failed (a rank died just now: the group re-forms at the next collective).
+  absl::StatusOr<std::optional<Verdict>> Conclude(absl::Status failure, at::Tensor& flat,
+                                                  const Redo& redo, int64_t* step,
+                                                  bool leader_has_result,
+                                                  absl::Status* sync_status);
+  // What a rank's Average or Merge returns, from the leader's round and verdict.
+  static absl::Status StatusOfRound(const absl::Status& sync_status, const Verdict& verdict);
+  // After `failure`: re-forms the group and finishes the round as the class comment says
+  // (a round redone starts from `redo()`).
+  absl::Status Recover(absl::Status failure, const Redo& redo, at::Tensor& flat, int64_t* step,
+                       bool leader_has_result, absl::Status* sync_status);
   IntraNodeAverager& intra() { return group_->averager(); }
 
   NodeGroup* const group_;
@@ -60,6 +106,7 @@ class HierarchicalAverager : public ParameterAverager {
   const TakeLead take_lead_;
   int leader_rank_;  // the local rank that leads the node
   absl::Status health_;
+  std::unique_ptr<InFlight> in_flight_;
 };
 
 }  // namespace localsgd

@@ -21,6 +21,10 @@ namespace localsgd {
 // not after every micro-batch) and averages the model at steps K, 2K, 3K, ... With
 // enabled = false it never communicates. Finish() (or the destructor) runs one last sync when
 // steps were taken since the last one, so every copy ends equal.
+//
+// With overlap_steps = tau > 0 (docs/design.md, "Overlapped rounds") the round of step s runs
+// beside training: Step() launches it at s (ParameterAverager::Launch) and merges it at s + tau
+// (ParameterAverager::Merge); Finish() merges a round still in flight before the last sync.
 // Thread-compatible.
 class LocalSGD {
  public:
@@ -28,13 +32,15 @@ class LocalSGD {
   // ModelTensors); they are updated in place. The averager must outlive this object.
   // `first_step`: optimizer steps already taken (a worker resuming a run in progress; a
   // multiple of local_sgd_steps keeps the syncs on the run's boundaries).
+  // `overlap_steps`: tau, in [0, local_sgd_steps).
   LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, int local_sgd_steps,
-           bool enabled = true, int64_t first_step = 0);
+           bool enabled = true, int64_t first_step = 0, int overlap_steps = 0);
   ~LocalSGD();
   LocalSGD(const LocalSGD&) = delete;
   LocalSGD& operator=(const LocalSGD&) = delete;
 
-  // Counts one optimizer step; at every local_sgd_steps-th it averages. An error from the
+  // Counts one optimizer step; at every local_sgd_steps-th it averages (or launches the
+  // overlapped round, and merges it overlap_steps later). An error from the
   // averager is returned (training may go on: the model then keeps its local values, unless
   // the averager's Health() is an error). After a sync steps() may have moved (the averager
   // set another step: see ParameterAverager::Average); a caller's own step count follows it.
@@ -43,7 +49,13 @@ class LocalSGD {
   // The sync of the current step once more, after it failed (the run's last round, say, while
   // the coordinator was unreachable). steps() may move, as after any sync.
   absl::Status Resync() { return Sync(); }
-  // The last sync, if any step was taken since the previous one. Idempotent.
+  // Merges the overlapped round in flight now, if any (the run's last step: its outcome decides
+  // whether to try the last round again). OK when none is in flight.
+  absl::Status MergeNow();
+  bool round_in_flight() const { return launched_at_ >= 0; }
+
+  // The last sync, if any step was taken since the previous one, after merging a round in
+  // flight. Idempotent.
   absl::Status Finish();
 
   // Ends without the last sync (e.g. on SIGTERM, when the other workers are not at the same
@@ -52,18 +64,25 @@ class LocalSGD {
 
   int64_t steps() const { return steps_; }
   int64_t syncs() const { return syncs_; }
+  // Rounds whose outcome this copy has taken (a sync, a merge, or a launch that failed).
+  int64_t rounds_completed() const { return rounds_completed_; }
   int local_sgd_steps() const { return local_sgd_steps_; }
+  int overlap_steps() const { return overlap_steps_; }
 
  private:
   absl::Status Sync();
+  absl::Status Launch();
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
   const int local_sgd_steps_;
   const bool enabled_;
+  const int overlap_steps_;
   int64_t steps_ = 0;
+  int64_t launched_at_ = -1;  // the step of the overlapped round in flight, or -1
   int64_t synced_at_ = 0;
   int64_t syncs_ = 0;
+  int64_t rounds_completed_ = 0;
   bool finished_ = false;
 };
 

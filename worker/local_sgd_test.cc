@@ -15,12 +15,13 @@ class FakeAverager : public ParameterAverager {
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
     steps.push_back(*step);
     torch::NoGradGuard no_grad;
-    for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(*step));
+    for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(*step) * scale);
     if (move_to >= 0) *step = move_to;
     return status;
   }
   std::vector<int64_t> steps;
   int64_t move_to = -1;
+  double scale = 1;
   absl::Status status;
 };
 
@@ -135,6 +136,67 @@ TEST(LocalSgdTest, AveragerErrorsReachTheCaller) {
   EXPECT_EQ(local_sgd.Step().code(), absl::StatusCode::kAborted);
   averager.status = absl::OkStatus();
   EXPECT_TRUE(local_sgd.Step().ok());  // and training goes on
+}
+
+// Overlapped rounds: the round of step s is launched there and merged at s + tau, keeping the
+// progress made meanwhile (w <- G' + (w - w_s)); Finish merges a round in flight, then syncs.
+TEST(LocalSgdTest, OverlappedRoundsMergeTauStepsLater) {
+  FakeAverager averager;  // the "committed model" of step s is 100 * s everywhere
+  averager.scale = 100;
+  torch::Tensor w = torch::zeros({2});
+  LocalSGD local_sgd(&averager, {w}, 4, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/2);
+  auto train_step = [&] {
+    torch::NoGradGuard no_grad;
+    w.add_(1);
+    return local_sgd.Step();
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(train_step().ok());
+  EXPECT_TRUE(local_sgd.round_in_flight());
+  EXPECT_EQ(w[0].item<float>(), 4.0f);  // launched, not applied
+  ASSERT_TRUE(train_step().ok());
+  EXPECT_EQ(w[0].item<float>(), 5.0f);
+  const int64_t completed = local_sgd.rounds_completed();
+  ASSERT_TRUE(train_step().ok());  // step 6 = 4 + tau: merged
+  EXPECT_FALSE(local_sgd.round_in_flight());
+  EXPECT_EQ(local_sgd.rounds_completed(), completed + 1);
+  EXPECT_EQ(w[0].item<float>(), 402.0f);                       // 400 + (6 - 4)
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(train_step().ok());  // launches at 8
+  EXPECT_EQ(w[0].item<float>(), 405.0f);
+  ASSERT_TRUE(local_sgd.Finish().ok());  // step 9: merge (800 + 1), then the last sync
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8, 9}));
+  EXPECT_EQ(w[0].item<float>(), 900.0f);
+}
+
+TEST(LocalSgdTest, ARoundThatFailsLeavesTheModelAndIsNotMerged) {
+  FakeAverager averager;
+  averager.scale = 100;
+  averager.status = absl::AbortedError("round aborted");
+  torch::Tensor w = torch::zeros({1});
+  LocalSGD local_sgd(&averager, {w}, 2, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/1);
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < 2; ++i) {
+    w.add_(1);
+    ASSERT_TRUE(local_sgd.Step().ok());  // the launch itself goes through
+  }
+  w.add_(1);
+  EXPECT_EQ(local_sgd.Step().code(), absl::StatusCode::kAborted);  // step 3: the merge
+  EXPECT_EQ(w[0].item<float>(), 3.0f);                             // its own values
+  w.add_(1);
+  ASSERT_TRUE(local_sgd.Step().ok());  // step 4: launched again
+  EXPECT_EQ(local_sgd.MergeNow().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(local_sgd.round_in_flight());
+  ASSERT_EQ(local_sgd.Finish().code(), absl::StatusCode::kOk);  // nothing since step 4
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4}));
+}
+
+TEST(LocalSgdTest, OverlapZeroIsThePlainAlgorithm) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({1});
+  LocalSGD local_sgd(&averager, {w}, 4, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/0);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_FALSE(local_sgd.round_in_flight());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4}));
+  EXPECT_EQ(w[0].item<float>(), 4.0f);
 }
 
 }  // namespace

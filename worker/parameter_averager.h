@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,9 +26,25 @@ class ParameterAverager {
   // worker's own values, or its node's mean, and training goes on, unless Health() is an error.
   virtual absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) = 0;
 
+  // Overlapped rounds (RunSpec.overlap_steps; docs/design.md, "Overlapped rounds"). Launch, at
+  // optimizer step `*step` (a multiple of local_sgd_steps): this rank's snapshot of `tensors`
+  // goes into a round that runs beside training. Merge, overlap_steps later: waits for that
+  // round and applies it, tensors <- G' + (tensors - snapshot); a round that did not commit
+  // leaves the tensors as they are, a run that ended leaves its final model. Either call may
+  // move `*step` as Average does, and either may have to run a round at once (Launch after a
+  // rank of the node died): its result is then applied. One round in flight at a time; Merge
+  // with none is a no-op. The defaults run the round in Launch (Average on a copy) and apply
+  // it in Merge, for averagers with nothing to overlap.
+  virtual absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step);
+  virtual absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step);
+
   // OK while the averager can average; once it cannot (its node's ranks could not re-form
   // after one died, say), the reason: the worker must stop training and leave.
   virtual absl::Status Health() const { return absl::OkStatus(); }
+
+ private:
+  struct Launched;  // the defaults' round: its snapshot, result, step and status
+  std::shared_ptr<Launched> launched_;
 };
 
 }  // namespace localsgd

@@ -15,6 +15,7 @@
 #include "exchange/model_client.h"
 #include "exchange/sharded_exchange.h"
 #include "exchange/star_exchange.h"
+#include "worker/flat_model.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
 #include "worker/model.h"
@@ -283,14 +284,9 @@ absl::StatusOr<Session::FinalModel> Session::FetchFinalModel(
     return absl::FailedPreconditionError(absl::StrCat(
         "final model: ", model->values.size(), " values, the model has ", NumValues(tensors)));
   }
-  torch::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (const at::Tensor& t : tensors) {
-    const at::Tensor values =
-        torch::from_blob(model->values.data() + offset, {t.numel()}, torch::kFloat32);
-    t.copy_(values.view(t.sizes()));
-    offset += t.numel();
-  }
+  Unflatten(torch::from_blob(model->values.data(), {static_cast<int64_t>(model->values.size())},
+                             torch::kFloat32),
+            tensors, WholeModel(tensors));
   return FinalModel{model->round, model->global_step};
 }
 
@@ -301,6 +297,16 @@ int64_t Session::global_step() const { return leader_ != nullptr ? leader_->glob
 absl::Status Session::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
   if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Average before Start");
   return hierarchical_->Average(tensors, step);
+}
+
+absl::Status Session::Launch(const std::vector<at::Tensor>& tensors, int64_t* step) {
+  if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Launch before Start");
+  return hierarchical_->Launch(tensors, step);
+}
+
+absl::Status Session::Merge(const std::vector<at::Tensor>& tensors, int64_t* step) {
+  if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Merge before Start");
+  return hierarchical_->Merge(tensors, step);
 }
 
 absl::Status Session::Health() const {

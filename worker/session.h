@@ -90,6 +90,8 @@ class Session : public ParameterAverager {
 
   // ParameterAverager (after Start).
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override;
 
   // The run was stopped or failed (training should stop); or it ended in any way, completed
@@ -107,7 +109,8 @@ class Session : public ParameterAverager {
   };
   absl::StatusOr<FinalModel> FetchFinalModel(const std::vector<at::Tensor>& tensors);
 
-  // This rank leads its node now, and the round and global step its node last agreed on.
+  // This rank leads its node now, and the round and global step its node last agreed on (not
+  // while an overlapped round is in flight).
   bool leads_node() const { return leader_ != nullptr; }
   int64_t round() const;
   int64_t global_step() const;

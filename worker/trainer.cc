@@ -116,7 +116,8 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
 
     auto optimizer = MakeOptimizer(spec.optimizer(), model.Parameters());
     LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()),
-                       spec.local_sgd_steps(), spec.enabled(), options.first_step);
+                       spec.local_sgd_steps(), spec.enabled(), options.first_step,
+                       spec.overlap_steps());
     torch::manual_seed(spec.seed() * 1000003 + options.global_rank);
     torch::Tensor order = torch::randperm(shard.size(), torch::kInt64);
     int64_t cursor = 0;
@@ -161,10 +162,18 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       progress.step = step + 1;
       progress.total_steps = total;
       progress.loss = loss_sum;
-      const bool boundary = spec.enabled() && (step + 1) % spec.local_sgd_steps() == 0;
+      const bool launches = spec.enabled() && (step + 1) % spec.local_sgd_steps() == 0;
+      const int64_t completed = local_sgd.rounds_completed();
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
-      if (boundary && averager != nullptr) {
+      // The run's last step: an overlapped round still in flight is merged now, so that the
+      // node knows how the run's last round went.
+      if (step + 1 == total && local_sgd.round_in_flight()) {
+        progress.sync_status = local_sgd.MergeNow();
+      }
+      // This step ended a round (a sync, or the merge of an overlapped round).
+      const bool boundary = local_sgd.rounds_completed() != completed;
+      if ((boundary || launches) && averager != nullptr) {
         LOCALSGD_RETURN_IF_ERROR(averager->Health());
       }
       // The run's last round failed here (the coordinator unreachable, the round aborted):
@@ -204,6 +213,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       if (boundary) {
         progress.synced = true;
         progress.sync_seconds = absl::ToDoubleSeconds(absl::Now() - sync_start);
+        // The round of step s ends at s + overlap_steps < s + local_sgd_steps.
         const int64_t round = (step + 1) / spec.local_sgd_steps();
         if (spec.eval_every_rounds() > 0 && round % spec.eval_every_rounds() == 0) {
           const absl::Time eval_start = absl::Now();

@@ -49,6 +49,13 @@ class DumpingAverager : public localsgd::ParameterAverager {
     }
     return status;
   }
+  // Overlapped rounds are passed through, not dumped (ranks differ after a merge by design).
+  absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override {
+    return inner_->Launch(tensors, step);
+  }
+  absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override {
+    return inner_->Merge(tensors, step);
+  }
   absl::Status Health() const override { return inner_->Health(); }
 
  private:

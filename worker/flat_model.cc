@@ -1,0 +1,60 @@
+#include "worker/flat_model.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+namespace localsgd {
+namespace {
+
+// Calls visit(tensor's flat view slice, slice of the range) for each tensor that holds values
+// of `range`, in order.
+template <typename Visit>
+void ForEachPiece(const std::vector<at::Tensor>& tensors, ValueRange range, Visit visit) {
+  int64_t begin = 0;  // of the current tensor, in the flat vector
+  const int64_t end = range.offset + range.size;
+  for (const at::Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    const int64_t lo = std::max(begin, range.offset);
+    const int64_t hi = std::min(begin + n, end);
+    if (lo < hi) visit(t, lo - begin, hi - lo, lo - range.offset);
+    begin += n;
+    if (begin >= end) break;
+  }
+}
+
+}  // namespace
+
+ValueRange WholeModel(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const at::Tensor& t : tensors) n += t.numel();
+  return ValueRange{0, n};
+}
+
+at::Tensor Flatten(const std::vector<at::Tensor>& tensors, ValueRange range) {
+  std::vector<at::Tensor> pieces;
+  ForEachPiece(tensors, range, [&](const at::Tensor& t, int64_t at, int64_t n, int64_t) {
+    pieces.push_back(t.detach().reshape({-1}).slice(0, at, at + n).to(torch::kFloat32));
+  });
+  if (pieces.empty()) {
+    return torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(
+                                 tensors.empty() ? torch::kCPU : tensors.front().device()));
+  }
+  return torch::cat(pieces).contiguous();
+}
+
+void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors, ValueRange range) {
+  torch::NoGradGuard no_grad;
+  ForEachPiece(tensors, range, [&](const at::Tensor& t, int64_t at, int64_t n, int64_t from) {
+    t.view({-1}).slice(0, at, at + n).copy_(flat.slice(0, from, from + n));
+  });
+}
+
+void MergeRound(const at::Tensor& result, const at::Tensor& snapshot,
+                const std::vector<at::Tensor>& tensors, ValueRange range) {
+  torch::NoGradGuard no_grad;
+  const at::Tensor progress = Flatten(tensors, range) - snapshot.to(result.device());
+  Unflatten(result + progress.to(result.device()), tensors, range);
+}
+
+}  // namespace localsgd

@@ -1,0 +1,50 @@
+#include "worker/flat_model.h"
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+std::vector<at::Tensor> TwoTensors() {
+  return {torch::arange(6, torch::kFloat32).view({2, 3}),
+          torch::arange(6, 10, torch::kFloat64)};  // another dtype: values are fp32 when flat
+}
+
+TEST(FlatModelTest, FlattenAndUnflattenARangeAcrossTensors) {
+  std::vector<at::Tensor> tensors = TwoTensors();
+  EXPECT_EQ(WholeModel(tensors).size, 10);
+  const ValueRange middle{4, 4};  // two values of each tensor
+  at::Tensor flat = Flatten(tensors, middle);
+  EXPECT_TRUE(torch::equal(flat, torch::tensor({4.0f, 5.0f, 6.0f, 7.0f})));
+  Unflatten(flat * 10, tensors, middle);
+  EXPECT_TRUE(torch::equal(Flatten(tensors, WholeModel(tensors)),
+                           torch::tensor({0.0f, 1.0f, 2.0f, 3.0f, 40.0f, 50.0f, 60.0f, 70.0f, 8.0f, 9.0f})));
+  EXPECT_EQ(tensors[1].dtype(), torch::kFloat64);
+}
+
+TEST(FlatModelTest, MergeKeepsTheProgressSinceTheSnapshot) {
+  std::vector<at::Tensor> tensors = TwoTensors();
+  const ValueRange all = WholeModel(tensors);
+  const at::Tensor snapshot = Flatten(tensors, all);
+  tensors[0].add_(1);  // training after the snapshot
+  const at::Tensor result = torch::full({10}, 100.0f);
+  MergeRound(result, snapshot, tensors, all);
+  EXPECT_TRUE(torch::equal(Flatten(tensors, all),
+                           torch::tensor({101.0f, 101.0f, 101.0f, 101.0f, 101.0f, 101.0f, 100.0f, 100.0f, 100.0f, 100.0f})));
+}
+
+TEST(FlatModelTest, MergeOfARangeLeavesTheRestAlone) {
+  std::vector<at::Tensor> tensors = TwoTensors();
+  const ValueRange first{0, 3};
+  const at::Tensor snapshot = Flatten(tensors, first);
+  MergeRound(torch::zeros({3}), snapshot, tensors, first);
+  EXPECT_TRUE(torch::equal(Flatten(tensors, WholeModel(tensors)),
+                           torch::tensor({0.0f, 0.0f, 0.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f})));
+}
+
+}  // namespace
+}  // namespace localsgd

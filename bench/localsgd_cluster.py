@@ -6,6 +6,8 @@ import os
 import re
 import statistics
 import subprocess
+import threading
+import time
 
 TARGETS = ["//coordinator", "//coordinator:localsgdctl", "//worker"]
 
@@ -176,3 +178,24 @@ def done_line(output):
                   r"[\d.]+, samples/s ([\d.]+)", output)
     return {"steps": int(m.group(1)), "loss": float(m.group(2)),
             "accuracy": float(m.group(3)), "samples_per_second": float(m.group(4))}
+
+
+def timed_outputs(procs):
+    """Each process's standard output and the time.monotonic() at which its "done" line came."""
+    results = [None] * len(procs)
+
+    def read(i, p):
+        lines, done_at = [], None
+        for line in p.stdout:
+            lines.append(line)
+            if done_at is None and " done: " in line:
+                done_at = time.monotonic()
+        p.wait()
+        results[i] = ("".join(lines), done_at)
+
+    threads = [threading.Thread(target=read, args=(i, p)) for i, p in enumerate(procs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 
-from localsgd_cluster import Cluster, build, done_line
+from localsgd_cluster import Cluster, build, done_line, timed_outputs
 
 
 Throughput = collections.namedtuple("Throughput", ["cluster", "per_worker", "idle"])
@@ -70,27 +70,6 @@ class IdleSampler:
         if len(inside) < 2:
             return float("nan")
         return (inside[-1][1] - inside[0][1]) / max(1, inside[-1][2] - inside[0][2])
-
-
-def timed_outputs(procs):
-    """Each process's standard output and the time.monotonic() at which its "done" line came."""
-    results = [None] * len(procs)
-
-    def read(i, p):
-        lines, done_at = [], None
-        for line in p.stdout:
-            lines.append(line)
-            if done_at is None and " done: " in line:
-                done_at = time.monotonic()
-        p.wait()
-        results[i] = ("".join(lines), done_at)
-
-    threads = [threading.Thread(target=read, args=(i, p)) for i, p in enumerate(procs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 def run(bin_dir, work, exchange, steps, workers=4, batch=64):

@@ -75,9 +75,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const localsgd::v1::RunSpec& spec = (*session)->spec();
-  // (2) Average every spec.local_sgd_steps() optimizer steps.
+  // (2) Average every spec.local_sgd_steps() optimizer steps (overlapped with training when the
+  // run says so).
   localsgd::LocalSGD local_sgd(session->get(), net->parameters(), spec.local_sgd_steps(),
-                               spec.enabled(), (*session)->first_step());
+                               spec.enabled(), (*session)->first_step(), spec.overlap_steps());
 
   torch::optim::SGD optimizer(net->parameters(),
                               torch::optim::SGDOptions(spec.optimizer().lr()).momentum(0.9));

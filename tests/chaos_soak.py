@@ -10,6 +10,9 @@ state folder, while a driver injects faults at random times from a seeded genera
   cut_link      a node's link to the coordinator cut for 1 to 6 s (tests/testutil/tcp_proxy.py)
   stop_start    StopRun, then StartRun of the same spec and every worker started again
 
+With --overlap_steps the runs overlap their rounds with training; merges are not compared
+across ranks (each rank keeps its own progress), but every rank still ends on the final model.
+
 Invariants, checked after every fault and at the end: the coordinator always starts again;
 a run's round and global step never go back (status polled every 0.2 s); a run stopped by
 StopRun ends its workers; every rank of a node holds the same parameters after each of its
@@ -50,6 +53,7 @@ IDLE_GRACE = 10
 SPEC = """model {{ builtin: "mlp" }}
 dataset {{ synthetic_samples: 4096 }}
 local_sgd_steps: 4
+overlap_steps: {overlap_steps}
 total_steps: {total_steps}
 batch_size: 32
 min_workers: 2
@@ -76,7 +80,7 @@ class Soak:
         with open(f"{self.work}/token", "w") as f:
             f.write(TOKEN)
         with open(f"{self.work}/spec.textproto", "w") as f:
-            f.write(SPEC.format(total_steps=args.total_steps))
+            f.write(SPEC.format(total_steps=args.total_steps, overlap_steps=args.overlap_steps))
         self.coord = None
         self.coord_starts = 0
         self.grpc = self.http = None
@@ -350,7 +354,7 @@ class Soak:
             try:
                 if now - os.path.getmtime(path) < settled:
                     continue
-                if "/pass-" in path and path.endswith("-post.bin"):
+                if "/pass-" in path and path.endswith(("-post.bin", "-merged.bin")):
                     data = open(path, "rb").read()
                     self.digests[path] = (len(data), hashlib.sha256(data).hexdigest())
                 os.unlink(path)
@@ -364,7 +368,8 @@ class Soak:
         shutil.rmtree(prefix, ignore_errors=True)
 
     def posts(self, pattern):
-        """(size, digest) of the post-sync dumps matching `pattern`, digested or not."""
+        """(size, digest) of the post-sync (and post-merge) dumps matching `pattern`, digested
+        or not."""
         self.digest_dumps(settled=0)
         return {path: d for path, d in self.digests.items() if fnmatch.fnmatch(path, pattern)}
 
@@ -511,12 +516,13 @@ class Soak:
             for rank in range(self.args.ranks):
                 if self.ended_workers[(node, rank)].pid in self.killed:
                     continue  # killed by the last fault, as the run ended
-                # The latest pass, then the latest step.
-                posts = self.posts(f"{inc_dir}/pass-*/node-{node}-{rank}-*-post.bin")
+                # The latest pass, then the latest step (a sync after a merge at one step).
+                posts = self.posts(f"{inc_dir}/pass-*/node-{node}-{rank}-*-*.bin")
                 if not posts:
                     continue  # this incarnation never synced (started just before the end)
                 last = max(posts, key=lambda p: (int(re.search(r"pass-(\d+)/", p).group(1)),
-                                                 int(os.path.basename(p).split("-")[3])))
+                                                 int(os.path.basename(p).split("-")[3]),
+                                                 p.endswith("-post.bin")))
                 if posts[last] != (len(final), hashlib.sha256(final).hexdigest()):
                     raise Violation(f"run {run}: node-{node}/{rank} ended on other parameters "
                                     f"than FetchModel's final model ({last})")
@@ -569,6 +575,8 @@ def main():
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--total_steps", type=int, default=1600)
+    parser.add_argument("--overlap_steps", type=int, default=0,
+                        help="the runs' overlap_steps (local_sgd_steps is 4)")
     parser.add_argument("--mean_interval", type=float, default=1.0,
                         help="mean seconds between the end of a fault and the next")
     parser.add_argument("--end_timeout", type=float, default=600)

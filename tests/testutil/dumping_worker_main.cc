@@ -4,7 +4,9 @@
 // pass as <dir>/pass-<k>/..., where a new pass begins when the rank's step goes back (it
 // adopted an older committed model), so no pass is lost. A sync that failed leaves
 // <dir>/<node>-<rank>-<step>.failed holding its error (removed when a later sync at that step
-// succeeds). Otherwise it is the shipped worker.
+// succeeds). An overlapped round's merge writes <dir>/<node>-<rank>-<step>-merged.bin (the
+// values after it; the ranks of a node differ there by design) in the same passes. Otherwise
+// it is the shipped worker.
 #include <sys/stat.h>
 #include <torch/torch.h>
 
@@ -32,11 +34,7 @@ class DumpingAverager : public localsgd::ParameterAverager {
   }
   absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
     const int64_t at = *step;
-    if (at <= last_step_) {
-      ++pass_;
-      mkdir(absl::StrCat(dir_, "/pass-", pass_).c_str(), 0755);
-    }
-    last_step_ = at;
+    NewPassIfBack(at);
     const std::string file = absl::StrCat(name_, "-", at);
     Dump(tensors, file + "-pre.bin");
     absl::Status status = inner_->Average(tensors, step);
@@ -49,16 +47,26 @@ class DumpingAverager : public localsgd::ParameterAverager {
     }
     return status;
   }
-  // Overlapped rounds are passed through, not dumped (ranks differ after a merge by design).
   absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override {
     return inner_->Launch(tensors, step);
   }
   absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override {
-    return inner_->Merge(tensors, step);
+    const int64_t at = *step;
+    NewPassIfBack(at);
+    absl::Status status = inner_->Merge(tensors, step);
+    Dump(tensors, absl::StrCat(name_, "-", at, "-merged.bin"));
+    return status;
   }
   absl::Status Health() const override { return inner_->Health(); }
 
  private:
+  void NewPassIfBack(int64_t at) {
+    if (at <= last_step_) {
+      ++pass_;
+      mkdir(absl::StrCat(dir_, "/pass-", pass_).c_str(), 0755);
+    }
+    last_step_ = at;
+  }
   void Dump(const std::vector<at::Tensor>& tensors, const std::string& file) const {
     std::ofstream out(absl::StrCat(dir_, "/", file), std::ios::binary);
     std::ofstream pass(absl::StrCat(dir_, "/pass-", pass_, "/", file), std::ios::binary);

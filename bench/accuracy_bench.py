@@ -5,7 +5,10 @@ plus a single-process baseline (one worker, no averaging), for the given models.
 >= 0.883 and CNN >= 0.916 (the Fashion-MNIST table lists 0.8833 for an MLP 256-128-100 and
 0.916 for 2 Conv+pooling), and local_sgd_steps = 8 within 0.5 points of local_sgd_steps = 1.
 
-Usage: /usr/bin/python3 bench/accuracy_bench.py [--models mlp cnn] [--epochs 12]
+With --overlap it measures overlapped rounds instead: 4 workers with local_sgd_steps K in
+{8, 32} and overlap_steps in {0, K/2, K-1}; target: within 0.5 points of overlap_steps 0.
+
+Usage: /usr/bin/python3 bench/accuracy_bench.py [--models mlp cnn] [--epochs 12] [--overlap]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -15,13 +18,14 @@ import time
 from localsgd_cluster import Cluster, build, done_line
 
 
-def run(bin_dir, work, model, workers, k, enabled, epochs):
+def run(bin_dir, work, model, workers, k, enabled, epochs, overlap=0):
     with Cluster(bin_dir, work) as cluster:
         cluster.workers(workers)
         start = time.time()
         cluster.start(f'model {{ builtin: "{model}" }} dataset {{ kind: DATASET_KIND_FASHION_MNIST '
                       f'path: "/usr/share/datasets/fashion-mnist" shuffle: true }} '
-                      f'local_sgd_steps: {k} enabled: {"true" if enabled else "false"} '
+                      f'local_sgd_steps: {k} overlap_steps: {overlap} '
+                      f'enabled: {"true" if enabled else "false"} '
                       f'epochs: {epochs} batch_size: 64 min_workers: {workers} '
                       f'optimizer {{ lr: 0.05 momentum: 0.9 }} '
                       f'lr_schedule {{ kind: LR_SCHEDULE_KIND_COSINE }}')
@@ -34,8 +38,11 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--epochs", type=float, default=12)
+    parser.add_argument("--overlap", action="store_true")
     args = parser.parse_args()
     bin_dir = build()
+    if args.overlap:
+        return overlap_table(bin_dir, args)
     targets = {"mlp": 0.883, "cnn": 0.916}
     print(f"{'model':<5} {'setup':<28} {'test accuracy':>13} {'target':>7} {'seconds':>8}")
     with tempfile.TemporaryDirectory() as work:
@@ -52,6 +59,21 @@ def main():
             gap = (results[1] - results[8]) * 100
             print(f"{model}: local_sgd_steps 8 is {gap:+.2f} points below local_sgd_steps 1 "
                   f"(target: within 0.5)", flush=True)
+
+
+def overlap_table(bin_dir, args):
+    print(f"{'model':<5} {'K':>3} {'overlap_steps':>13} {'test accuracy':>13} "
+          f"{'vs 0 (points)':>13} {'seconds':>8}")
+    with tempfile.TemporaryDirectory() as work:
+        for model in args.models:
+            for k in (8, 32):
+                plain = None
+                for overlap in (0, k // 2, k - 1):
+                    accuracy, seconds = run(bin_dir, work, model, 4, k, True, args.epochs,
+                                            overlap)
+                    plain = accuracy if overlap == 0 else plain
+                    print(f"{model:<5} {k:>3} {overlap:>13} {accuracy:>13.4f} "
+                          f"{(accuracy - plain) * 100:>+13.2f} {seconds:>8.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Each worker trains with one thread (--threads=1): the nodes share the cores, whe
 each would have its own (the automatic setting would give each all of them, and 4 times as many
 threads as cores spin against each other). The K=8 runs use each --exchanges mode (sharded and
 star by default), interleaved; a mode may name its chunk size, e.g. EXCHANGE_SHARDED:1024 (KiB;
-default: the run's own).
+default: the run's own), and its overlap_steps, e.g. EXCHANGE_SHARDED+7.
 
 First, one optimizer step's time on one worker (averaging off) against the same model's step in
 Python torch on this machine, at 1 thread and at all cores: an MLP 784-1024-1024-10 scripted to
@@ -73,14 +73,15 @@ class IdleSampler:
 
 
 def run(bin_dir, work, exchange, steps, workers=4, batch=64):
-    """exchange None: averaging disabled; "MODE:KB" sets chunk_bytes."""
-    mode, _, chunk_kb = (exchange or "EXCHANGE_SHARDED").partition(":")
+    """exchange None: averaging disabled; "MODE[:KB][+TAU]" sets chunk_bytes and overlap_steps."""
+    mode, _, overlap = (exchange or "EXCHANGE_SHARDED").partition("+")
+    mode, _, chunk_kb = mode.partition(":")
     with Cluster(bin_dir, work) as cluster:
         cluster.workers(workers, "--threads=1")
         cluster.start(f'model {{ builtin: "mlp" }} dataset {{ synthetic_samples: 16384 }} '
                       f'total_steps: {steps} batch_size: {batch} min_workers: {workers} '
                       f'local_sgd_steps: 8 enabled: {"false" if exchange is None else "true"} '
-                      f'exchange: {mode}'
+                      f'exchange: {mode} overlap_steps: {overlap or 0}'
                       + (f' chunk_bytes: {int(chunk_kb) * 1024}' if chunk_kb else ''))
         windows, rates = [], []
         idle = IdleSampler()

@@ -4,7 +4,9 @@
 # ranks as real processes with a real coordinator train a TorchScript model on a tensor-file
 # data set, for tau in {1, K-1} in both exchanges (and tau = 0, and DiLoCo's outer optimizer);
 # the saved final model equals the reference's within 1e-5 relative, and every rank and the
-# coordinator hold the same final model bit for bit.
+# coordinator hold the same final model bit for bit (also with lossy codecs, where the
+# reference, in fp32, is not compared). The reference's tau = 0, 1 and 3 models are 0.6 % to
+# 1.5 % apart, so a worker that did not overlap as asked fails the comparison.
 set -euo pipefail
 
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -18,7 +20,7 @@ start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_
 
 K=4
 STEPS=22  # not a multiple of K: the run ends with a round in flight (tau = 3), then a last sync
-check() {  # name, exchange, tau, extra spec text, extra reference flags
+check() {  # name, exchange, tau, extra spec text, extra reference flags ("-": no reference)
   local name=$1 exchange=$2 tau=$3 spec_extra=$4 ref_flags=$5
   rm -rf "$WORK/dump" && mkdir -p "$WORK/dump"
   workers=()
@@ -41,18 +43,22 @@ SPEC
     "$name: the run did not complete" 10
   "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" fetch \
     --out="$WORK/$name.coordinator.bin" >/dev/null || fail "$name: fetch failed"
-  # shellcheck disable=SC2086
-  /usr/bin/python3 "$REF" run "$WORK/data.pt" "$WORK/init.pt" "$WORK/$name.ref.pt" \
-    --nodes 2 --ranks 2 --k $K --tau "$tau" --steps $STEPS --lr 0.1 $ref_flags
+  if [[ $ref_flags != - ]]; then
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$REF" run "$WORK/data.pt" "$WORK/init.pt" "$WORK/$name.ref.pt" \
+      --nodes 2 --ranks 2 --k $K --tau "$tau" --steps $STEPS --lr 0.1 $ref_flags
+  fi
   /usr/bin/python3 - "$WORK" "$name" $STEPS <<'PY' || fail "$name: the final model differs"
-import glob, sys
+import glob, os, sys
 import numpy as np
 import torch
 work, name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 saved = torch.cat([p.detach().reshape(-1) for p in torch.jit.load(f"{work}/{name}.pt").parameters()])
-ref = torch.load(f"{work}/{name}.ref.pt")
-rel = float((saved - ref).norm() / ref.norm())
-assert rel <= 1e-5, f"{name}: relative distance to the reference {rel:.3g}"
+rel = float("nan")
+if os.path.exists(f"{work}/{name}.ref.pt"):
+    ref = torch.load(f"{work}/{name}.ref.pt")
+    rel = float((saved - ref).norm() / ref.norm())
+    assert rel <= 1e-5, f"{name}: relative distance to the reference {rel:.3g}"
 coordinator = np.fromfile(f"{work}/{name}.coordinator.bin", dtype=np.float32)
 assert np.array_equal(coordinator, saved.numpy()), f"{name}: saved model != coordinator's"
 posts = sorted(glob.glob(f"{work}/dump/node-*-{steps}-post.bin"))
@@ -70,4 +76,6 @@ check star-tau3 EXCHANGE_STAR 3 "" ""
 check sharded-tau0 EXCHANGE_SHARDED 0 "" ""
 check diloco-tau3 EXCHANGE_SHARDED 3 "outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true }" \
   "--outer_lr 0.7 --outer_momentum 0.9 --nesterov"
+check sharded-tau3-int8 EXCHANGE_SHARDED 3 "codec: CODEC_INT8" -
+check star-tau1-bf16 EXCHANGE_STAR 1 "codec: CODEC_BF16" -
 echo PASS

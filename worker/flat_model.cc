@@ -37,8 +37,9 @@ at::Tensor Flatten(const std::vector<at::Tensor>& tensors, ValueRange range) {
     pieces.push_back(t.detach().reshape({-1}).slice(0, at, at + n).to(torch::kFloat32));
   });
   if (pieces.empty()) {
-    return torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(
-                                 tensors.empty() ? torch::kCPU : tensors.front().device()));
+    return torch::empty({0}, torch::TensorOptions()
+                                 .dtype(torch::kFloat32)
+                                 .device(tensors.empty() ? torch::kCPU : tensors.front().device()));
   }
   return torch::cat(pieces).contiguous();
 }

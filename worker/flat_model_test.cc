@@ -21,8 +21,9 @@ TEST(FlatModelTest, FlattenAndUnflattenARangeAcrossTensors) {
   at::Tensor flat = Flatten(tensors, middle);
   EXPECT_TRUE(torch::equal(flat, torch::tensor({4.0f, 5.0f, 6.0f, 7.0f})));
   Unflatten(flat * 10, tensors, middle);
-  EXPECT_TRUE(torch::equal(Flatten(tensors, WholeModel(tensors)),
-                           torch::tensor({0.0f, 1.0f, 2.0f, 3.0f, 40.0f, 50.0f, 60.0f, 70.0f, 8.0f, 9.0f})));
+  EXPECT_TRUE(torch::equal(
+      Flatten(tensors, WholeModel(tensors)),
+      torch::tensor({0.0f, 1.0f, 2.0f, 3.0f, 40.0f, 50.0f, 60.0f, 70.0f, 8.0f, 9.0f})));
   EXPECT_EQ(tensors[1].dtype(), torch::kFloat64);
 }
 
@@ -33,8 +34,9 @@ TEST(FlatModelTest, MergeKeepsTheProgressSinceTheSnapshot) {
   tensors[0].add_(1);  // training after the snapshot
   const at::Tensor result = torch::full({10}, 100.0f);
   MergeRound(result, snapshot, tensors, all);
-  EXPECT_TRUE(torch::equal(Flatten(tensors, all),
-                           torch::tensor({101.0f, 101.0f, 101.0f, 101.0f, 101.0f, 101.0f, 100.0f, 100.0f, 100.0f, 100.0f})));
+  EXPECT_TRUE(
+      torch::equal(Flatten(tensors, all), torch::tensor({101.0f, 101.0f, 101.0f, 101.0f, 101.0f,
+                                                         101.0f, 100.0f, 100.0f, 100.0f, 100.0f})));
 }
 
 TEST(FlatModelTest, MergeOfARangeLeavesTheRestAlone) {
@@ -42,8 +44,9 @@ TEST(FlatModelTest, MergeOfARangeLeavesTheRestAlone) {
   const ValueRange first{0, 3};
   const at::Tensor snapshot = Flatten(tensors, first);
   MergeRound(torch::zeros({3}), snapshot, tensors, first);
-  EXPECT_TRUE(torch::equal(Flatten(tensors, WholeModel(tensors)),
-                           torch::tensor({0.0f, 0.0f, 0.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f})));
+  EXPECT_TRUE(
+      torch::equal(Flatten(tensors, WholeModel(tensors)),
+                   torch::tensor({0.0f, 0.0f, 0.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f})));
 }
 
 }  // namespace

@@ -82,6 +82,20 @@ TEST(TrainerTest, TrainsItsStepsAndSyncsEveryLocalSgdSteps) {
   EXPECT_TRUE(std::isfinite(outcome.result.loss));
 }
 
+// Overlapped rounds: launched at 4 and 8, merged 3 steps later (the round of step 8 at the last
+// step, 10, where it must be merged before the run ends), then the last sync at 10.
+TEST(TrainerTest, OverlappedRoundsEndAtTheirMergeAndTheRunEndsOnALastSync) {
+  CountingAverager averager;  // the default Launch runs Average at once
+  TrainOptions options;
+  options.spec = Spec(1);
+  options.spec.set_total_steps(10);
+  options.spec.set_overlap_steps(3);
+  Outcome outcome = RunTrain(options, &averager);
+  EXPECT_EQ(outcome.result.steps, 10);
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8, 10}));
+  EXPECT_EQ(outcome.synced_steps, (std::vector<int64_t>{7, 10}));
+}
+
 TEST(TrainerTest, EvaluatesEveryEvalEveryRoundsRounds) {
   CountingAverager averager;
   TrainOptions options;

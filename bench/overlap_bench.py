@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from localsgd_cluster import Cluster, build, done_line, timed_outputs
-from worker_throughput_bench import script_mlp
+from worker_throughput_bench import script_mlp, train_steps
 
 PREFIX = "lsgdo"
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -60,7 +60,7 @@ def fashion_mnist(prefix):
 
 
 def peer_worker(rank, world, k, steps, model_path, master, out_path):
-    """One rank of Accelerate's LocalSGD on Gloo; rank 0 appends 'start end accuracy'."""
+    """One rank of Accelerate's LocalSGD on Gloo; rank 0 writes 'start end accuracy'."""
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -79,22 +79,10 @@ def peer_worker(rank, world, k, steps, model_path, master, out_path):
                 p.data /= world
 
     torch.manual_seed(rank)
-    order, cursor = torch.randperm(len(shard_x)), 0
     dist.barrier()
     start = time.time()
-    for step in range(1, steps + 1):
-        if cursor + BATCH > len(shard_x):
-            order, cursor = torch.randperm(len(shard_x)), 0
-        idx = order[cursor:cursor + BATCH]
-        cursor += BATCH
-        loss = torch.nn.functional.cross_entropy(model(shard_x.index_select(0, idx)),
-                                                 shard_y.index_select(0, idx))
-        loss.backward()
-        loss.item()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step % k == 0:
-            average()
+    train_steps(model, optimizer, shard_x, shard_y, steps, BATCH,
+                lambda step: average() if step % k == 0 else None)
     if steps % k != 0:
         average()
     end = time.time()

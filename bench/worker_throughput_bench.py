@@ -117,6 +117,26 @@ def script_mlp(path):
     torch.jit.script(Mlp()).save(path)
 
 
+def train_steps(model, optimizer, inputs, targets, steps, batch, after_step=lambda step: None):
+    """`steps` optimizer steps on batches drawn as the worker draws them (torch.randperm of the
+    samples, a new one when the next batch does not fit; seed torch first), cross-entropy;
+    after_step(step) after each (1-based)."""
+    import torch
+    order, cursor = torch.randperm(len(inputs)), 0
+    for step in range(1, steps + 1):
+        if cursor + batch > len(inputs):
+            order, cursor = torch.randperm(len(inputs)), 0
+        idx = order[cursor:cursor + batch]
+        cursor += batch
+        loss = torch.nn.functional.cross_entropy(model(inputs.index_select(0, idx)),
+                                                 targets.index_select(0, idx))
+        loss.backward()
+        loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+        after_step(step)
+
+
 def python_step_ms(model_path, threads, steps, batch=64, samples=16384):
     """Python torch's milliseconds per step, over all `steps` (as the worker reports them)."""
     import torch
@@ -126,19 +146,8 @@ def python_step_ms(model_path, threads, steps, batch=64, samples=16384):
     inputs = torch.randn(samples, 1, 28, 28)
     targets = torch.randint(0, 10, (samples,))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    order, cursor = torch.randperm(samples), 0
     start = time.perf_counter()
-    for _ in range(steps):
-        if cursor + batch > samples:
-            order, cursor = torch.randperm(samples), 0
-        idx = order[cursor:cursor + batch]
-        cursor += batch
-        loss = torch.nn.functional.cross_entropy(model(inputs.index_select(0, idx)),
-                                                 targets.index_select(0, idx))
-        loss.backward()
-        loss.item()
-        optimizer.step()
-        optimizer.zero_grad()
+    train_steps(model, optimizer, inputs, targets, steps, batch)
     return (time.perf_counter() - start) / steps * 1000
 
 

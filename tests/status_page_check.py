@@ -15,6 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tes
 import cdp  # noqa: E402
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
+# Long enough that the run is watched live for several heartbeats (with OpenBLAS the two
+# workers train about 300 steps a second each).
+TOTAL_STEPS = 4000
 
 
 class Failure(Exception):
@@ -138,7 +141,7 @@ name: "page-test"
 model {{ builtin: "mlp" }}
 dataset {{ kind: DATASET_KIND_FASHION_MNIST path: "{FMNIST}" }}
 local_sgd_steps: 16
-total_steps: 800
+total_steps: {TOTAL_STEPS}
 batch_size: 64
 min_workers: 2
 eval_every_rounds: 5
@@ -179,7 +182,7 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
         self.promtool("during")
         # The screenshot half-way, with evaluations charted too (or at the end).
         wait_for("half of the run", lambda: (
-            lambda n: n["step"] >= 400 or n["state"] != "RUNNING")(
+            lambda n: n["step"] >= TOTAL_STEPS // 2 or n["state"] != "RUNNING")(
                 self.page_numbers(browser)), 300)
         before = self.status()
         halfway = self.page_numbers(browser, fresh=True)

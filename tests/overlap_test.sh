@@ -69,13 +69,15 @@ print(f"{name}: relative distance to the reference {rel:.2g}; 4 ranks and the co
 PY
 }
 
-check sharded-tau1 EXCHANGE_SHARDED 1 "" ""
 check sharded-tau3 EXCHANGE_SHARDED 3 "" ""
+check star-tau1-bf16 EXCHANGE_STAR 1 "codec: CODEC_BF16" -
+# Under the sanitizers (scripts/sanitizers.sh) these two cover the overlapped paths.
+[[ -n ${LOCALSGD_SANITIZED:-} ]] && exit 0
+check sharded-tau1 EXCHANGE_SHARDED 1 "" ""
 check star-tau1 EXCHANGE_STAR 1 "" ""
 check star-tau3 EXCHANGE_STAR 3 "" ""
 check sharded-tau0 EXCHANGE_SHARDED 0 "" ""
 check diloco-tau3 EXCHANGE_SHARDED 3 "outer_optimizer { lr: 0.7 momentum: 0.9 nesterov: true }" \
   "--outer_lr 0.7 --outer_momentum 0.9 --nesterov"
 check sharded-tau3-int8 EXCHANGE_SHARDED 3 "codec: CODEC_INT8" -
-check star-tau1-bf16 EXCHANGE_STAR 1 "codec: CODEC_BF16" -
 echo PASS

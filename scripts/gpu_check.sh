@@ -10,9 +10,10 @@
 #   scripts/gpu_check.sh run DIR    there, from the repository root: builds the worker and
 #                                   worker/nccl_averager_test with g++ against PyTorch's
 #                                   LibTorch, CUDA and NCCL, runs the test, then a real run
-#                                   (coordinator + 2 nodes x 1 rank on cuda:0, the built-in CNN)
-#                                   and 2 ranks on one GPU (NCCL refuses that: a clear error is
-#                                   expected). Logs go to $OUT (or DIR/out).
+#                                   (coordinator + 2 nodes x 1 rank on cuda:0, the built-in CNN,
+#                                   then the same with overlapped rounds) and 2 ranks on one
+#                                   GPU (NCCL refuses that: a clear error is expected). Logs
+#                                   go to $OUT (or DIR/out).
 set -uo pipefail
 mode=${1:-}
 dir=${2:-}
@@ -114,7 +115,7 @@ worker() {  # node name, node rank, local rank, local world size, device, log na
     --node_rank="$2" --num_nodes=2 --local_rank="$3" --local_world_size="$4" --device="$5" \
     --rendezvous_dir="$work" --log_every=100 >"$out/$6.out" 2>"$out/$6.err"
 }
-run_spec() {  # min_workers
+run_spec() {  # min_workers [overlap_steps]
   cat > "$work/spec.textproto" <<SPEC
 model { builtin: "cnn" }
 dataset { synthetic_samples: 16384 }
@@ -124,6 +125,7 @@ batch_size: 64
 min_workers: $1
 round_deadline_seconds: 30
 optimizer { lr: 0.05 momentum: 0.9 }
+overlap_steps: ${2:-0}
 SPEC
   ctl start --spec="$work/spec.textproto"
 }
@@ -135,6 +137,15 @@ wait $w0; r0=$?
 wait $w1; r1=$?
 echo "workers exited $r0 $r1"
 grep -h " done: " "$out"/gpu-n*.out
+ctl status | head -5
+echo "== 2 nodes x 1 rank on cuda:0, overlapped rounds (overlap_steps 4 of 8)"
+worker gpu-0 0 0 1 cuda:0 overlap-n0 & w0=$!
+worker gpu-1 1 0 1 cuda:0 overlap-n1 & w1=$!
+run_spec 2 4
+wait $w0; r0=$?
+wait $w1; r1=$?
+echo "workers exited $r0 $r1"
+grep -h " done: " "$out"/overlap-n*.out
 ctl status | head -5
 echo "== 2 ranks of one node on one GPU (NCCL refuses duplicate GPUs)"
 worker dup 0 0 2 cuda:0 dup-0 & d0=$!

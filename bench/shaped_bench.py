@@ -14,7 +14,10 @@ bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and round time / Gl
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
+              [--codecs fp32 bf16 int8]
 (--chunk_kb: the run spec's chunk_bytes, one sharded row per size, by default the run's own;
+--codecs: the run spec's codec, one sharded row per codec, `@ready/fp32` the round's time
+against the fp32 round's at the same chunk size (the bound and Gloo are fp32's);
 --no_star: leave the star rounds out, which take minutes at N = 8. `aborts`: sharded round
 attempts that aborted and were tried again, warm-up included.)
 (builds with `bazel build -c opt` first; run from the repository root.)
@@ -41,7 +44,8 @@ def address(i):
     return f"10.77.0.{i + 1}"
 
 
-def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chunk_kb=None):
+def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chunk_kb=None,
+                           codec="fp32"):
     coordinator, _ = start_coordinator(bin_dir, work, prefix=host(0),
                                        listen=f"{address(0)}:50051",
                                        log=open(os.path.join(work, "coordinator.log"), "w"))
@@ -57,7 +61,7 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chun
         spec = os.path.join(work, "spec.textproto")
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} round_deadline_seconds: 600 '
-                    f'total_steps: 1000000000 exchange: {exchange}'
+                    f'total_steps: 1000000000 exchange: {exchange} codec: CODEC_{codec.upper()}'
                     + (f' chunk_bytes: {chunk_kb * 1024}' if chunk_kb else '') + '\n')
         subprocess.run(host(0) + [f"{bin_dir}/coordinator/localsgdctl",
                                   f"--coordinator={address(0)}:50051",
@@ -106,13 +110,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--chunk_kb", type=int, nargs="+", default=[None])
     parser.add_argument("--no_star", action="store_true")
+    parser.add_argument("--codecs", nargs="+", default=["fp32"],
+                        choices=["fp32", "bf16", "fp16", "int8"])
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
     bandwidth = rate_bytes_per_second(args.rate)
-    print(f"{'N':>2} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'star@ready s':>12} "
+    print(f"{'N':>2} {'codec':>5} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'star@ready s':>12} "
           f"{'sharded s':>9} {'sharded@ready s':>15} {'gloo s':>8} {'sharded/bound':>13} "
           f"{'@ready/bound':>12} {'sharded/gloo':>12} {'@ready/gloo':>11} "
-          f"{'star@ready/gloo':>15} {'aborts':>6}")
+          f"{'star@ready/gloo':>15} {'@ready/fp32':>11} {'aborts':>6}")
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             hosts = nodes + 1
@@ -123,19 +129,22 @@ def main():
                 star = (RoundTimes(nan, nan) if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
                                                "EXCHANGE_STAR", args.rounds)[0])
-                sharded = [(kb, exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
-                                                       "EXCHANGE_SHARDED", args.rounds, kb))
-                           for kb in args.chunk_kb]
+                sharded = [(codec, kb, exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                                              "EXCHANGE_SHARDED", args.rounds, kb,
+                                                              codec))
+                           for kb in args.chunk_kb for codec in args.codecs]
                 gloo = gloo_round_seconds(work, nodes, args.size_mb, args.rounds)
             finally:
                 subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
-            for kb, (times, aborts) in sharded:
-                print(f"{nodes:>2} {kb or 'default':>9} {bound:>8.3f} {star.slowest:>8.3f} "
+            fp32 = {kb: times.ready for codec, kb, (times, _) in sharded if codec == "fp32"}
+            for codec, kb, (times, aborts) in sharded:
+                print(f"{nodes:>2} {codec:>5} {kb or 'default':>9} {bound:>8.3f} {star.slowest:>8.3f} "
                       f"{star.ready:>12.3f} {times.slowest:>9.3f} {times.ready:>15.3f} "
                       f"{gloo:>8.3f} {times.slowest / bound:>13.2f} {times.ready / bound:>12.2f} "
                       f"{times.slowest / gloo:>12.2f} {times.ready / gloo:>11.2f} "
-                      f"{star.ready / gloo:>15.2f} {aborts:>6}", flush=True)
+                      f"{star.ready / gloo:>15.2f} {times.ready / fp32.get(kb, nan):>11.2f} "
+                      f"{aborts:>6}", flush=True)
     return 0
 
 

@@ -202,7 +202,6 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     options.deadline = absl::Seconds(spec.round_deadline_seconds());
     options.min_workers = spec.min_workers();
     options.min_shard_values = spec.min_shard_bytes() / static_cast<int64_t>(sizeof(float));
-    options.lossless = spec.codec() == v1::CODEC_FP32;
     options.owners_hold_deltas =
         spec.max_delta_norm_ratio() != 0 || spec.trimmed_mean_fraction() != 0;
     return options;

@@ -218,8 +218,7 @@ void ShardedRound::LayOut(absl::Time now) {
   }
   // Owners are the members with a data plane, in slot order: with one range each, the ring's
   // member i owns range i.
-  ring_ = options_.lossless && !options_.owners_hold_deltas && members_.size() >= 2 &&
-          shards_.size() == members_.size();
+  ring_ = !options_.owners_hold_deltas && members_.size() >= 2 && shards_.size() == members_.size();
   shard_means_.assign(shards_.size(), 0);
   laid_out_pending_ = true;
 }

@@ -47,10 +47,6 @@ class ShardedRound {
     // The least values of the vector one owner averages (RunSpec.min_shard_bytes / 4): a
     // small vector gets fewer owners than members. 0: a chunk is enough.
     int64_t min_shard_values = 0;
-    // Whether the run's codec is lossless (fp32). A ring passes its running sums in fp32, so
-    // with a lossy codec the all-to-all exchange, whose deltas travel encoded, moves fewer
-    // bytes: only fp32 rounds go round the ring.
-    bool lossless = true;
     // Whether owners hold every member's whole delta of their range (screening, a trimmed
     // mean): running sums cannot, so no ring.
     bool owners_hold_deltas = false;
@@ -106,8 +102,8 @@ class ShardedRound {
   const std::vector<std::string>& members() const { return members_; }
   const std::vector<double>& weights() const { return weights_; }
   const std::vector<Shard>& shards() const { return shards_; }
-  // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): a lossless codec and
-  // 2 or more members, each the owner of one range, shards()[i] being members()[i]'s.
+  // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): 2 or more members,
+  // each the owner of one range, shards()[i] being members()[i]'s.
   bool ring() const { return ring_; }
   // Members still in the round (not dropped), in slot order, and the largest step among them.
   std::vector<std::string> Included() const;

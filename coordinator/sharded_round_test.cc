@@ -25,8 +25,7 @@ class ShardedRoundTest : public ::testing::Test {
   // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
   // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
   ShardedRound Make(int members, int chunks, int min_workers = 1, std::vector<int> no_address = {},
-                    int64_t min_shard_values = 0, bool lossless = true,
-                    bool owners_hold_deltas = false) {
+                    int64_t min_shard_values = 0, bool owners_hold_deltas = false) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
       const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();
@@ -39,7 +38,6 @@ class ShardedRoundTest : public ::testing::Test {
     options.deadline = absl::Seconds(10);
     options.min_workers = min_workers;
     options.min_shard_values = min_shard_values;
-    options.lossless = lossless;
     options.owners_hold_deltas = owners_hold_deltas;
     return ShardedRound(options, std::move(candidates));
   }
@@ -90,7 +88,8 @@ TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   EXPECT_EQ(round.shards()[2].relayed_slot, 0);
 }
 
-// The ring schedule needs 2 or more members, each owning one range, and a lossless codec.
+// The ring schedule needs 2 or more members, each owning one range (in any codec: sums travel
+// encoded and are added to in fp32).
 TEST_F(ShardedRoundTest, RingsOnlyWhenTwoOrMoreMembersOwnOneRangeEach) {
   ShardedRound three = Make(3, 10);
   ArriveAll(three, 3);
@@ -110,11 +109,8 @@ TEST_F(ShardedRoundTest, RingsOnlyWhenTwoOrMoreMembersOwnOneRangeEach) {
   ShardedRound no_data_plane = Make(4, 10, 1, {2});
   ArriveAll(no_data_plane, 4);
   EXPECT_FALSE(no_data_plane.ring());
-  ShardedRound lossy = Make(3, 10, 1, {}, 0, /*lossless=*/false);  // the deltas travel encoded
-  ArriveAll(lossy, 3);
-  EXPECT_FALSE(lossy.ring());
   // Screening or a trimmed mean needs each member's delta at the owner, not a running sum.
-  ShardedRound robust = Make(3, 10, 1, {}, 0, /*lossless=*/true, /*owners_hold_deltas=*/true);
+  ShardedRound robust = Make(3, 10, 1, {}, 0, /*owners_hold_deltas=*/true);
   ArriveAll(robust, 3);
   EXPECT_FALSE(robust.ring());
 }

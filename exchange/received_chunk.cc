@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,15 @@ absl::Status ReceivedChunk::DecodeFp32(absl::Span<float> out) const {
   }
   return AllFinite(out) ? absl::OkStatus()
                         : absl::InvalidArgumentError("chunk data: decodes to NaN or infinity");
+}
+
+absl::Status ReceivedChunk::Decode(v1::Codec codec, absl::Span<float> out) const {
+  if (codec == v1::CODEC_FP32 || codec == v1::CODEC_UNSPECIFIED) return DecodeFp32(out);
+  if (data_.size() == 1) return localsgd::Decode(codec, data_.front(), out);
+  std::string bytes;
+  bytes.reserve(size_);
+  for (absl::string_view piece : data_) bytes.append(piece.data(), piece.size());
+  return localsgd::Decode(codec, bytes, out);
 }
 
 }  // namespace localsgd

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/localsgd/v1/averaging.pb.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
 
 namespace localsgd {
 
@@ -48,6 +49,9 @@ class ReceivedChunk {
   // INVALID_ARGUMENT, naming the sizes, unless it holds out.size() values; INVALID_ARGUMENT if
   // one is NaN or infinite (`out` then holds them all the same).
   absl::Status DecodeFp32(absl::Span<float> out) const;
+  // The data decoded with `codec` into `out`, with Decode's checks (fp32: DecodeFp32; other
+  // codecs gather the pieces first when there are several).
+  absl::Status Decode(v1::Codec codec, absl::Span<float> out) const;
 
   // Walks the data as fp32 values where they lie, in runs: calls `run(bytes, first, n)` with
   // `bytes` the n whole values from value `first` on (not aligned: read them with memcpy), in

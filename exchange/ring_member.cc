@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "exchange/chunk_wire.h"
+#include "exchange/codec.h"
 #include "exchange/float_bits.h"
 #include "exchange/write_batch.h"
 
@@ -67,13 +69,20 @@ bool RingMember::ReadyToWrite() const {
   return plan_.MayStartChain(chain_next_, sums_in_);
 }
 
-// Rings are fp32: the delta as the others would see it is params - global itself, and a sum
-// travels as little-endian floats (memcpy: the bytes may be unaligned; the loops vectorise).
+// In fp32 a sum travels as little-endian floats (memcpy: the bytes may be unaligned; the loops
+// vectorise); in a lossy codec it is encoded.
 grpc::Slice RingMember::OwnDelta(int c) const {
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
   const size_t n = static_cast<size_t>(setup_.layout->size(c));
   const float* params = setup_.params.data() + begin;
   const float* global = setup_.global.data() + begin;
+  if (lossy()) {
+    std::vector<float> delta(n);
+    for (size_t k = 0; k < n; ++k) delta[k] = plan_.weight() * (params[k] - global[k]);
+    std::string encoded;
+    Encode(setup_.header->codec(), delta, &encoded);
+    return grpc::Slice(encoded);
+  }
   grpc::Slice data(n * sizeof(float));  // not zero-filled first
   char* bytes = reinterpret_cast<char*>(const_cast<uint8_t*>(data.begin()));
   for (size_t k = 0; k < n; ++k) {
@@ -104,6 +113,22 @@ uint32_t AddRun(const char* __restrict in, const float* __restrict params,
 }
 
 }  // namespace
+
+absl::Status RingMember::AddOwnDeltaEncoded(int c, const ReceivedChunk& sum, float scale,
+                                            std::string* out) const {
+  const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
+  std::vector<float> values(static_cast<size_t>(setup_.layout->size(c)));
+  if (absl::Status s = sum.Decode(setup_.header->codec(), absl::MakeSpan(values)); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", s.message()));
+  }
+  const float* params = setup_.params.data() + begin;
+  const float* global = setup_.global.data() + begin;
+  for (size_t k = 0; k < values.size(); ++k) {
+    values[k] = (values[k] + plan_.weight() * (params[k] - global[k])) * scale;
+  }
+  Encode(setup_.header->codec(), values, out);
+  return absl::OkStatus();
+}
 
 bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char* bytes) const {
   const size_t begin = static_cast<size_t>(setup_.layout->begin(c));
@@ -192,17 +217,25 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
     ++sums_in_;  // lets the writer start one more chunk of pred's chain every N - 1 sums
   }
   // The sum goes on with this member's delta added, written into a new slice that is sent as
-  // it is; or, for this member's own range, it is complete: its mean (rings are fp32; a mean
-  // past fp32's range is refused by the coordinator, which aborts the round).
+  // it is; or, for this member's own range, it is complete: its mean (a mean past fp32's range
+  // is refused by the coordinator, which aborts the round). In a lossy codec the sum is decoded,
+  // added to in fp32 and encoded again.
   const auto refused = [c] {
     return absl::InvalidArgumentError(
         absl::StrCat("the sum of chunk ", c, ": chunk data: decodes to NaN or infinity"));
   };
   if (accepted.action == RingPlan::Action::kAddAndPass) {
-    grpc::Slice next(message.size());  // not zero-filled first
-    if (!AddOwnDelta(c, message, 1.0f,
-                     reinterpret_cast<char*>(const_cast<uint8_t*>(next.begin())))) {
-      return refused();
+    grpc::Slice next;
+    if (lossy()) {
+      std::string encoded;
+      LOCALSGD_RETURN_IF_ERROR(AddOwnDeltaEncoded(c, message, 1.0f, &encoded));
+      next = grpc::Slice(encoded);
+    } else {
+      next = grpc::Slice(message.size());  // not zero-filled first
+      if (!AddOwnDelta(c, message, 1.0f,
+                       reinterpret_cast<char*>(const_cast<uint8_t*>(next.begin())))) {
+        return refused();
+      }
     }
     Queue(v1::PassRequest::kSumFieldNumber,
           ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, c, std::move(next)));
@@ -211,9 +244,14 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
   v1::ReduceResponse response;
   v1::Chunk* chunk = response.mutable_mean();
   chunk->set_index(c);
-  chunk->mutable_data()->resize(message.size());
-  if (!AddOwnDelta(c, message, plan_.inverse_total(), chunk->mutable_data()->data()))
-    return refused();
+  if (lossy()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        AddOwnDeltaEncoded(c, message, plan_.inverse_total(), chunk->mutable_data()));
+  } else {
+    chunk->mutable_data()->resize(message.size());
+    if (!AddOwnDelta(c, message, plan_.inverse_total(), chunk->mutable_data()->data()))
+      return refused();
+  }
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
   setup_.sink->OnMean(c, mean);
   return setup_.take_mean(setup_.self, ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber,

@@ -28,20 +28,20 @@ namespace localsgd {
 
 // A node leader's part of a ring round (docs/design.md, "Ring rounds"), on flat float vectors
 // (no LibTorch), as RingPlan lays it out: it passes to succ over one DataPlane.Pass stream the
-// running sums (its own weighted delta starts pred's chain; every other sum but its own
-// range's goes on with its delta added) and the averaged chunks it gets. A sum of its own range
-// that arrives is complete: its mean goes to the sink (the uploader to the coordinator, which
-// relays it to succ) and into this member's update. A writer thread owns the outgoing stream
-// and a reader thread takes pred's stream from the inbox, from construction until Stop; the
-// caller hands in pred's range as the coordinator relays it (Relayed). Errors name the
-// neighbour through `unreachable`. The writer sends means first, then sums to pass on, and
+// running sums (in the round's codec, added to in fp32) (its own weighted delta starts pred's
+// chain; every other sum but its own range's goes on with its delta added) and the averaged chunks
+// it gets. A sum of its own range that arrives is complete: its mean goes to the sink (the uploader
+// to the coordinator, which relays it to succ) and into this member's update. A writer thread owns
+// the outgoing stream and a reader thread takes pred's stream from the inbox, from construction
+// until Stop; the caller hands in pred's range as the coordinator relays it (Relayed). Errors name
+// the neighbour through `unreachable`. The writer sends means first, then sums to pass on, and
 // starts a chain only within RingPlan's lead. Thread-safe.
 class RingMember : public RangeSchedule {
  public:
   // Takes averaged chunk `mean` of range `shard` into the member's update.
   using TakeMean = std::function<absl::Status(int shard, const ReceivedChunk& mean)>;
   struct Setup {
-    const v1::RoundHeader* header = nullptr;  // a ring layout (fp32, one range per member)
+    const v1::RoundHeader* header = nullptr;  // a ring layout (one range per member)
     v1::ReduceHeader pass_header;             // names this member and the attempt
     const ChunkLayout* layout = nullptr;
     int self = 0;  // this member's slot
@@ -72,13 +72,22 @@ class RingMember : public RangeSchedule {
   // Whether the writer has something to send: a queued message, or the start of the next
   // chunk of pred's chain within its allowance.
   bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // This member's weighted delta over chunk `c`, in fp32 (a sum's start), in a slice of its
-  // own.
+  // This member's weighted delta over chunk `c` (a sum's start), in the round's codec, in a
+  // slice of its own.
   grpc::Slice OwnDelta(int c) const;
-  // Writes (sum + this member's weighted delta over chunk `c`) * scale to `out`, reading the
-  // fp32 sum `sum` where it was received (its size checked by the caller: one float per value
-  // of the chunk, as `out` has room for). False if a value of `sum` is NaN or infinite.
+  // fp32 rounds: writes (sum + this member's weighted delta over chunk `c`) * scale to `out`,
+  // reading the fp32 sum `sum` where it was received (its size checked by the caller: one float per
+  // value of the chunk, as `out` has room for). False if a value of `sum` is NaN or infinite.
   bool AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char* out) const;
+  // Lossy codecs: `sum` decoded, this member's weighted delta over chunk `c` added in fp32,
+  // times `scale`, encoded with the round's codec into `out`. INVALID_ARGUMENT for a sum that
+  // does not decode.
+  absl::Status AddOwnDeltaEncoded(int c, const ReceivedChunk& sum, float scale,
+                                  std::string* out) const;
+  bool lossy() const {
+    return setup_.header->codec() != v1::CODEC_FP32 &&
+           setup_.header->codec() != v1::CODEC_UNSPECIFIED;
+  }
   void Write();
   void Read();
   // One message from pred, read where it was received: a sum goes on with this member's delta

@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "exchange/codec.h"
 
 namespace localsgd {
 
 RingPlan::RingPlan(const v1::RoundHeader& header, const ChunkLayout& layout, int self)
-    : layout_(layout), self_(self) {
+    : layout_(layout), codec_(header.codec()), self_(self) {
   const int n = header.members_size();
   pred_ = (self + n - 1) % n;
   succ_ = (self + 1) % n;
@@ -60,11 +61,11 @@ absl::StatusOr<RingPlan::Accepted> RingPlan::Accept(int field, int c, size_t byt
     return absl::InvalidArgumentError(absl::StrCat("an unexpected sum of chunk ", c));
   }
   sums_seen_[c] = true;
-  const size_t n = static_cast<size_t>(layout_.size(c));
-  if (bytes != n * sizeof(float)) {
+  const int64_t n = layout_.size(c);
+  if (const size_t expected = EncodedBytes(codec_, n); bytes != expected) {
     return absl::InvalidArgumentError(absl::StrCat("the sum of chunk ", c, ": ", bytes,
-                                                   " bytes, expected ", n * sizeof(float), " for ",
-                                                   n, " values in fp32"));
+                                                   " bytes, expected ", expected, " for ", n,
+                                                   " values in ", CodecName(codec_)));
   }
   return Accepted{s == self_ ? Action::kCompleteAverage : Action::kAddAndPass, s, false};
 }

@@ -18,7 +18,8 @@ namespace localsgd {
 // reader's.
 class RingPlan {
  public:
-  // A ring layout (MemberRound::Open checked it) of `layout`, seen from slot `self`.
+  // A ring layout (MemberRound::Open checked it) of `layout`, seen from slot `self`; sums and
+  // means travel in the header's codec.
   RingPlan(const v1::RoundHeader& header, const ChunkLayout& layout, int self);
 
   // How many chunks of its chain a member starts more than 1 / (N - 1) of the sums that came
@@ -56,12 +57,13 @@ class RingPlan {
   };
   // Message `field` (PassRequest's sum or mean) of chunk `c`, `bytes` long. INVALID_ARGUMENT
   // for what the ring does not send: neither field, a chunk outside the vector, a mean of this
-  // member's or pred's range, a sum of pred's range or a second sum of a chunk, a sum that is
-  // not one fp32 per value.
+  // member's or pred's range, a sum of pred's range or a second sum of a chunk, a sum whose
+  // size is not the chunk's in the round's codec.
   absl::StatusOr<Accepted> Accept(int field, int c, size_t bytes);
 
  private:
   const ChunkLayout layout_;
+  const v1::Codec codec_;  // how sums travel
   const int self_;
   int pred_ = 0, succ_ = 0, others_ = 0;
   float weight_ = 0, inverse_total_ = 0;

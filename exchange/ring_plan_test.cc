@@ -50,6 +50,17 @@ TEST(RingPlanTest, NeighboursWeightsAndHowManyMessagesGoEachWay) {
   EXPECT_FALSE(RingPlan(Ring(2, 3), ChunkLayout{12, 2}, 0).PassesRelayedMeans());
 }
 
+// Sums travel in the round's codec: a bf16 sum is 2 bytes a value, and one of fp32's size is
+// refused, naming the codec.
+TEST(RingPlanTest, ASumIsTheChunksSizeInTheRoundsCodec) {
+  v1::RoundHeader header = Ring(3, 2);
+  header.set_codec(v1::CODEC_BF16);
+  RingPlan plan(header, ChunkLayout{12, 2}, 0);  // pred (c) owns chunks 4 and 5
+  EXPECT_THAT(plan.Accept(kSum, 2, 2 * sizeof(float)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "in bf16"));
+  EXPECT_THAT(plan.Accept(kSum, 3, 2 * 2), IsOk());
+}
+
 TEST(RingPlanTest, TheChainLeadsTheSumsThatCameByAtMostKChainLead) {
   const RingPlan plan(Ring(3, 10), ChunkLayout{60, 2}, 1);
   const int begin = plan.chain_begin();

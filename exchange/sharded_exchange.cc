@@ -147,9 +147,10 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     setup.inbox = options_.inbox;
     setup.sink = &uploader;
     setup.unreachable = unreachable;
-    // A ring's means are fp32 (MemberRound checked), read where gRPC received them.
+    // A ring's means, read where gRPC received them.
     setup.take_mean = [&](int s, const ReceivedChunk& mean) {
-      return take(s, mean.index(), [&mean](absl::Span<float> out) { return mean.DecodeFp32(out); });
+      return take(s, mean.index(),
+                  [&](absl::Span<float> out) { return mean.Decode(header.codec(), out); });
     };
     // pred sends the sums of N - 1 ranges and the means of N - 2: under two vectors of fp32.
     const int pred = (self + n - 1) % n;

@@ -7,8 +7,12 @@ plus a single-process baseline (one worker, no averaging), for the given models.
 
 With --overlap it measures overlapped rounds instead: 4 workers with local_sgd_steps K in
 {8, 32} and overlap_steps in {0, K/2, K-1}; target: within 0.5 points of overlap_steps 0.
+With --codecs it measures the codecs: 4 workers, local_sgd_steps 8, the sharded exchange with
+4 owners (min_shard_bytes 64 KiB, so the rounds go round the ring) in fp32, bf16 and int8;
+target: within 0.2 points of fp32.
 
-Usage: /usr/bin/python3 bench/accuracy_bench.py [--models mlp cnn] [--epochs 12] [--overlap]
+Usage: /usr/bin/python3 bench/accuracy_bench.py [--models mlp cnn] [--epochs 12]
+                                                [--overlap | --codecs]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -18,7 +22,7 @@ import time
 from localsgd_cluster import Cluster, build, done_line
 
 
-def run(bin_dir, work, model, workers, k, enabled, epochs, overlap=0):
+def run(bin_dir, work, model, workers, k, enabled, epochs, overlap=0, extra=""):
     with Cluster(bin_dir, work) as cluster:
         cluster.workers(workers)
         start = time.time()
@@ -28,7 +32,7 @@ def run(bin_dir, work, model, workers, k, enabled, epochs, overlap=0):
                       f'enabled: {"true" if enabled else "false"} '
                       f'epochs: {epochs} batch_size: 64 min_workers: {workers} '
                       f'optimizer {{ lr: 0.05 momentum: 0.9 }} '
-                      f'lr_schedule {{ kind: LR_SCHEDULE_KIND_COSINE }}')
+                      f'lr_schedule {{ kind: LR_SCHEDULE_KIND_COSINE }} {extra}')
         outputs = cluster.wait()
         return done_line(outputs[0])["accuracy"], time.time() - start
 
@@ -39,10 +43,13 @@ def main():
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--epochs", type=float, default=12)
     parser.add_argument("--overlap", action="store_true")
+    parser.add_argument("--codecs", action="store_true")
     args = parser.parse_args()
     bin_dir = build()
     if args.overlap:
         return overlap_table(bin_dir, args)
+    if args.codecs:
+        return codec_table(bin_dir, args)
     targets = {"mlp": 0.883, "cnn": 0.916}
     print(f"{'model':<5} {'setup':<28} {'test accuracy':>13} {'target':>7} {'seconds':>8}")
     with tempfile.TemporaryDirectory() as work:
@@ -59,6 +66,20 @@ def main():
             gap = (results[1] - results[8]) * 100
             print(f"{model}: local_sgd_steps 8 is {gap:+.2f} points below local_sgd_steps 1 "
                   f"(target: within 0.5)", flush=True)
+
+
+def codec_table(bin_dir, args):
+    print(f"{'model':<5} {'codec':>5} {'test accuracy':>13} {'vs fp32 (points)':>16} {'seconds':>8}")
+    with tempfile.TemporaryDirectory() as work:
+        for model in args.models:
+            fp32 = None
+            for codec in ("fp32", "bf16", "int8"):
+                accuracy, seconds = run(bin_dir, work, model, 4, 8, True, args.epochs, 0,
+                                        f"exchange: EXCHANGE_SHARDED min_shard_bytes: 65536 "
+                                        f"codec: CODEC_{codec.upper()}")
+                fp32 = accuracy if codec == "fp32" else fp32
+                print(f"{model:<5} {codec:>5} {accuracy:>13.4f} {(accuracy - fp32) * 100:>+16.2f} "
+                      f"{seconds:>8.0f}", flush=True)
 
 
 def overlap_table(bin_dir, args):

@@ -209,6 +209,20 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
                       absl::StrCat(spec.overlap_steps(),
                                    " is not in [0, local_sgd_steps = ", local_sgd_steps, ")"));
   }
+  if (spec.fragments() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("fragments", spec.fragments(), 1, kMaxFragments));
+    if (local_sgd_steps % spec.fragments() != 0) {
+      return FieldError(
+          "fragments",
+          absl::StrCat(spec.fragments(), " does not divide local_sgd_steps = ", local_sgd_steps));
+    }
+    if (const int apart = local_sgd_steps / spec.fragments(); spec.overlap_steps() >= apart) {
+      return FieldError(
+          "overlap_steps",
+          absl::StrCat(spec.overlap_steps(), " is not below local_sgd_steps / fragments = ", apart,
+                       " (one fragment round in flight at a time)"));
+    }
+  }
   if (spec.has_gradient_accumulation_steps()) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("gradient_accumulation_steps", spec.gradient_accumulation_steps(), 1, 10'000));
@@ -325,6 +339,7 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
                                                             : kDefaultShardedChunkBytes);
   }
   if (!out.has_min_shard_bytes()) out.set_min_shard_bytes(kDefaultMinShardBytes);
+  if (out.fragments() == 0) out.set_fragments(1);
   if (!out.has_suspend_after_failed_rounds()) {
     out.set_suspend_after_failed_rounds(kDefaultSuspendAfterFailedRounds);
   }

@@ -14,6 +14,8 @@ namespace localsgd {
 // Most ranks (worker processes) one node may have, and so most workers one node leader's
 // contribution to a round may stand for.
 inline constexpr int kMaxRanksPerNode = 1024;
+// RunSpec.fragments at most.
+inline constexpr int kMaxFragments = 64;
 
 // Samples of the synthetic dataset when the spec does not say.
 inline constexpr int64_t kDefaultSyntheticSamples = 8192;

@@ -99,10 +99,12 @@ class ControlPlane {
   // Logs `text` and keeps it as an event of the current run (kinds: see v1::Event).
   void RecordEvent(v1::EventSeverity severity, const std::string& kind, const std::string& text);
 
-  // Commits sync round `round` of run `run_id` at `global_step` (see RunManager::CommitRound).
+  // Commits sync round `round` of run `run_id` at `global_step`, every fragment of the model
+  // synced at `synced_step` or later (see RunManager::CommitRound).
   // Queues the record and returns: the caller has the round's model on disk already (and may
   // be the state writer's thread).
-  absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step);
+  absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step,
+                           int64_t synced_step);
 
   // Keeps a finished round's record for status and metrics, and counts its bytes.
   void RecordRound(v1::RoundRecord record);

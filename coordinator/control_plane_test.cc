@@ -318,7 +318,7 @@ TEST_F(ControlPlaneTest, ProgressOfAnEpochRunComesFromTheWorkersTotals) {
   EXPECT_EQ(plane->Status().progress().total_steps(), 0);  // not known yet
   EXPECT_EQ(plane->Status().progress().eta_seconds(), -1);
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 0, 0, 0, 400)), IsOk());
-  ASSERT_THAT(plane->CommitRound(plane->Run().run_id(), 1, 100), IsOk());
+  ASSERT_THAT(plane->CommitRound(plane->Run().run_id(), 1, 100, 100), IsOk());
   clock_.Advance(absl::Seconds(50));
   v1::CoordinatorStatus status = plane->Status();
   EXPECT_EQ(status.run().total_steps(), 400);
@@ -345,7 +345,7 @@ TEST_F(ControlPlaneTest, AFinalReportAfterTheEndCountsAmongTheResults) {
   auto run = plane->StartRun(request);
   ASSERT_THAT(run, IsOk());
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 24, 0.4)), IsOk());
-  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 24), IsOk());
+  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 24, 24), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   v1::HeartbeatRequest late = Beat("a/1", 24, 0.5, 0.7);
   ASSERT_THAT(Heartbeat(*plane, late), IsOk());  // not finished: not a result
@@ -372,7 +372,7 @@ TEST_F(ControlPlaneTest, TheRunKeepsItsResultsAfterItsEndAndInTheHistoryAcrossAR
     first = run->run_id();
     ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 100, 0.4)), IsOk());
     ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 100, 0.6)), IsOk());
-    ASSERT_THAT(plane->CommitRound(first, 1, 100), IsOk());
+    ASSERT_THAT(plane->CommitRound(first, 1, 100, 100), IsOk());
     EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
     // The final evaluation comes after the end; then the workers leave.
     ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 100, 0.4, 0.80)), IsOk());
@@ -520,7 +520,7 @@ TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameN
   absl::StatusOr<v1::RunInfo> run = StartOneWorkerRun(*plane);
   ASSERT_THAT(run, IsOk());
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 200, 0.974)), IsOk());
-  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
+  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200, 200), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   v1::LeaveRequest leave;
   leave.set_worker_id("a/0");
@@ -550,7 +550,7 @@ TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {
   ASSERT_THAT(run, IsOk());
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 10, 2.0)), IsOk());
   ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
-  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200), IsOk());
+  ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200, 200), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   v1::HeartbeatRequest last = Beat("a/0", 200, 0.5);
   last.set_finished(true);

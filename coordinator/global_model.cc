@@ -1,5 +1,6 @@
 #include "coordinator/global_model.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/status_macros.h"
@@ -14,12 +15,16 @@ void GlobalModel::Reset(const std::string& run_id, const v1::RunSpec& spec, int6
   global_step_ = global_step;
   reducer_.reset();
   snapshot_.reset();
+  fragments_ = FragmentPlan();
+  fragment_steps_.clear();
 }
 
 absl::Status GlobalModel::Install(std::vector<float> global,
                                   std::optional<std::vector<float>> momentum) {
   RangeReducer::Options options;
   options.layout = ChunkLayout::ForBytes(static_cast<int64_t>(global.size()), spec_.chunk_bytes());
+  LOCALSGD_ASSIGN_OR_RETURN(FragmentPlan fragments,
+                            FragmentPlan::Make(options.layout, std::max(1, spec_.fragments())));
   options.codec = spec_.codec();
   const v1::OuterOptimizerSpec& outer = spec_.outer_optimizer();
   options.outer = OuterOptimizer{outer.lr(), outer.momentum(), outer.nesterov()};
@@ -30,14 +35,51 @@ absl::Status GlobalModel::Install(std::vector<float> global,
     LOCALSGD_RETURN_IF_ERROR(reducer->RestoreMomentum(*std::move(momentum)));
   }
   reducer_ = std::move(reducer);
+  fragments_ = std::move(fragments);
+  fragment_steps_.assign(static_cast<size_t>(fragments_.size()), global_step_);
   TakeSnapshot();
   return absl::OkStatus();
 }
 
-void GlobalModel::Committed(int64_t round, int64_t global_step) {
+std::shared_ptr<RangeReducer> GlobalModel::RoundReducer(int f) const {
+  if (fragments_.size() == 1) return reducer_;
+  RangeReducer::Options options = reducer_->options();
+  const size_t begin = static_cast<size_t>(fragments_.begin(f));
+  const size_t values = static_cast<size_t>(fragments_.values(f));
+  options.layout = ChunkLayout{fragments_.values(f), options.layout.chunk_values};
+  const absl::Span<const float> global = reducer_->global().subspan(begin, values);
+  auto round =
+      std::make_shared<RangeReducer>(options, std::vector<float>(global.begin(), global.end()));
+  if (const absl::Span<const float> momentum = reducer_->momentum(); !momentum.empty()) {
+    const absl::Span<const float> part = momentum.subspan(begin, values);
+    // The model's own momentum, already checked: it fits.
+    round->RestoreMomentum(std::vector<float>(part.begin(), part.end())).IgnoreError();
+  }
+  return round;
+}
+
+void GlobalModel::CommitFragment(int f, const RangeReducer& round) {
+  if (fragments_.size() == 1) return;
+  const auto replaced = [&](absl::Span<const float> whole, absl::Span<const float> part) {
+    std::shared_ptr<std::vector<float>> next = reducer_->SpareBuffer(whole.size());
+    std::copy(whole.begin(), whole.end(), next->begin());
+    std::copy(part.begin(), part.end(), next->begin() + fragments_.begin(f));
+    return next;
+  };
+  std::shared_ptr<std::vector<float>> momentum =
+      reducer_->momentum().empty() ? nullptr : replaced(reducer_->momentum(), round.momentum());
+  reducer_->InstallNext(replaced(reducer_->global(), round.global()), std::move(momentum));
+}
+
+void GlobalModel::Committed(int64_t round, int64_t global_step, int f) {
   round_ = round;
   global_step_ = global_step;
+  fragment_steps_[f] = global_step;
   TakeSnapshot();
+}
+
+int64_t GlobalModel::synced_step() const {
+  return *std::min_element(fragment_steps_.begin(), fragment_steps_.end());
 }
 
 void GlobalModel::TakeSnapshot() {

@@ -47,7 +47,7 @@ TEST(GlobalModelTest, ACommitMakesANewSnapshotAndLeavesTheOldOneAsItWas) {
   ASSERT_THAT(model.Install({1, 2}, std::vector<float>{0.5f, 0.25f}), IsOk());
   const std::shared_ptr<const ModelSnapshot> before = model.snapshot();
   EXPECT_THAT(*before->momentum, ElementsAre(0.5f, 0.25f));
-  model.Committed(1, 8);
+  model.Committed(1, 8, 0);
   EXPECT_EQ(model.round(), 1);
   EXPECT_EQ(model.global_step(), 8);
   EXPECT_EQ(model.snapshot()->round, 1);
@@ -67,6 +67,60 @@ TEST(GlobalModelTest, AMomentumThatDoesNotFitIsRefusedAndNothingIsInstalled) {
   model.Reset("run-2", Spec(0), 0, 0);
   EXPECT_FALSE(model.initialised());
   EXPECT_EQ(model.run_id(), "run-2");
+}
+
+// Fragments: 3 chunks of 256 values (chunk_bytes 1 KiB) in 3 fragments of one chunk each.
+TEST(GlobalModelTest, AFragmentRoundWorksOnACopyOfItsFragmentAndReplacesOnlyThatAtTheCommit) {
+  v1::RunSpec spec = Spec(0.9);
+  spec.set_chunk_bytes(1024);
+  spec.set_fragments(3);
+  GlobalModel model;
+  model.Reset("run-1", spec, 0, 0);
+  std::vector<float> values(3 * 256 - 6);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  ASSERT_THAT(model.Install(values, std::vector<float>(values.size(), 0.5f)), IsOk());
+  ASSERT_EQ(model.fragments().size(), 3);
+  EXPECT_EQ(model.fragments().begin(1), 256);
+  EXPECT_EQ(model.fragments().values(2), 256 - 6);
+
+  const std::shared_ptr<const ModelSnapshot> before = model.snapshot();
+  std::shared_ptr<RangeReducer> round = model.RoundReducer(1);
+  ASSERT_NE(round, model.reducer());
+  EXPECT_EQ(round->layout().num_values, 256);
+  EXPECT_EQ(round->global()[0], 256.0f);
+  EXPECT_EQ(round->momentum()[0], 0.5f);
+  // A round whose one member's delta is 1 everywhere: lr 1, momentum 0.9 -> m = 0.9 * 0.5 + 1.
+  round->BeginRound(1);
+  ASSERT_THAT(round->SetWeight(0, 1), IsOk());
+  std::vector<float> ones(256, 1.0f);
+  ASSERT_THAT(round->Accumulate(0, 0, ones), IsOk());
+  ASSERT_TRUE(round->TakeCompleted().ok());
+  round->Commit();
+  model.CommitFragment(1, *round);
+  model.Committed(1, 4, 1);
+  const std::shared_ptr<const ModelSnapshot> after = model.snapshot();
+  EXPECT_EQ((*after->values)[255], 255.0f);  // fragment 0: as it was
+  EXPECT_EQ((*after->values)[256], 256.0f + 1.45f);
+  EXPECT_EQ((*after->momentum)[256], 1.45f);
+  EXPECT_EQ((*after->momentum)[0], 0.5f);
+  EXPECT_EQ((*after->values)[512], 512.0f);   // fragment 2: as it was
+  EXPECT_EQ((*before->values)[256], 256.0f);  // a snapshot handed out stays as it was
+  // Fragments 0 and 2 last synced at step 0.
+  EXPECT_EQ(model.synced_step(), 0);
+  model.Committed(2, 8, 0);
+  model.Committed(3, 8, 2);
+  EXPECT_EQ(model.synced_step(), 4);
+}
+
+TEST(GlobalModelTest, AModelWithFewerChunksThanFragmentsIsRefused) {
+  v1::RunSpec spec = Spec(0);
+  spec.set_chunk_bytes(1024);
+  spec.set_fragments(4);
+  GlobalModel model;
+  model.Reset("run-1", spec, 0, 0);
+  EXPECT_THAT(model.Install(std::vector<float>(3 * 256), std::nullopt),
+              StatusIs(absl::StatusCode::kInvalidArgument, "fragments: 4"));
+  EXPECT_FALSE(model.initialised());
 }
 
 }  // namespace

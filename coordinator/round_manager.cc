@@ -185,7 +185,8 @@ absl::Status RoundManager::Restore() {
   }
   if (saved.round == run.round() + 1) {
     // The model was saved, then the coordinator stopped before the run record followed.
-    if (absl::Status s = plane_->CommitRound(run.run_id(), saved.round, saved.global_step);
+    if (absl::Status s =
+            plane_->CommitRound(run.run_id(), saved.round, saved.global_step, saved.global_step);
         !s.ok()) {
       return disagree(s.message());
     }
@@ -319,10 +320,19 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header, i
   if (!model_.initialised()) {
     return absl::FailedPreconditionError("the run's model is not initialised (InitModel first)");
   }
-  const ChunkLayout& layout = model_.reducer()->layout();
-  if (header.vector_length() != layout.num_values) {
-    return absl::InvalidArgumentError(absl::StrCat("vector_length: ", header.vector_length(),
-                                                   ", the run's model has ", layout.num_values));
+  const FragmentPlan& fragments = model_.fragments();
+  if (header.fragment() < 0 || header.fragment() >= fragments.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fragment: ", header.fragment(), " is not in [0, fragments = ", fragments.size(), ")"));
+  }
+  if (const int64_t values = fragments.values(header.fragment());
+      header.vector_length() != values) {
+    return absl::InvalidArgumentError(fragments.size() == 1
+                                          ? absl::StrCat("vector_length: ", header.vector_length(),
+                                                         ", the run's model has ", values)
+                                          : absl::StrCat("vector_length: ", header.vector_length(),
+                                                         ", fragment ", header.fragment(),
+                                                         " of the run's model has ", values));
   }
   if (header.codec() != model_.spec().codec()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -342,7 +352,11 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header, i
     return absl::FailedPreconditionError(
         absl::StrCat("round: ", header.round(), " is in the future; the next round is ", next));
   }
-  if (!round_.has_value()) OpenRound(next);
+  if (!round_.has_value()) OpenRound(next, header.fragment());
+  if (header.fragment() != round_->fragment) {
+    return absl::InvalidArgumentError(absl::StrCat("fragment: ", header.fragment(), ", round ",
+                                                   next, " carries fragment ", round_->fragment));
+  }
   return round_->driver->Arrive(header, member);
 }
 
@@ -352,9 +366,11 @@ int64_t RoundManager::AddSession(Session session) {
   return id;
 }
 
-void RoundManager::OpenRound(int64_t number) {
+void RoundManager::OpenRound(int64_t number, int fragment) {
   Round round;
   round.number = number;
+  round.fragment = fragment;
+  round.reducer = model_.RoundReducer(fragment);
   round.opened = options_.clock();
   std::vector<ControlPlane::Leader> leaders;
   for (ControlPlane::Leader& leader : plane_->LiveLeaders()) {
@@ -413,7 +429,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || model_.reducer() != *engine) {
+    if (!sessions_.count(session_id) || !round_.has_value() || round_->reducer != *engine) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
     status = round_->driver->AddChunk(session_id, chunk, std::move(checked), decoded);
@@ -555,11 +571,13 @@ void RoundManager::Advance() {
 
 void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
                            std::string log) {
-  model_.Committed(round_->number, step);
+  model_.CommitFragment(round_->fragment, *round_->reducer);
+  model_.Committed(round_->number, step, round_->fragment);
   PendingCommit commit;
   commit.run_id = model_.run_id();
   commit.round = round_->number;
   commit.global_step = step;
+  commit.synced_step = model_.synced_step();
   commit.included = included;
   for (auto& [id, session] : sessions_) commit.members.push_back(session.member);
   sessions_.clear();
@@ -576,7 +594,8 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
   if (commit.round == 0) return;  // the initial model
   // The model is on disk (or there is no disk): the run record follows, then the members hear
   // of the commit. A crash between the two saves is finished by Restore.
-  if (absl::Status s = plane_->CommitRound(commit.run_id, commit.round, commit.global_step);
+  if (absl::Status s =
+          plane_->CommitRound(commit.run_id, commit.round, commit.global_step, commit.synced_step);
       !s.ok()) {
     LogError(absl::StrCat("round ", commit.round, ": the run refused the commit: ", s.ToString()));
   }
@@ -629,7 +648,9 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   record.set_bytes_sent(round.bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));
   record.set_codec(model_.spec().codec());
-  const int64_t n = model_.reducer()->layout().num_values;
+  const int64_t n = round.reducer->layout().num_values;
+  record.set_fragment(round.fragment);
+  record.set_values(n);
   record.set_compression_ratio(
       static_cast<double>(n * sizeof(float)) /
       static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec().codec(), n))));

@@ -191,6 +191,9 @@ class RoundManager {
 
   struct Round {
     int64_t number = 0;
+    int fragment = 0;  // RunSpec.fragments: the fragment it carries (the first header's)
+    // What it averages on (GlobalModel::RoundReducer).
+    std::shared_ptr<RangeReducer> reducer;
     absl::Time opened;
     std::vector<std::string> members;  // the leaders expected when it opened
     std::vector<std::pair<std::string, std::string>> suspended;  // live leaders left out: why
@@ -204,6 +207,7 @@ class RoundManager {
     std::string run_id;
     int64_t round = 0;
     int64_t global_step = 0;
+    int64_t synced_step = 0;  // GlobalModel::synced_step after it
     std::vector<std::string> included;
     std::vector<std::shared_ptr<RoundMember>> members;  // waiting for the RoundCommit
     v1::RoundRecord record;
@@ -217,7 +221,7 @@ class RoundManager {
   absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header, int ranks,
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OpenRound(int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OpenRound(int64_t number, int fragment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new session for the member in the round.
   int64_t AddSession(Session session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The update is applied to model_.engine: records round and step, then (once the model is

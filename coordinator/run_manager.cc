@@ -97,7 +97,7 @@ bool RunManager::Update(int live_workers) {
   }
 }
 
-absl::Status RunManager::CommitRound(int64_t round, int64_t global_step) {
+absl::Status RunManager::CommitRound(int64_t round, int64_t global_step, int64_t synced_step) {
   if (info_.state() != v1::RUN_STATE_RUNNING) {
     return absl::FailedPreconditionError(
         absl::StrCat("no running run (state ", EnumName(info_.state()), ")"));
@@ -113,7 +113,7 @@ absl::Status RunManager::CommitRound(int64_t round, int64_t global_step) {
   info_.set_round(round);
   info_.set_global_step(global_step);
   if (info_.spec().duration_case() == v1::RunSpec::kTotalSteps &&
-      global_step >= info_.spec().total_steps()) {
+      synced_step >= info_.spec().total_steps()) {
     End(v1::RUN_STATE_COMPLETED, "reached total_steps");
   }
   return absl::OkStatus();

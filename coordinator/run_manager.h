@@ -40,8 +40,10 @@ class RunManager {
   bool Update(int live_workers);
 
   // Commits sync round `round` (must be the next one) at `global_step` (must not go back).
-  // The run completes when global_step reaches total_steps. FAILED_PRECONDITION otherwise.
-  absl::Status CommitRound(int64_t round, int64_t global_step);
+  // `synced_step`: the least step at which every part of the model last synced (global_step
+  // without fragments; RunSpec.fragments); the run completes when it reaches total_steps.
+  // FAILED_PRECONDITION otherwise.
+  absl::Status CommitRound(int64_t round, int64_t global_step, int64_t synced_step);
 
   // Marks the active run FAILED with `reason`.
   absl::Status Fail(const std::string& reason);

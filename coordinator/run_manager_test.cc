@@ -32,7 +32,7 @@ TEST_F(RunManagerTest, StartsIdle) {
   EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_IDLE);
   EXPECT_FALSE(runs_.active());
   EXPECT_THAT(runs_.Stop("", ""), StatusIs(absl::StatusCode::kFailedPrecondition, "no run"));
-  EXPECT_THAT(runs_.CommitRound(1, 8), StatusIs(absl::StatusCode::kFailedPrecondition, "IDLE"));
+  EXPECT_THAT(runs_.CommitRound(1, 8, 8), StatusIs(absl::StatusCode::kFailedPrecondition, "IDLE"));
 }
 
 TEST_F(RunManagerTest, WaitsForWorkersThenRunsThenCompletes) {
@@ -50,15 +50,16 @@ TEST_F(RunManagerTest, WaitsForWorkersThenRunsThenCompletes) {
   EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_RUNNING);
   EXPECT_EQ(FromProtoTime(runs_.info().start_time()), clock_.Now());
 
-  ASSERT_THAT(runs_.CommitRound(1, 8), IsOk());
+  ASSERT_THAT(runs_.CommitRound(1, 8, 8), IsOk());
   EXPECT_EQ(runs_.info().round(), 1);
   EXPECT_EQ(runs_.info().global_step(), 8);
-  EXPECT_THAT(runs_.CommitRound(1, 8), StatusIs(absl::StatusCode::kFailedPrecondition, "round"));
-  EXPECT_THAT(runs_.CommitRound(3, 24), StatusIs(absl::StatusCode::kFailedPrecondition, "round"));
-  EXPECT_THAT(runs_.CommitRound(2, 4),
+  EXPECT_THAT(runs_.CommitRound(1, 8, 8), StatusIs(absl::StatusCode::kFailedPrecondition, "round"));
+  EXPECT_THAT(runs_.CommitRound(3, 24, 24),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "round"));
+  EXPECT_THAT(runs_.CommitRound(2, 4, 4),
               StatusIs(absl::StatusCode::kFailedPrecondition, "global_step"));
   EXPECT_EQ(runs_.info().round(), 1);
-  ASSERT_THAT(runs_.CommitRound(2, 16), IsOk());
+  ASSERT_THAT(runs_.CommitRound(2, 16, 16), IsOk());
   EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_COMPLETED);
   EXPECT_EQ(runs_.info().reason(), "reached total_steps");
   EXPECT_TRUE(runs_.info().has_end_time());
@@ -121,11 +122,24 @@ TEST_F(RunManagerTest, FailsAfterQuorumTimeoutBelowMinWorkers) {
   EXPECT_THAT(runs_.info().reason(), ::testing::HasSubstr("quorum_timeout_seconds"));
 }
 
+// With fragments a round at total_steps syncs one part of the model: the run completes once
+// every part has synced there (synced_step), not at the first such round.
+TEST_F(RunManagerTest, WithFragmentsTheRunCompletesOnceEveryFragmentSyncedAtTheEnd) {
+  ASSERT_THAT(runs_.Start(Spec(1, 16), 1), IsOk());
+  runs_.Update(1);
+  ASSERT_EQ(runs_.info().state(), v1::RUN_STATE_RUNNING);
+  ASSERT_THAT(runs_.CommitRound(1, 16, 12), IsOk());
+  EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_RUNNING);
+  EXPECT_EQ(runs_.info().global_step(), 16);
+  ASSERT_THAT(runs_.CommitRound(2, 16, 16), IsOk());
+  EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_COMPLETED);
+}
+
 TEST_F(RunManagerTest, EpochRunsEndThroughComplete) {
   v1::RunSpec spec = Spec(1);
   spec.set_epochs(1);
   ASSERT_THAT(runs_.Start(spec, 1), IsOk());
-  ASSERT_THAT(runs_.CommitRound(1, 100000), IsOk());
+  ASSERT_THAT(runs_.CommitRound(1, 100000, 100000), IsOk());
   EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_RUNNING);
   ASSERT_THAT(runs_.Complete("every worker finished its epochs"), IsOk());
   EXPECT_EQ(runs_.info().state(), v1::RUN_STATE_COMPLETED);
@@ -141,7 +155,7 @@ TEST_F(RunManagerTest, RestoreReplacesState) {
   saved.set_global_step(32);
   runs_.Restore(saved);
   EXPECT_TRUE(runs_.active());
-  ASSERT_THAT(runs_.CommitRound(5, 40), IsOk());
+  ASSERT_THAT(runs_.CommitRound(5, 40, 40), IsOk());
 }
 
 // Found by tests/stop_race_test.sh: a restarted coordinator counted run ids from 1 again, so

@@ -23,7 +23,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
  public:
   ShardedDriver(RoundManager* manager, const std::vector<ControlPlane::Leader>& leaders)
       : m_(manager), round_(Options(*manager), Candidates(leaders)) {
-    RangeReducer& engine = *m_->model_.reducer();
+    RangeReducer& engine = *m_->round_->reducer;
     attempt_ = m_->next_attempt_++;
     next_ = std::make_shared<NextModel>();
     next_->global = engine.SpareBuffer(static_cast<size_t>(engine.layout().num_values));
@@ -85,7 +85,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       work.relay_session = relay_session_[work.shard];
     }
     work.next = next_;
-    work.engine = m_->model_.reducer();
+    work.engine = m_->round_->reducer;
     work.codec = m_->model_.spec().codec();
     const v1::OuterOptimizerSpec& spec = m_->model_.spec().outer_optimizer();
     work.outer = OuterOptimizer{spec.lr(), spec.momentum(), spec.nesterov()};
@@ -147,10 +147,10 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     if (round_.phase() == ShardedRound::Phase::kAborted) {
       m_->Abort(std::string(round_.abort_reason()));  // this driver ends with the round
     } else if (round_.phase() == ShardedRound::Phase::kCommitted && m_->MayCommit() &&
-               means_done_ == m_->model_.reducer()->layout().num_chunks()) {
+               means_done_ == m_->round_->reducer->layout().num_chunks()) {
       // Every member applies the same decoded mean through the same outer step; so did this
       // copy, chunk by chunk, into next_.
-      m_->model_.reducer()->InstallNext(std::move(next_->global), std::move(next_->momentum));
+      m_->round_->reducer->InstallNext(std::move(next_->global), std::move(next_->momentum));
       const std::vector<std::string> included = round_.Included();
       const size_t owners = round_.shards().size();
       m_->Publish(
@@ -167,7 +167,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     for (const std::string& id : round_.Included()) record->add_members(id);
     record->set_ring(round_.ring());
     const int64_t members = static_cast<int64_t>(round_.members().size());
-    const ChunkLayout& layout = m_->model_.reducer()->layout();
+    const ChunkLayout& layout = m_->round_->reducer->layout();
     const v1::Codec codec = m_->model_.spec().codec();
     for (size_t s = 0; s < round_.shards().size(); ++s) {
       const ShardedRound::Shard& shard = round_.shards()[s];
@@ -197,7 +197,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     const v1::RunSpec& spec = m.model_.spec();
     ShardedRound::Options options;
     options.number = m.round_->number;
-    options.layout = m.model_.reducer()->layout();
+    options.layout = m.round_->reducer->layout();
     options.opened = m.round_->opened;
     options.deadline = absl::Seconds(spec.round_deadline_seconds());
     options.min_workers = spec.min_workers();
@@ -252,7 +252,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
 
   // The RoundHeader with the layout, to every member.
   void SendLayout() {
-    const ChunkLayout& layout = m_->model_.reducer()->layout();
+    const ChunkLayout& layout = m_->round_->reducer->layout();
     auto response = std::make_shared<v1::SyncResponse>();
     v1::RoundHeader* header = response->mutable_header();
     header->set_round(round_.number());
@@ -264,6 +264,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     header->set_exchange(v1::EXCHANGE_SHARDED);
     header->set_attempt(attempt_);
     header->set_ring(round_.ring());
+    header->set_fragment(m_->round_->fragment);
     relay_session_.assign(round_.shards().size(), -1);
     for (size_t s = 0; s < round_.shards().size(); ++s) {
       const ShardedRound::Shard& shard = round_.shards()[s];

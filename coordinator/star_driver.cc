@@ -20,21 +20,21 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   StarDriver(RoundManager* manager, const std::vector<ControlPlane::Leader>& leaders)
       : m_(manager), round_(Options(*manager), Candidates(leaders)) {
     session_of_slot_.assign(leaders.size(), -1);
-    m_->model_.reducer()->BeginRound(static_cast<int>(leaders.size()));
+    m_->round_->reducer->BeginRound(static_cast<int>(leaders.size()));
   }
 
   absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
                                  const std::shared_ptr<RoundMember>& member) override {
     LOCALSGD_ASSIGN_OR_RETURN(
         const int slot, round_.Arrive(header.member_id(), header.step(), header.num_workers()));
-    if (absl::Status s = m_->model_.reducer()->SetWeight(slot, header.weight()); !s.ok()) {
+    if (absl::Status s = m_->round_->reducer->SetWeight(slot, header.weight()); !s.ok()) {
       Drop(slot, std::string(s.message()), s);
       return s;
     }
     const int64_t session =
         m_->AddSession(Session{slot, header.member_id(), member, header.step()});
     session_of_slot_[slot] = session;
-    const ChunkLayout& layout = m_->model_.reducer()->layout();
+    const ChunkLayout& layout = m_->round_->reducer->layout();
     auto response = std::make_shared<v1::SyncResponse>();
     v1::RoundHeader* round_header = response->mutable_header();
     round_header->set_round(m_->round_->number);
@@ -42,6 +42,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
     round_header->set_codec(m_->model_.spec().codec());
     round_header->set_num_chunks(layout.num_chunks());
     round_header->set_chunk_values(layout.chunk_values);
+    round_header->set_fragment(m_->round_->fragment);
     member->Enqueue(std::move(response));
     m_->Touch(member);
     return session;
@@ -58,7 +59,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   void EndOfInput(int64_t session) override {
     const Session& s = m_->sessions_.at(session);
-    if (s.chunks_received != m_->model_.reducer()->layout().num_chunks()) {
+    if (s.chunks_received != m_->round_->reducer->layout().num_chunks()) {
       Drop(s.slot, "closed its stream before sending every chunk",
            absl::InvalidArgumentError("stream closed before every chunk was sent"));
     }
@@ -72,13 +73,13 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   }
 
   absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t) override {
-    return m_->model_.reducer();
+    return m_->round_->reducer;
   }
 
   absl::Status AddChunk(int64_t session, const v1::Chunk& chunk, absl::Status checked,
                         const std::vector<float>& decoded) override {
     Session& s = m_->sessions_.at(session);
-    RangeReducer& engine = *m_->model_.reducer();
+    RangeReducer& engine = *m_->round_->reducer;
     if (checked.ok()) checked = engine.Add(s.slot, chunk.index(), chunk.data(), decoded);
     if (!checked.ok()) {
       Drop(s.slot, std::string(checked.message()), checked);
@@ -93,7 +94,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
 
   void Advance() override {
     ApplyDrops();
-    RangeReducer& engine = *m_->model_.reducer();
+    RangeReducer& engine = *m_->round_->reducer;
     if (round_.phase() == StarRound::Phase::kOpen) {
       absl::StatusOr<std::vector<int>> completed = engine.TakeCompleted();
       if (!completed.ok()) {
@@ -122,7 +123,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
     }
   }
 
-  void OnAbort() override { m_->model_.reducer()->Abort(); }
+  void OnAbort() override { m_->round_->reducer->Abort(); }
 
   std::vector<RoundFault> Faults() const override { return round_.Faults(); }
 
@@ -163,7 +164,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   // The reducer stops waiting for the members the round dropped, and their streams end.
   void ApplyDrops() {
     for (const StarRound::Drop& drop : round_.TakeDrops()) {
-      m_->model_.reducer()->Drop(drop.slot);
+      m_->round_->reducer->Drop(drop.slot);
       auto it = m_->sessions_.find(session_of_slot_[drop.slot]);
       if (it == m_->sessions_.end()) continue;
       it->second.member->Close(drop.status);
@@ -176,7 +177,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
   void Send(int chunk) {
     auto response = std::make_shared<v1::SyncResponse>();
     response->mutable_update()->set_index(chunk);
-    *response->mutable_update()->mutable_data() = m_->model_.reducer()->TakeEncodedUpdate(chunk);
+    *response->mutable_update()->mutable_data() = m_->round_->reducer->TakeEncodedUpdate(chunk);
     const int64_t bytes = static_cast<int64_t>(response->update().data().size());
     for (int64_t session : session_of_slot_) {
       auto it = m_->sessions_.find(session);

@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   // (2) Average every spec.local_sgd_steps() optimizer steps (overlapped with training when the
   // run says so).
   localsgd::LocalSGD local_sgd(session->get(), net->parameters(), spec.local_sgd_steps(),
-                               spec.enabled(), (*session)->first_step(), spec.overlap_steps());
+                               spec.enabled(), (*session)->first_step(), spec.overlap_steps(),
+                               spec.fragments());
 
   torch::optim::SGD optimizer(net->parameters(),
                               torch::optim::SGDOptions(spec.optimizer().lr()).momentum(0.9));

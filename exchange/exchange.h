@@ -13,7 +13,8 @@
 namespace localsgd {
 
 // One round as a node leader sees it: the node's parameters in, and global[r-1] (with the
-// outer momentum when the exchange keeps it) to turn into global[r].
+// outer momentum when the exchange keeps it) to turn into global[r]; with fragments
+// (RunSpec.fragments), those of the round's fragment only.
 struct ExchangeRound {
   int64_t round = 0;
   int64_t step = 0;  // the node's optimizer steps so far
@@ -21,6 +22,10 @@ struct ExchangeRound {
   absl::Span<float> global;
   absl::Span<float> momentum;  // empty unless keeps_momentum()
   absl::Duration timeout;
+  int fragment = 0;  // RunSpec.fragments: the fragment the spans are of
+  // The whole model's values (0: the spans'): with fragments, what bounds a peer's stream in
+  // any round (the rounds' fragments differ in size).
+  int64_t model_values = 0;
 };
 
 struct ExchangeResult {

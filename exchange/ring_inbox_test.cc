@@ -141,6 +141,19 @@ TEST(RingInboxTest, StopEndsTheWaitAndDropsWhatStillComes) {
 
 // Issue 37, finding 1: a peer cannot make a leader hold more than a round's bytes per stream,
 // nor streams for rounds far ahead, nor many streams.
+// A round without a ring (all-to-all) is followed too, taking nothing: the ring round after
+// it is then one ahead, not two (found with fragments, whose rounds alternate between ring and
+// all-to-all layouts when fragments differ in size).
+TEST(RingInboxTest, FollowingARoundWithoutARingLetsTheNextRingRoundIn) {
+  RingInbox inbox;
+  inbox.Follow("run", 3, 1, "m0", "", 1000);
+  inbox.Follow("run", 4, 1, "", "", 1000);
+  absl::StatusOr<int64_t> id = inbox.Open(Header(5, 1));
+  ASSERT_THAT(id.status(), IsOk());
+  inbox.Follow("run", 5, 1, "m0", "", 1000);
+  EXPECT_THAT(inbox.Add(*id, Sum(0)), IsOk());
+}
+
 TEST(RingInboxTest, AStreamForARoundMoreThanOneAheadIsRefused) {
   RingInbox inbox;
   inbox.Follow("run", 3, 1, "m0", "", 1000);

@@ -46,7 +46,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   // The layout comes once every member has arrived (or at the deadline).
   LOCALSGD_ASSIGN_OR_RETURN(v1::RoundHeader header,
                             BeginSync(stream.get(), context.get(), member, in.round, in.step,
-                                      static_cast<int64_t>(params.size())));
+                                      in.fragment, static_cast<int64_t>(params.size())));
   absl::StatusOr<std::unique_ptr<MemberRound>> opened =
       MemberRound::Open(header, member.member_id, static_cast<int64_t>(params.size()),
                         options_.owner != nullptr && options_.inbox != nullptr);
@@ -131,6 +131,12 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     return out;
   };
 
+  // What the inbox lets a peer's Pass stream bring in any round: pred sends the sums of N - 1
+  // ranges and the means of N - 2, under two vectors of fp32 (the whole model's, with
+  // fragments: the next round's fragment may be another size).
+  const int64_t stream_bytes =
+      2 * std::max<int64_t>(in.model_values, static_cast<int64_t>(params.size())) *
+      static_cast<int64_t>(sizeof(float));
   std::unique_ptr<RangeSchedule> schedule;
   if (round.ring()) {
     const int self = round.self();
@@ -152,13 +158,18 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       return take(s, mean.index(),
                   [&](absl::Span<float> out) { return mean.Decode(header.codec(), out); });
     };
-    // pred sends the sums of N - 1 ranges and the means of N - 2: under two vectors of fp32.
     const int pred = (self + n - 1) % n;
     options_.inbox->Follow(member.run_id, header.round(), header.attempt(), header.members(pred),
                            pred < header.peer_tags_size() ? header.peer_tags(pred) : "",
-                           2 * static_cast<int64_t>(params.size() * sizeof(float)));
+                           stream_bytes);
     schedule = std::make_unique<RingMember>(std::move(setup));
   } else {
+    // No ring this round: the inbox follows it all the same (taking nothing), so that the next
+    // ring round, one ahead, is let in.
+    if (options_.inbox != nullptr) {
+      options_.inbox->Follow(member.run_id, header.round(), header.attempt(), /*from=*/"",
+                             /*from_tag=*/"", stream_bytes);
+    }
     AllToAll::Setup setup;
     setup.round = &round;
     for (int s = 0; s < round.num_ranges(); ++s) {

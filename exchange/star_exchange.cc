@@ -28,7 +28,7 @@ absl::StatusOr<ExchangeResult> StarExchange::Run(const SyncMember& member,
   // delta chunk is sent).
   LOCALSGD_ASSIGN_OR_RETURN(v1::RoundHeader begun,
                             BeginSync(stream.get(), context.get(), member, round.round, round.step,
-                                      static_cast<int64_t>(params.size())));
+                                      round.fragment, static_cast<int64_t>(params.size())));
   v1::SyncResponse response;
   const v1::RoundHeader& round_header = begun;
   const ChunkLayout layout{static_cast<int64_t>(params.size()), round_header.chunk_values()};

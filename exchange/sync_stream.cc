@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "exchange/codec.h"
 
@@ -37,7 +38,7 @@ void EncodeDeltaChunk(v1::Codec codec, const ChunkLayout& layout, int c,
 
 absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContext* context,
                                           const SyncMember& member, int64_t round, int64_t step,
-                                          int64_t vector_length) {
+                                          int fragment, int64_t vector_length) {
   v1::SyncRequest header_message;
   v1::SyncHeader* header = header_message.mutable_header();
   header->set_run_id(member.run_id);
@@ -49,9 +50,17 @@ absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContex
   header->set_weight(member.weight);
   header->set_step(step);
   header->set_num_workers(member.num_workers);
+  header->set_fragment(fragment);
   if (!stream->Write(header_message)) return FromGrpcStatus(stream->Finish());
   v1::SyncResponse response;
-  if (stream->Read(&response) && response.has_header()) return response.header();
+  if (stream->Read(&response) && response.has_header()) {
+    if (response.header().fragment() == fragment) return response.header();
+    context->TryCancel();
+    stream->Finish();
+    return absl::AbortedError(absl::StrCat("round ", round, " carries fragment ",
+                                           response.header().fragment(), ", this member's ",
+                                           fragment, " (its step differs from the others')"));
+  }
   std::optional<v1::StaleRound> stale;
   if (response.has_stale()) {
     stale = response.stale();

@@ -46,12 +46,13 @@ void EncodeDeltaChunk(v1::Codec codec, const ChunkLayout& layout, int c,
                       absl::Span<const float> params, absl::Span<const float> global,
                       v1::Chunk* out);
 
-// The start of every Sync, star or sharded: writes the member's header and reads the
-// coordinator's first answer. On anything but a RoundHeader the stream is finished and its
-// error returned (a stale round's carrying the StaleRound).
+// The start of every Sync, star or sharded: writes the member's header (for `round` at `step`,
+// carrying `fragment` of `vector_length` values) and reads the coordinator's first answer. On
+// anything but a RoundHeader the stream is finished and its error returned (a stale round's
+// carrying the StaleRound); on a round of another fragment, ABORTED (this member sits it out).
 absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContext* context,
                                           const SyncMember& member, int64_t round, int64_t step,
-                                          int64_t vector_length);
+                                          int fragment, int64_t vector_length);
 
 }  // namespace localsgd
 

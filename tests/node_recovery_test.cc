@@ -139,7 +139,7 @@ TEST_P(NodeRecoveryTest, RankDyingDuringTheLeadersSyncLeavesTheOthersAgreeing) {
       while (me.step < kLastStep) {
         me.step += kSteps;
         me.params.add_(0.01 * (r + 1));
-        (void)averager.Average({me.params}, &me.step);
+        (void)averager.Average({me.params}, /*fragment=*/0, &me.step);
         ASSERT_TRUE(averager.Health().ok()) << averager.Health();
       }
     });

@@ -43,10 +43,12 @@ bool TookModel(const absl::Status& status) {
 
 }  // namespace
 
-HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead)
+HierarchicalAverager::HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead,
+                                           FragmentPlan fragments)
     : group_(group),
       leader_(leader),
       take_lead_(std::move(take_lead)),
+      fragments_(std::move(fragments)),
       leader_rank_(group->members().front()) {}
 
 HierarchicalAverager::~HierarchicalAverager() {
@@ -70,59 +72,66 @@ absl::Status HierarchicalAverager::Exchange(at::Tensor& flat, bool average_first
   return intra().Broadcast(flat);
 }
 
-absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
+absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensors, int fragment,
+                                           int64_t* step) {
   if (!health_.ok()) return health_;
-  return AverageNow(absl::OkStatus(), tensors, step);
+  return AverageNow(absl::OkStatus(), tensors, fragment, step);
 }
 
 absl::Status HierarchicalAverager::AverageNow(absl::Status failure,
-                                              const std::vector<at::Tensor>& tensors,
+                                              const std::vector<at::Tensor>& tensors, int fragment,
                                               int64_t* step) {
   torch::NoGradGuard no_grad;
-  const ValueRange all = WholeModel(tensors);
-  at::Tensor flat = Flatten(tensors, all);
+  const ValueRange range = RangeOf(fragment, tensors);
+  at::Tensor flat = Flatten(tensors, range);
   absl::Status sync_status;
   bool leader_has_result = false;
   if (failure.ok()) {
     failure = Exchange(
         flat, /*average_first=*/true,
-        [&](absl::Span<float> values) { sync_status = leader_->Sync(values, *step); },
+        [&](absl::Span<float> values) { sync_status = leader_->Sync(values, *step, fragment); },
         &leader_has_result);
   }
   LOCALSGD_ASSIGN_OR_RETURN(std::optional<Verdict> verdict,
                             Conclude(
-                                std::move(failure), flat, [&] { return Flatten(tensors, all); },
-                                step, leader_has_result, &sync_status));
-  Unflatten(flat, tensors, all);
-  if (!verdict.has_value()) return sync_status;
+                                std::move(failure), flat, [&] { return Flatten(tensors, range); },
+                                fragment, step, leader_has_result, &sync_status));
+  if (!verdict.has_value()) {
+    Unflatten(flat, tensors, range);
+    return sync_status;
+  }
+  LOCALSGD_ASSIGN_OR_RETURN(const bool took_run_model, TakeRunModel(*verdict, tensors));
+  if (!took_run_model) Unflatten(flat, tensors, range);
   // Every rank follows the run's global step (the leader's, once it took the round's result
   // or the committed model) and learns whether the run ended, so that no rank trains past it.
   *step = verdict->step;
   return StatusOfRound(sync_status, *verdict);
 }
 
-absl::Status HierarchicalAverager::Launch(const std::vector<at::Tensor>& tensors, int64_t* step) {
+absl::Status HierarchicalAverager::Launch(const std::vector<at::Tensor>& tensors, int fragment,
+                                          int64_t* step) {
   if (!health_.ok()) return health_;
   if (in_flight_ != nullptr) {
     return absl::FailedPreconditionError("Launch: a round is in flight already (Merge it first)");
   }
   torch::NoGradGuard no_grad;
   auto round = std::make_unique<InFlight>();
-  round->range = WholeModel(tensors);
+  round->fragment = fragment;
+  round->range = RangeOf(fragment, tensors);
   round->step = *step;
   round->snapshot = Flatten(tensors, round->range);
   at::Tensor mean = round->snapshot.clone();
   if (absl::Status failure = intra().AllReduceMean(mean); !failure.ok()) {
     // A rank of the node died: this round runs at once among the ranks left (the tensors are
     // still the snapshot, so its result is what Merge would make of it).
-    return AverageNow(std::move(failure), tensors, step);
+    return AverageNow(std::move(failure), tensors, fragment, step);
   }
   if (leader_ != nullptr) {
     round->values = mean.to(torch::kCPU);  // `mean` is this round's own copy
     round->round = std::thread([leader = leader_, r = round.get()] {
       r->status = leader->Sync(
           absl::MakeSpan(r->values.data_ptr<float>(), static_cast<size_t>(r->values.numel())),
-          r->step);
+          r->step, r->fragment);
     });
   }
   in_flight_ = std::move(round);
@@ -144,10 +153,13 @@ absl::Status HierarchicalAverager::Merge(const std::vector<at::Tensor>& tensors,
   LOCALSGD_ASSIGN_OR_RETURN(
       std::optional<Verdict> verdict,
       Conclude(
-          intra().Broadcast(flat), flat, [&] { return round->snapshot.clone(); }, &at,
-          /*leader_has_result=*/leader_ != nullptr, &sync_status));
+          intra().Broadcast(flat), flat, [&] { return round->snapshot.clone(); }, round->fragment,
+          &at, /*leader_has_result=*/leader_ != nullptr, &sync_status));
   if (!verdict.has_value()) return sync_status;
-  if (verdict->took && verdict->code == absl::StatusCode::kOutOfRange) {
+  LOCALSGD_ASSIGN_OR_RETURN(const bool took_run_model, TakeRunModel(*verdict, tensors));
+  if (took_run_model) {
+    *step = verdict->step;  // the run's model: the progress since the snapshot is not kept
+  } else if (verdict->took && verdict->code == absl::StatusCode::kOutOfRange) {
     Unflatten(flat, tensors, round->range);  // the run's final model: nothing more to train
     *step = verdict->step;
   } else if (verdict->took) {
@@ -158,11 +170,11 @@ absl::Status HierarchicalAverager::Merge(const std::vector<at::Tensor>& tensors,
 }
 
 absl::StatusOr<std::optional<HierarchicalAverager::Verdict>> HierarchicalAverager::Conclude(
-    absl::Status failure, at::Tensor& flat, const Redo& redo, int64_t* step, bool leader_has_result,
-    absl::Status* sync_status) {
+    absl::Status failure, at::Tensor& flat, const Redo& redo, int fragment, int64_t* step,
+    bool leader_has_result, absl::Status* sync_status) {
   if (!failure.ok()) {
     LOCALSGD_RETURN_IF_ERROR(
-        Recover(std::move(failure), redo, flat, step, leader_has_result, sync_status));
+        Recover(std::move(failure), redo, flat, fragment, step, leader_has_result, sync_status));
   }
   // The leader's round's status code (OUT_OF_RANGE: the run ended, and the leader took its
   // final model) and step, so that every rank decides alike (e.g. whether to try the run's
@@ -193,7 +205,7 @@ absl::Status HierarchicalAverager::StatusOfRound(const absl::Status& sync_status
 }
 
 absl::Status HierarchicalAverager::Recover(absl::Status failure, const Redo& redo, at::Tensor& flat,
-                                           int64_t* step, bool leader_has_result,
+                                           int fragment, int64_t* step, bool leader_has_result,
                                            absl::Status* sync_status) {
   const at::Device device = flat.device();
   while (!failure.ok()) {
@@ -237,11 +249,27 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure, const Redo& red
       flat = redo();
       failure = Exchange(
           flat, /*average_first=*/true,
-          [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step); },
+          [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step, fragment); },
           &leader_has_result);
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> HierarchicalAverager::TakeRunModel(const Verdict& verdict,
+                                                        const std::vector<at::Tensor>& tensors) {
+  if (fragments_.size() == 1 || !verdict.took || verdict.code == absl::StatusCode::kOk) {
+    return false;
+  }
+  const ValueRange all = WholeModel(tensors);
+  at::Tensor flat = at::empty({all.size}, tensors.front().options().dtype(at::kFloat));
+  if (leader_ != nullptr) {
+    const absl::Span<const float> global = leader_->global();
+    flat.copy_(torch::from_blob(const_cast<float*>(global.data()), {all.size}));
+  }
+  LOCALSGD_RETURN_IF_ERROR(intra().Broadcast(flat));
+  Unflatten(flat, tensors, all);
+  return true;
 }
 
 absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {

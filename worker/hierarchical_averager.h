@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "exchange/fragment_plan.h"
 #include "worker/flat_model.h"
 #include "worker/node_group.h"
 #include "worker/node_leader.h"
@@ -34,20 +35,27 @@ namespace localsgd {
 // rank trains on; Merge waits for it there, the leader broadcasts the outcome and each rank
 // merges it into its own values. A collective that fails in Launch makes that round a blocking
 // one among the ranks left; in Merge, the ranks left take the leader's result (or, when the
-// leader died, the run's committed model from the new leader). Not thread-safe.
+// leader died, the run's committed model from the new leader).
+//
+// Fragments (docs/design.md, "Streaming fragments"): a round carries the values of one
+// fragment of the FragmentPlan; when it finds the run ahead of the node (stale, or ended) the
+// leader holds the run's whole model and every rank takes all of it. Not thread-safe.
 class HierarchicalAverager : public ParameterAverager {
  public:
   // Makes this rank its node's leader in place of the dead leader of local rank `dead_rank`.
   using TakeLead = std::function<absl::StatusOr<NodeLeader*>(int dead_rank)>;
 
   // `leader` is null on ranks that do not lead their node (the group's first rank does).
-  // `group`, `leader` and what `take_lead` makes must outlive this object.
-  HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead);
+  // `group`, `leader` and what `take_lead` makes must outlive this object. `fragments`: the
+  // run's (of the tensors' values).
+  HierarchicalAverager(NodeGroup* group, NodeLeader* leader, TakeLead take_lead,
+                       FragmentPlan fragments = FragmentPlan());
   // Waits for a round in flight.
   ~HierarchicalAverager() override;
 
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
-  absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int fragment,
+                       int64_t* step) override;
+  absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) override;
   absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override { return health_; }
 
@@ -68,6 +76,7 @@ class HierarchicalAverager : public ParameterAverager {
   };
   // An overlapped round between Launch and Merge.
   struct InFlight {
+    int fragment = 0;
     ValueRange range;     // the values the round carries
     int64_t step = 0;     // the optimizer step of the snapshot
     at::Tensor snapshot;  // this rank's values at that step (flat, on its device)
@@ -83,27 +92,39 @@ class HierarchicalAverager : public ParameterAverager {
   template <typename LeaderStep>
   absl::Status Exchange(at::Tensor& flat, bool average_first, LeaderStep leader_step,
                         bool* leader_has_result);
-  // A round run at once on `tensors`, its collectives starting with `failure` when not OK.
+  // A round of `fragment` run at once on `tensors`, its collectives starting with `failure`
+  // when not OK.
   absl::Status AverageNow(absl::Status failure, const std::vector<at::Tensor>& tensors,
-                          int64_t* step);
+                          int fragment, int64_t* step);
   // After a round's collectives ended with `failure` (OK: they went through): re-forms the
   // group and finishes the round (Recover), then shares the leader's verdict; nullopt when
   // that failed (a rank died just now: the group re-forms at the next collective).
   absl::StatusOr<std::optional<Verdict>> Conclude(absl::Status failure, at::Tensor& flat,
-                                                  const Redo& redo, int64_t* step,
+                                                  const Redo& redo, int fragment, int64_t* step,
                                                   bool leader_has_result,
                                                   absl::Status* sync_status);
   // What a rank's Average or Merge returns, from the leader's round and verdict.
   static absl::Status StatusOfRound(const absl::Status& sync_status, const Verdict& verdict);
   // After `failure`: re-forms the group and finishes the round as the class comment says
   // (a round redone starts from `redo()`).
-  absl::Status Recover(absl::Status failure, const Redo& redo, at::Tensor& flat, int64_t* step,
-                       bool leader_has_result, absl::Status* sync_status);
+  absl::Status Recover(absl::Status failure, const Redo& redo, at::Tensor& flat, int fragment,
+                       int64_t* step, bool leader_has_result, absl::Status* sync_status);
+  // With fragments, after a round that found the run ahead (`verdict`: the leader took the
+  // run's model): every rank takes the leader's whole model. Whether it did so (false without
+  // fragments, or for another verdict); an error when the broadcast failed.
+  absl::StatusOr<bool> TakeRunModel(const Verdict& verdict, const std::vector<at::Tensor>& tensors);
+  // The values of `fragment` (every value without fragments).
+  ValueRange RangeOf(int fragment, const std::vector<at::Tensor>& tensors) const {
+    return fragments_.size() == 1
+               ? WholeModel(tensors)
+               : ValueRange{fragments_.begin(fragment), fragments_.values(fragment)};
+  }
   IntraNodeAverager& intra() { return group_->averager(); }
 
   NodeGroup* const group_;
   NodeLeader* leader_;
   const TakeLead take_lead_;
+  const FragmentPlan fragments_;
   int leader_rank_;  // the local rank that leads the node
   absl::Status health_;
   std::unique_ptr<InFlight> in_flight_;

@@ -56,7 +56,7 @@ std::vector<Outcome> AverageAfterADeath(const std::string& name, int gone,
       at::Tensor t = torch::full({1000}, static_cast<float>(r + 1));
       Outcome& out = outcomes[r];
       out.step = steps[r];
-      out.status = averager.Average({t}, &out.step);
+      out.status = averager.Average({t}, /*fragment=*/0, &out.step);
       out.health = averager.Health();
       out.tensor = t;
     });

@@ -5,18 +5,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "exchange/fragment_plan.h"
 
 namespace localsgd {
 
 LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
-                   int local_sgd_steps, bool enabled, int64_t first_step, int overlap_steps)
+                   int local_sgd_steps, bool enabled, int64_t first_step, int overlap_steps,
+                   int fragments)
     : averager_(averager),
       tensors_(std::move(tensors)),
       local_sgd_steps_(local_sgd_steps < 1 ? 1 : local_sgd_steps),
       enabled_(enabled),
-      overlap_steps_(std::clamp(overlap_steps, 0, local_sgd_steps_ - 1)),
+      fragments_(fragments >= 1 && local_sgd_steps_ % fragments == 0 ? fragments : 1),
+      overlap_steps_(std::clamp(overlap_steps, 0, local_sgd_steps_ / fragments_ - 1)),
       steps_(first_step),
-      synced_at_(first_step) {}
+      synced_at_(static_cast<size_t>(fragments_), first_step) {}
 
 LocalSGD::~LocalSGD() {
   absl::Status status = Finish();
@@ -28,8 +31,9 @@ absl::Status LocalSGD::Step() {
   if (!enabled_) return absl::OkStatus();
   absl::Status merged;
   if (round_in_flight() && steps_ >= launched_at_ + overlap_steps_) merged = MergeNow();
-  if (steps_ % local_sgd_steps_ != 0) return merged;
-  return overlap_steps_ == 0 ? Sync() : Launch();
+  if (!FragmentPlan::RoundAt(steps_, local_sgd_steps_, fragments_)) return merged;
+  const int fragment = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
+  return overlap_steps_ == 0 ? Sync(fragment) : Launch(fragment);
 }
 
 absl::Status LocalSGD::MergeNow() {
@@ -43,15 +47,20 @@ absl::Status LocalSGD::Finish() {
   if (finished_) return absl::OkStatus();
   finished_ = true;
   if (!enabled_) return absl::OkStatus();
-  absl::Status merged = MergeNow();
-  if (steps_ == synced_at_) return merged;
-  return Sync();
+  absl::Status status = MergeNow();
+  for (int f = 0; f < fragments_ && !absl::IsOutOfRange(status); ++f) {
+    if (synced_at_[f] == steps_) continue;
+    absl::Status synced = Sync(f);
+    if (status.ok() || absl::IsOutOfRange(synced)) status = std::move(synced);
+  }
+  return status;
 }
 
-absl::Status LocalSGD::Launch() {
+absl::Status LocalSGD::Launch(int fragment) {
   ++syncs_;
-  absl::Status status = averager_->Launch(tensors_, &steps_);
-  synced_at_ = steps_;
+  absl::Status status = averager_->Launch(tensors_, fragment, &steps_);
+  synced_at_[fragment] = steps_;
+  last_fragment_ = fragment;
   if (status.ok()) {
     launched_at_ = steps_;
   } else {
@@ -60,11 +69,12 @@ absl::Status LocalSGD::Launch() {
   return status;
 }
 
-absl::Status LocalSGD::Sync() {
+absl::Status LocalSGD::Sync(int fragment) {
   ++syncs_;
   ++rounds_completed_;
-  absl::Status status = averager_->Average(tensors_, &steps_);
-  synced_at_ = steps_;
+  absl::Status status = averager_->Average(tensors_, fragment, &steps_);
+  synced_at_[fragment] = steps_;
+  last_fragment_ = fragment;
   return status;
 }
 

@@ -25,16 +25,19 @@ namespace localsgd {
 // With overlap_steps = tau > 0 (docs/design.md, "Overlapped rounds") the round of step s runs
 // beside training: Step() launches it at s (ParameterAverager::Launch) and merges it at s + tau
 // (ParameterAverager::Merge); Finish() merges a round still in flight before the last sync.
-// Thread-compatible.
+// With fragments = P > 1 (docs/design.md, "Streaming fragments") a round every
+// local_sgd_steps / P steps carries one fragment (FragmentPlan::FragmentAt), and Finish() syncs
+// every fragment not synced at the last step. Thread-compatible.
 class LocalSGD {
  public:
   // `tensors` are the model's parameters followed by the buffers to average (see
   // ModelTensors); they are updated in place. The averager must outlive this object.
   // `first_step`: optimizer steps already taken (a worker resuming a run in progress; a
   // multiple of local_sgd_steps keeps the syncs on the run's boundaries).
-  // `overlap_steps`: tau, in [0, local_sgd_steps).
+  // `overlap_steps`: tau, in [0, local_sgd_steps / fragments). `fragments`: P, dividing
+  // local_sgd_steps.
   LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, int local_sgd_steps,
-           bool enabled = true, int64_t first_step = 0, int overlap_steps = 0);
+           bool enabled = true, int64_t first_step = 0, int overlap_steps = 0, int fragments = 1);
   ~LocalSGD();
   LocalSGD(const LocalSGD&) = delete;
   LocalSGD& operator=(const LocalSGD&) = delete;
@@ -46,16 +49,16 @@ class LocalSGD {
   // set another step: see ParameterAverager::Average); a caller's own step count follows it.
   absl::Status Step();
 
-  // The sync of the current step once more, after it failed (the run's last round, say, while
-  // the coordinator was unreachable). steps() may move, as after any sync.
-  absl::Status Resync() { return Sync(); }
+  // The last sync once more, after it failed (the run's last round, say, while the coordinator
+  // was unreachable). steps() may move, as after any sync.
+  absl::Status Resync() { return Sync(last_fragment_); }
   // Merges the overlapped round in flight now, if any (the run's last step: its outcome decides
   // whether to try the last round again). OK when none is in flight.
   absl::Status MergeNow();
   bool round_in_flight() const { return launched_at_ >= 0; }
 
-  // The last sync, if any step was taken since the previous one, after merging a round in
-  // flight. Idempotent.
+  // The last sync of every fragment that took steps since its previous one, after merging a
+  // round in flight; it stops at a sync that finds the run ended. Idempotent.
   absl::Status Finish();
 
   // Ends without the last sync (e.g. on SIGTERM, when the other workers are not at the same
@@ -68,19 +71,22 @@ class LocalSGD {
   int64_t rounds_completed() const { return rounds_completed_; }
   int local_sgd_steps() const { return local_sgd_steps_; }
   int overlap_steps() const { return overlap_steps_; }
+  int fragments() const { return fragments_; }
 
  private:
-  absl::Status Sync();
-  absl::Status Launch();
+  absl::Status Sync(int fragment);
+  absl::Status Launch(int fragment);
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
   const int local_sgd_steps_;
   const bool enabled_;
+  const int fragments_;
   const int overlap_steps_;
   int64_t steps_ = 0;
-  int64_t launched_at_ = -1;  // the step of the overlapped round in flight, or -1
-  int64_t synced_at_ = 0;
+  int64_t launched_at_ = -1;        // the step of the overlapped round in flight, or -1
+  std::vector<int64_t> synced_at_;  // by fragment: the step of its last sync
+  int last_fragment_ = 0;           // the fragment of the last sync
   int64_t syncs_ = 0;
   int64_t rounds_completed_ = 0;
   bool finished_ = false;

@@ -12,14 +12,17 @@ namespace {
 // Records the steps it was called at and sets every tensor to a marker value.
 class FakeAverager : public ParameterAverager {
  public:
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int fragment,
+                       int64_t* step) override {
     steps.push_back(*step);
+    fragments.push_back(fragment);
     torch::NoGradGuard no_grad;
     for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(*step) * scale);
     if (move_to >= 0) *step = move_to;
     return status;
   }
   std::vector<int64_t> steps;
+  std::vector<int> fragments;
   int64_t move_to = -1;
   double scale = 1;
   absl::Status status;
@@ -37,6 +40,32 @@ TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
   ASSERT_TRUE(local_sgd.Finish().ok());
   EXPECT_EQ(averager.steps.size(), 3u);  // idempotent
   EXPECT_EQ(local_sgd.syncs(), 3);
+}
+
+// K = 8, P = 4: a round every 2 steps, fragment f at the steps 2 f + 8 m; at the end every
+// fragment not synced at the last step syncs once more.
+TEST(LocalSgdTest, FragmentsSyncOneAtATimeOnTheirScheduleAndAllAtTheEnd) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 8, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/0,
+                     /*fragments=*/4);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 6, 8, 10}));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 2, 3, 0, 1}));
+  ASSERT_TRUE(local_sgd.Finish().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 6, 8, 10, 10, 10, 10}));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 2, 3, 0, 1, 0, 2, 3}));
+}
+
+// A last sync that finds the run ended (its final model taken) ends the fragments' syncs.
+TEST(LocalSgdTest, AFragmentSyncThatFindsTheRunEndedStopsTheLastSyncs) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 4, true, 0, 0, /*fragments=*/2);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  averager.status = absl::OutOfRangeError("the run ended");
+  EXPECT_TRUE(absl::IsOutOfRange(local_sgd.Finish()));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 0}));  // fragment 1 not tried again
 }
 
 // A worker that rejoins a run at global step 40 syncs on the run's boundaries from there.

@@ -39,12 +39,13 @@ bool IsTransient(const absl::Status& status) {
 }  // namespace
 
 NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member,
-                       ChunkLayout layout, absl::Duration round_timeout)
+                       ChunkLayout layout, absl::Duration round_timeout, FragmentPlan fragments)
     : models_(models),
       exchange_(exchange),
       member_(std::move(member)),
       layout_(layout),
-      round_timeout_(round_timeout) {}
+      round_timeout_(round_timeout),
+      fragments_(std::move(fragments)) {}
 
 absl::Status NodeLeader::Start(absl::Span<float> params) {
   // Transient failures are retried up to the round timeout in all (the node's other ranks wait
@@ -55,7 +56,13 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
     const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
     absl::Status status = models_->InitModel(member_.run_id, member_.member_id,
                                              member_.CurrentCredential(), params, layout_, left);
-    if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(params, left);
+    if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(left);
+    if (status.ok() && global_.size() != params.size()) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "this worker's model has ", params.size(), " values, the run's global model has ",
+          global_.size(), ": every worker must train the same model"));
+    }
+    if (status.ok()) std::copy(global_.begin(), global_.end(), params.begin());
     if (!IsTransient(status) || absl::Now() + backoff > give_up) return status;
     LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
                             absl::FormatDuration(backoff)));
@@ -64,13 +71,13 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   }
 }
 
-absl::Status NodeLeader::Adopt(absl::Span<float> params, absl::Duration timeout) {
+absl::Status NodeLeader::Adopt(absl::Duration timeout) {
   const bool with_momentum = exchange_->keeps_momentum();
   LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
                             models_->FetchModel(member_.run_id, timeout, with_momentum));
-  if (model.values.size() != params.size()) {
+  if (static_cast<int64_t>(model.values.size()) != layout_.num_values) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "this worker's model has ", params.size(), " values, the run's global model has ",
+        "this worker's model has ", layout_.num_values, " values, the run's global model has ",
         model.values.size(), ": every worker must train the same model"));
   }
   if (with_momentum && model.momentum.size() != model.values.size()) {
@@ -80,26 +87,45 @@ absl::Status NodeLeader::Adopt(absl::Span<float> params, absl::Duration timeout)
   momentum_ = std::move(model.momentum);
   round_ = model.round;
   global_step_ = model.global_step;
-  std::copy(global_.begin(), global_.end(), params.begin());
   return absl::OkStatus();
 }
 
-absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step) {
-  if (global_.empty())
-    return Adopt(params, round_timeout_);  // took over: start from the committed model
-  absl::StatusOr<ExchangeResult> result =
-      exchange_->Run(member_, ExchangeRound{round_ + 1, step, params, absl::MakeSpan(global_),
-                                            absl::MakeSpan(momentum_), round_timeout_});
+absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragment) {
+  const size_t begin = fragments_.size() == 1 ? 0 : static_cast<size_t>(fragments_.begin(fragment));
+  const auto take = [&] {  // the fragment's values of global_ into params
+    std::copy(global_.begin() + begin, global_.begin() + begin + params.size(), params.begin());
+  };
+  if (global_.empty()) {  // took over: start from the committed model
+    LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
+    take();
+    return absl::OkStatus();
+  }
+  if (begin + params.size() > global_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("fragment ", fragment, ": ", params.size(),
+                                                   " values from ", begin,
+                                                   " do not fit the model's ", global_.size()));
+  }
+  absl::Span<float> momentum = absl::MakeSpan(momentum_);
+  ExchangeRound round{round_ + 1,
+                      step,
+                      params,
+                      absl::MakeSpan(global_).subspan(begin, params.size()),
+                      momentum.empty() ? momentum : momentum.subspan(begin, params.size()),
+                      round_timeout_,
+                      fragment,
+                      static_cast<int64_t>(global_.size())};
+  absl::StatusOr<ExchangeResult> result = exchange_->Run(member_, round);
   if (result.ok()) {
     round_ = result->round;
     global_step_ = result->global_step;
-    std::copy(global_.begin(), global_.end(), params.begin());
+    take();
     return absl::OkStatus();
   }
   std::optional<v1::StaleRound> stale = StaleRoundOf(result.status());
   if (stale.has_value()) {
     // A round committed without this node: take the agreed model and go on from there.
-    LOCALSGD_RETURN_IF_ERROR(Adopt(params, round_timeout_));
+    LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
+    take();
     if (stale->run_ended()) {
       return absl::OutOfRangeError(absl::StrCat("the run ended at round ", round_, ", global step ",
                                                 global_step_, "; this node holds its final model"));

@@ -9,6 +9,7 @@
 #include "absl/types/span.h"
 #include "exchange/chunking.h"
 #include "exchange/exchange.h"
+#include "exchange/fragment_plan.h"
 #include "exchange/model_client.h"
 
 namespace localsgd {
@@ -20,9 +21,9 @@ namespace localsgd {
 class NodeLeader {
  public:
   // `models` fetches and uploads the run's model, `exchange` runs the rounds; both outlive
-  // the leader.
+  // the leader. `fragments`: the run's (RunSpec.fragments) over `layout`.
   NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member, ChunkLayout layout,
-             absl::Duration round_timeout);
+             absl::Duration round_timeout, FragmentPlan fragments = FragmentPlan());
 
   // Start of training: offers `params` as global[0] (the first leader's upload wins), then
   // fetches the run's current global model into `params` and keeps it. Transient failures (the
@@ -31,14 +32,15 @@ class NodeLeader {
   // number of values (a different model).
   absl::Status Start(absl::Span<float> params);
 
-  // One round: on success `params` becomes global[r]. A leader that took over from one that
-  // died (no Start) first adopts the run's committed model into `params` instead, and returns
-  // OK: the node goes on from there. When this leader missed a round (stale)
-  // it adopts the current global model and returns the error; when the run has ended it
-  // adopts the run's final model and returns OUT_OF_RANGE (stop training: no more rounds); on
-  // other errors (round aborted, coordinator unreachable) `params` keeps the node's own
-  // values. global_step() then says where the run is.
-  absl::Status Sync(absl::Span<float> params, int64_t step);
+  // One round of fragment `fragment` (0 without fragments), `params` being its values: on
+  // success they become global[r]'s. A leader that took over from one that died (no Start)
+  // first adopts the run's committed model into `params` instead, and returns OK: the node
+  // goes on from there. When this leader missed a round (stale) it adopts the current global
+  // model and returns the error; when the run has ended it adopts the run's final model and
+  // returns OUT_OF_RANGE (stop training: no more rounds); in both cases global() holds the
+  // whole model. On other errors (round aborted, coordinator unreachable) `params` keeps the
+  // node's own values. global_step() then says where the run is.
+  absl::Status Sync(absl::Span<float> params, int64_t step, int fragment = 0);
 
   // The node now has `n` ranks (it re-formed after a rank died): later rounds weigh its
   // delta by n.
@@ -48,17 +50,21 @@ class NodeLeader {
   }
 
   int64_t round() const { return round_; }
+  // global[round()], the whole model.
+  absl::Span<const float> global() const { return global_; }
   // The run's global step when global[round()] was committed (0 before any round).
   int64_t global_step() const { return global_step_; }
 
  private:
-  absl::Status Adopt(absl::Span<float> params, absl::Duration timeout);
+  // Fetches the run's committed model (and momentum) into global_.
+  absl::Status Adopt(absl::Duration timeout);
 
   ModelClient* const models_;
   Exchange* const exchange_;
   SyncMember member_;
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
+  const FragmentPlan fragments_;
   std::vector<float> global_;
   std::vector<float> momentum_;  // when the exchange keeps it
   int64_t round_ = 0;

@@ -13,7 +13,8 @@ struct ParameterAverager::Launched {
   absl::Status status;
 };
 
-absl::Status ParameterAverager::Launch(const std::vector<at::Tensor>& tensors, int64_t* step) {
+absl::Status ParameterAverager::Launch(const std::vector<at::Tensor>& tensors, int fragment,
+                                       int64_t* step) {
   torch::NoGradGuard no_grad;
   auto round = std::make_shared<Launched>();
   const ValueRange all = WholeModel(tensors);
@@ -22,7 +23,7 @@ absl::Status ParameterAverager::Launch(const std::vector<at::Tensor>& tensors, i
   for (const at::Tensor& t : tensors) copy.push_back(t.detach().clone());
   round->step = *step;
   int64_t at = *step;
-  round->status = Average(copy, &at);
+  round->status = Average(copy, fragment, &at);
   round->result = Flatten(copy, all);
   launched_ = std::move(round);
   return absl::OkStatus();

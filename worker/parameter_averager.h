@@ -19,23 +19,27 @@ class ParameterAverager {
  public:
   virtual ~ParameterAverager() = default;
 
-  // Averages `tensors` (parameters, and buffers unless turned off) in place. `*step` is the
+  // Averages `tensors` (parameters, and buffers unless turned off) in place; with fragments
+  // (RunSpec.fragments) only the values of fragment `fragment` (FragmentPlan; 0 without), the
+  // others staying as they are, unless the round finds the run ahead of this node (a stale
+  // round, or the run ended): then every value takes the run's model. `*step` is the
   // caller's optimizer step count; the averager may move it when the worker must take up
   // another step with the tensors it returns (its node re-formed after a rank died and goes
   // on from the node leader's step). On error (a round aborted, say) the tensors hold this
   // worker's own values, or its node's mean, and training goes on, unless Health() is an error.
-  virtual absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) = 0;
+  virtual absl::Status Average(const std::vector<at::Tensor>& tensors, int fragment,
+                               int64_t* step) = 0;
 
   // Overlapped rounds (RunSpec.overlap_steps; docs/design.md, "Overlapped rounds"). Launch, at
-  // optimizer step `*step` (a multiple of local_sgd_steps): this rank's snapshot of `tensors`
-  // goes into a round that runs beside training. Merge, overlap_steps later: waits for that
-  // round and applies it, tensors <- G' + (tensors - snapshot); a round that did not commit
+  // optimizer step `*step` (a round's step): this rank's snapshot of `tensors` (of fragment
+  // `fragment`) goes into a round that runs beside training. Merge, overlap_steps later: waits for
+  // that round and applies it, tensors <- G' + (tensors - snapshot); a round that did not commit
   // leaves the tensors as they are, a run that ended leaves its final model. Either call may
   // move `*step` as Average does, and either may have to run a round at once (Launch after a
   // rank of the node died): its result is then applied. One round in flight at a time; Merge
   // with none is a no-op. The defaults run the round in Launch (Average on a copy) and apply
   // it in Merge, for averagers with nothing to overlap.
-  virtual absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step);
+  virtual absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step);
   virtual absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step);
 
   // OK while the averager can average; once it cannot (its node's ranks could not re-form

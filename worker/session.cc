@@ -221,7 +221,7 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
       models_.get(), exchange_.get(), member,
       ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
       // Sharded rounds gather, then exchange, each within the deadline.
-      absl::Seconds(2 * spec_.round_deadline_seconds() + 30));
+      absl::Seconds(2 * spec_.round_deadline_seconds() + 30), fragments_);
   return leader_.get();
 }
 
@@ -229,6 +229,13 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   if (group_ == nullptr) return absl::FailedPreconditionError("Start before FormNodeGroup");
   if (tensors.empty()) return absl::InvalidArgumentError("tensors: none to average");
   tensors_ = std::move(tensors);
+  absl::StatusOr<FragmentPlan> fragments = FragmentPlan::Make(
+      ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()), spec_.fragments());
+  if (!fragments.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the run's spec does not fit this model: ", fragments.status().message()));
+  }
+  fragments_ = *std::move(fragments);
   models_ = std::make_unique<ModelClient>(coordinator_->channel(), options_.token);
   NodeLeader* first_leader = nullptr;
   if (spec_.enabled() && group_->members().front() == options_.local_rank) {
@@ -240,7 +247,8 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
       return TakeLead(absl::StrCat(options_.node_name, "/", dead_rank));
     };
   }
-  hierarchical_ = std::make_unique<HierarchicalAverager>(group_.get(), first_leader, take_over);
+  hierarchical_ =
+      std::make_unique<HierarchicalAverager>(group_.get(), first_leader, take_over, fragments_);
   if (!spec_.enabled()) return first_step_ = 0;
   absl::StatusOr<int64_t> resume_at = hierarchical_->Start(tensors_);
   if (!resume_at.ok()) {
@@ -294,14 +302,14 @@ int64_t Session::round() const { return leader_ != nullptr ? leader_->round() : 
 
 int64_t Session::global_step() const { return leader_ != nullptr ? leader_->global_step() : 0; }
 
-absl::Status Session::Average(const std::vector<at::Tensor>& tensors, int64_t* step) {
+absl::Status Session::Average(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) {
   if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Average before Start");
-  return hierarchical_->Average(tensors, step);
+  return hierarchical_->Average(tensors, fragment, step);
 }
 
-absl::Status Session::Launch(const std::vector<at::Tensor>& tensors, int64_t* step) {
+absl::Status Session::Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) {
   if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Launch before Start");
-  return hierarchical_->Launch(tensors, step);
+  return hierarchical_->Launch(tensors, fragment, step);
 }
 
 absl::Status Session::Merge(const std::vector<at::Tensor>& tensors, int64_t* step) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
+#include "exchange/fragment_plan.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 #include "worker/coordinator_client.h"
 #include "worker/parameter_averager.h"
@@ -89,8 +90,9 @@ class Session : public ParameterAverager {
   int64_t first_step() const { return first_step_; }
 
   // ParameterAverager (after Start).
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override;
-  absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override;
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int fragment,
+                       int64_t* step) override;
+  absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) override;
   absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override;
 
@@ -148,6 +150,7 @@ class Session : public ParameterAverager {
   v1::RunSpec spec_;
   std::unique_ptr<NodeGroup> group_;
   std::vector<at::Tensor> tensors_;
+  FragmentPlan fragments_;  // the run's, over tensors_
   std::unique_ptr<ModelClient> models_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<Exchange> exchange_;  // made by the first TakeLead

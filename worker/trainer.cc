@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "exchange/fragment_plan.h"
 #include "worker/local_sgd.h"
 
 namespace localsgd {
@@ -117,7 +118,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
     auto optimizer = MakeOptimizer(spec.optimizer(), model.Parameters());
     LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()),
                        spec.local_sgd_steps(), spec.enabled(), options.first_step,
-                       spec.overlap_steps());
+                       spec.overlap_steps(), spec.fragments());
     torch::manual_seed(spec.seed() * 1000003 + options.global_rank);
     torch::Tensor order = torch::randperm(shard.size(), torch::kInt64);
     int64_t cursor = 0;
@@ -162,7 +163,9 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       progress.step = step + 1;
       progress.total_steps = total;
       progress.loss = loss_sum;
-      const bool launches = spec.enabled() && (step + 1) % spec.local_sgd_steps() == 0;
+      const bool launches =
+          spec.enabled() &&
+          FragmentPlan::RoundAt(step + 1, spec.local_sgd_steps(), local_sgd.fragments());
       const int64_t completed = local_sgd.rounds_completed();
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
@@ -213,8 +216,8 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       if (boundary) {
         progress.synced = true;
         progress.sync_seconds = absl::ToDoubleSeconds(absl::Now() - sync_start);
-        // The round of step s ends at s + overlap_steps < s + local_sgd_steps.
-        const int64_t round = (step + 1) / spec.local_sgd_steps();
+        // The round of step s ends at s + overlap_steps < s + local_sgd_steps / fragments.
+        const int64_t round = (step + 1) * local_sgd.fragments() / spec.local_sgd_steps();
         if (spec.eval_every_rounds() > 0 && round % spec.eval_every_rounds() == 0) {
           const absl::Time eval_start = absl::Now();
           Evaluation eval = Evaluate(model, data.test, options.device, spec.loss());

@@ -16,7 +16,7 @@ namespace {
 // Records the step of every sync; changes nothing.
 class CountingAverager : public ParameterAverager {
  public:
-  absl::Status Average(const std::vector<at::Tensor>&, int64_t* step) override {
+  absl::Status Average(const std::vector<at::Tensor>&, int, int64_t* step) override {
     steps.push_back(*step);
     return absl::OkStatus();
   }

@@ -32,12 +32,13 @@ class DumpingAverager : public localsgd::ParameterAverager {
       : inner_(inner), dir_(std::move(dir)), name_(std::move(name)) {
     mkdir(absl::StrCat(dir_, "/pass-0").c_str(), 0755);
   }
-  absl::Status Average(const std::vector<at::Tensor>& tensors, int64_t* step) override {
+  absl::Status Average(const std::vector<at::Tensor>& tensors, int fragment,
+                       int64_t* step) override {
     const int64_t at = *step;
     NewPassIfBack(at);
     const std::string file = absl::StrCat(name_, "-", at);
     Dump(tensors, file + "-pre.bin");
-    absl::Status status = inner_->Average(tensors, step);
+    absl::Status status = inner_->Average(tensors, fragment, step);
     Dump(tensors, file + "-post.bin");
     const std::string failed = absl::StrCat(dir_, "/", file, ".failed");
     if (status.ok()) {
@@ -47,8 +48,9 @@ class DumpingAverager : public localsgd::ParameterAverager {
     }
     return status;
   }
-  absl::Status Launch(const std::vector<at::Tensor>& tensors, int64_t* step) override {
-    return inner_->Launch(tensors, step);
+  absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment,
+                      int64_t* step) override {
+    return inner_->Launch(tensors, fragment, step);
   }
   absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override {
     const int64_t at = *step;

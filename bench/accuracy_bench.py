@@ -10,9 +10,12 @@ With --overlap it measures overlapped rounds instead: 4 workers with local_sgd_s
 With --codecs it measures the codecs: 4 workers, local_sgd_steps 8, the sharded exchange with
 4 owners (min_shard_bytes 64 KiB, so the rounds go round the ring) in fp32, bf16 and int8;
 target: within 0.2 points of fp32.
+With --fragments it measures streaming fragments: 4 workers, local_sgd_steps K in {8, 32},
+fragments P in {1, 4}, overlap_steps 0 and K/P - 1; target: within 0.5 points of P = 1 with the
+same K and overlap (overlap_steps K/P - 1 then being 7 or 1 at P = 1 too).
 
 Usage: /usr/bin/python3 bench/accuracy_bench.py [--models mlp cnn] [--epochs 12]
-                                                [--overlap | --codecs]
+                                                [--overlap | --codecs | --fragments]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -44,12 +47,15 @@ def main():
     parser.add_argument("--epochs", type=float, default=12)
     parser.add_argument("--overlap", action="store_true")
     parser.add_argument("--codecs", action="store_true")
+    parser.add_argument("--fragments", action="store_true")
     args = parser.parse_args()
     bin_dir = build()
     if args.overlap:
         return overlap_table(bin_dir, args)
     if args.codecs:
         return codec_table(bin_dir, args)
+    if args.fragments:
+        return fragment_table(bin_dir, args)
     targets = {"mlp": 0.883, "cnn": 0.916}
     print(f"{'model':<5} {'setup':<28} {'test accuracy':>13} {'target':>7} {'seconds':>8}")
     with tempfile.TemporaryDirectory() as work:
@@ -66,6 +72,23 @@ def main():
             gap = (results[1] - results[8]) * 100
             print(f"{model}: local_sgd_steps 8 is {gap:+.2f} points below local_sgd_steps 1 "
                   f"(target: within 0.5)", flush=True)
+
+
+def fragment_table(bin_dir, args):
+    print(f"{'model':<5} {'K':>3} {'overlap':>7} {'fragments':>9} {'test accuracy':>13} "
+          f"{'vs 1 (points)':>13} {'seconds':>8}")
+    with tempfile.TemporaryDirectory() as work:
+        for model in args.models:
+            for k in (8, 32):
+                for overlapped in (False, True):
+                    whole = None
+                    for fragments in (1, 4):
+                        tau = k // 4 - 1 if overlapped else 0
+                        accuracy, seconds = run(bin_dir, work, model, 4, k, True, args.epochs,
+                                                tau, f"fragments: {fragments}")
+                        whole = accuracy if fragments == 1 else whole
+                        print(f"{model:<5} {k:>3} {tau:>7} {fragments:>9} {accuracy:>13.4f} "
+                              f"{(accuracy - whole) * 100:>+13.2f} {seconds:>8.0f}", flush=True)
 
 
 def codec_table(bin_dir, args):

@@ -20,7 +20,7 @@ cluster's samples/s against `disabled` (how much communication is left unhidden)
 final test accuracy (node 0's final model; every copy is equal after the last sync).
 
 Usage (root): /usr/bin/python3 bench/overlap_bench.py [--nodes 4] [--rate 100mbit]
-              [--steps 640] [--ks 8 32]
+              [--steps 640] [--ks 8 32] [--codecs CODEC_INT8] [--fragments 4]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -110,13 +110,15 @@ def run_peer(work, nodes, k, steps, model_path):
     return float(end) - float(start), float(accuracy)
 
 
-def run_localsgd(bin_dir, work, nodes, k, steps, model_path, overlap, codec, enabled=True):
+def run_localsgd(bin_dir, work, nodes, k, steps, model_path, overlap, codec, enabled=True,
+                 fragments=1):
     """(seconds, accuracy, cluster samples/s) of one run."""
     with Cluster(bin_dir, work, host=host, listen="10.77.0.1:50051") as cluster:
         cluster.workers(nodes, "--threads=1")
         cluster.start(f'model {{ torchscript_path: "{model_path}" }} '
                       f'dataset {{ kind: DATASET_KIND_FASHION_MNIST path: "{DATA}" }} '
                       f'local_sgd_steps: {k} overlap_steps: {overlap} codec: {codec} '
+                      f'fragments: {fragments} '
                       f'enabled: {"true" if enabled else "false"} total_steps: {steps} '
                       f'batch_size: {BATCH} min_workers: {nodes} '
                       f'optimizer {{ lr: 0.05 momentum: 0.9 }} round_deadline_seconds: 600')
@@ -144,6 +146,8 @@ def main():
     parser.add_argument("--ks", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--codecs", nargs="+", default=["CODEC_BF16", "CODEC_INT8"],
                         help="lossy codecs tried with overlap K-1")
+    parser.add_argument("--fragments", type=int, default=1,
+                        help="> 1: also each codec with this many fragments, overlap K/P - 1")
     args = parser.parse_args()
     bin_dir = build()
     hosts = args.nodes + 1
@@ -164,12 +168,16 @@ def main():
                 print(f"{k:>3} {'peer (Accelerate, Gloo)':<24} {peer_s:>8.1f} {1:>6.2f} "
                       f"{args.steps * BATCH * args.nodes / peer_s / base_rate:>14.2f} "
                       f"{peer_acc:>8.4f}", flush=True)
-                rows = [(0, "CODEC_FP32"), (k - 1, "CODEC_FP32")]
-                rows += [(k - 1, codec) for codec in args.codecs]
-                for overlap, codec in rows:
+                rows = [(0, "CODEC_FP32", 1), (k - 1, "CODEC_FP32", 1)]
+                rows += [(k - 1, codec, 1) for codec in args.codecs]
+                if args.fragments > 1:
+                    rows += [(k // args.fragments - 1, codec, args.fragments)
+                             for codec in args.codecs]
+                for overlap, codec, fragments in rows:
                     s, acc, rate = run_localsgd(bin_dir, work, args.nodes, k, args.steps,
-                                                model_path, overlap, codec)
-                    label = f"tau {overlap}, {codec[6:].lower()}"
+                                                model_path, overlap, codec, fragments=fragments)
+                    label = f"tau {overlap}, {codec[6:].lower()}" + (
+                        f", P {fragments}" if fragments > 1 else "")
                     print(f"{k:>3} {label:<24} {s:>8.1f} {s / peer_s:>6.2f} "
                           f"{rate / base_rate:>14.2f} {acc:>8.4f}", flush=True)
         finally:

@@ -121,6 +121,9 @@ std::string FormatRound(const v1::RoundRecord& round) {
       round.members_size() == 1 ? "" : "s", round.duration_seconds(), round.slowest_wait_seconds(),
       round.bytes_received() / 1e6, round.bytes_sent() / 1e6, EnumName(round.codec()),
       round.compression_ratio());
+  if (round.fragment() > 0 || round.values() > 0) {
+    absl::StrAppend(&line, ", fragment ", round.fragment(), " (", round.values(), " values)");
+  }
   if (round.exchange() == v1::EXCHANGE_SHARDED) {
     absl::StrAppend(&line, round.ring() ? ", SHARDED ring over " : ", SHARDED over ",
                     round.shards_size(), round.shards_size() == 1 ? " owner (" : " owners (");

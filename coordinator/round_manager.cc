@@ -354,8 +354,10 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header, i
   }
   if (!round_.has_value()) OpenRound(next, header.fragment());
   if (header.fragment() != round_->fragment) {
-    return absl::InvalidArgumentError(absl::StrCat("fragment: ", header.fragment(), ", round ",
-                                                   next, " carries fragment ", round_->fragment));
+    // A member a step apart from the round's (at the run's end, one that syncs its fragments
+    // in another order): it sits this round out and tries again.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fragment: ", header.fragment(), ", round ", next, " carries fragment ", round_->fragment));
   }
   return round_->driver->Arrive(header, member);
 }

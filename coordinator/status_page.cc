@@ -368,7 +368,7 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
       "<section><h2>Recent rounds</h2><table id=\"rounds\"><thead><tr><th>round</th>"
       "<th>outcome</th><th>global step</th><th>members</th><th>dropped, excluded or suspended</th>"
       "<th>duration (s)</th><th>slowest wait (s)</th><th>in</th><th>out</th><th>codec</th>"
-      "<th>ratio</th><th>exchange</th></tr></thead><tbody>";
+      "<th>ratio</th><th>exchange</th><th>fragment</th></tr></thead><tbody>";
   for (int i = status.recent_rounds_size() - 1; i >= 0 && i >= status.recent_rounds_size() - 15;
        --i) {
     const v1::RoundRecord& r = status.recent_rounds(i);
@@ -386,13 +386,14 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
     absl::StrAppendFormat(
         &out,
         "<tr class=\"%s\"><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td>"
-        "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
+        "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d (%s)</td></tr>",
         outcome, r.round(), outcome, r.global_step(), r.members_size(),
         r.reason().empty() ? absl::StrJoin(left, "; ") : Esc(r.reason()),
         Fixed(r.duration_seconds(), 3), Fixed(r.slowest_wait_seconds(), 3),
         Bytes(static_cast<double>(r.bytes_received())), Bytes(static_cast<double>(r.bytes_sent())),
         EnumName(r.codec()), Fixed(r.compression_ratio(), 2),
-        absl::StrCat(EnumName(r.exchange()), r.ring() ? " (ring)" : ""));
+        absl::StrCat(EnumName(r.exchange()), r.ring() ? " (ring)" : ""), r.fragment(),
+        Bytes(static_cast<double>(r.values()) * 4));
   }
   return out + "</tbody></table></section>";
 }

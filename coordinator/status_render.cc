@@ -178,6 +178,13 @@ std::string StatusToPrometheus(const v1::CoordinatorStatus& status, const Proces
     gauge("localsgd_last_round_sent_bytes", "Update bytes sent in the latest round.")
         .Add({})
         .Set(static_cast<double>(last.bytes_sent()));
+    gauge("localsgd_last_round_fragment",
+          "The fragment the latest round carried (RunSpec.fragments; 0 without fragments).")
+        .Add({})
+        .Set(last.fragment());
+    gauge("localsgd_last_round_values", "Values the latest round carried (its fragment's).")
+        .Add({})
+        .Set(static_cast<double>(last.values()));
     gauge("localsgd_last_round_compression_ratio", "fp32 bytes over encoded bytes.")
         .Add({})
         .Set(last.compression_ratio());

@@ -7,10 +7,10 @@ namespace localsgd {
 absl::StatusOr<FragmentPlan> FragmentPlan::Make(const ChunkLayout& layout, int fragments) {
   const int chunks = layout.num_chunks();
   if (fragments < 1 || fragments > chunks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fragments: ", fragments, " needs as many chunks, and the model has ", chunks, " of ",
-        layout.chunk_values, " values (", layout.num_values,
-        " values in all); lower fragments or chunk_bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fragments: ", fragments, " needs as many chunks, and the model has ", chunks,
+                     " of ", layout.chunk_values, " values (", layout.num_values,
+                     " values in all); lower fragments or chunk_bytes"));
   }
   FragmentPlan plan;
   plan.begin_.clear();

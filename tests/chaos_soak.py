@@ -12,6 +12,9 @@ state folder, while a driver injects faults at random times from a seeded genera
 
 With --overlap_steps the runs overlap their rounds with training; merges are not compared
 across ranks (each rank keeps its own progress), but every rank still ends on the final model.
+With --fragments P each round syncs one fragment of the model: after the sync at step s only
+that step's fragment is compared (the others hold each rank's own progress), and every rank
+still ends on the final model, whole.
 
 Invariants, checked after every fault and at the end: the coordinator always starts again;
 a run's round and global step never go back (status polled every 0.2 s); a run stopped by
@@ -47,6 +50,7 @@ import urllib.request
 
 TOKEN = "chaos-token"
 LOCAL_SGD_STEPS = 4
+CHUNK_BYTES = 65536  # the spec's chunk_bytes
 # Seconds a worker has to take a run up (log " I run ") before it counts as one that started as
 # the run ended, waiting for the next run (a worker joins and takes the run up in well under 1 s).
 IDLE_GRACE = 10
@@ -54,11 +58,12 @@ SPEC = """model {{ builtin: "mlp" }}
 dataset {{ synthetic_samples: 4096 }}
 local_sgd_steps: 4
 overlap_steps: {overlap_steps}
+fragments: {fragments}
 total_steps: {total_steps}
 batch_size: 32
 min_workers: 2
 round_deadline_seconds: 5
-chunk_bytes: 65536
+chunk_bytes: {chunk_bytes}
 min_shard_bytes: 0
 optimizer {{ lr: 0.05 momentum: 0.9 }}
 """
@@ -80,7 +85,8 @@ class Soak:
         with open(f"{self.work}/token", "w") as f:
             f.write(TOKEN)
         with open(f"{self.work}/spec.textproto", "w") as f:
-            f.write(SPEC.format(total_steps=args.total_steps, overlap_steps=args.overlap_steps))
+            f.write(SPEC.format(total_steps=args.total_steps, overlap_steps=args.overlap_steps,
+                                fragments=args.fragments, chunk_bytes=CHUNK_BYTES))
         self.coord = None
         self.coord_starts = 0
         self.grpc = self.http = None
@@ -98,7 +104,8 @@ class Soak:
         self.lock = threading.Lock()
         self.counts = collections.Counter()
         # The workers' dumps (a model copy per rank and sync: gigabytes per run) are read into
-        # digests and deleted as the soak goes: path -> (size, sha256) of each post-sync file.
+        # digests and deleted as the soak goes: path -> (size, sha256, the sha256 of each
+        # fragment's values) of each post-sync file.
         self.digests = {}
 
     # ---- processes -------------------------------------------------------------------------
@@ -356,10 +363,21 @@ class Soak:
                     continue
                 if "/pass-" in path and path.endswith(("-post.bin", "-merged.bin")):
                     data = open(path, "rb").read()
-                    self.digests[path] = (len(data), hashlib.sha256(data).hexdigest())
+                    self.digests[path] = (len(data), hashlib.sha256(data).hexdigest(),
+                                          [hashlib.sha256(data[part]).hexdigest()
+                                           for part in self.fragment_slices(len(data))])
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    def fragment_slices(self, size):
+        """The byte ranges of the fragments (FragmentPlan: P runs of whole chunks of the run's
+        chunk_bytes, balanced by chunks) of a dump of `size` bytes."""
+        values, chunk = size // 4, CHUNK_BYTES // 4
+        chunks = max(1, (values + chunk - 1) // chunk)
+        bounds = [f * chunks // self.args.fragments * chunk for f in range(self.args.fragments)]
+        bounds = [min(b, values) * 4 for b in bounds] + [size]
+        return [slice(bounds[f], bounds[f + 1]) for f in range(self.args.fragments)]
 
     def forget_run(self, run):
         """Drops what is left of a finished run's dumps."""
@@ -368,8 +386,8 @@ class Soak:
         shutil.rmtree(prefix, ignore_errors=True)
 
     def posts(self, pattern):
-        """(size, digest) of the post-sync (and post-merge) dumps matching `pattern`, digested
-        or not."""
+        """(size, digest, fragment digests) of the post-sync (and post-merge) dumps matching
+        `pattern`, digested or not."""
         self.digest_dumps(settled=0)
         return {path: d for path, d in self.digests.items() if fnmatch.fnmatch(path, pattern)}
 
@@ -390,18 +408,21 @@ class Soak:
             for log in glob.glob(f"{self.work}/logs/w-{run}-{node}-*-i{inc}.err"):
                 failed |= {int(s) for s in re.findall(r"sync at step (\d+):", open(log).read())}
             steps = collections.defaultdict(dict)
-            for path, (length, digest) in posts.items():
+            for path, (length, digest, parts) in posts.items():
                 if os.path.dirname(path) != inc_dir or length != size:
                     continue  # another folder, or written while its process was killed
                 name = os.path.basename(path)
                 rank, step = int(name.split("-")[2]), int(name.split("-")[3])
-                steps[step][rank] = digest
+                # With fragments, the values the sync at this step carried.
+                steps[step][rank] = digest if len(parts) == 1 else parts[
+                    (step % LOCAL_SGD_STEPS) // (LOCAL_SGD_STEPS // len(parts))]
             # A sync after which the node's step moved (it adopted a committed model of another
             # round: stale, or a new leader) holds that round's model: not compared either, nor
             # is the last sync of a pass.
             order = sorted(steps)
             moved = {s for i, s in enumerate(order)
-                     if i + 1 == len(order) or order[i + 1] != s + LOCAL_SGD_STEPS}
+                     if i + 1 == len(order)
+                     or order[i + 1] != s + LOCAL_SGD_STEPS // self.args.fragments}
             for step, ranks in steps.items():
                 if len(set(ranks.values())) > 1:
                     raise Violation(f"run {run}, {inc_dir}: its ranks differ after the sync at "
@@ -523,7 +544,7 @@ class Soak:
                 last = max(posts, key=lambda p: (int(re.search(r"pass-(\d+)/", p).group(1)),
                                                  int(os.path.basename(p).split("-")[3]),
                                                  p.endswith("-post.bin")))
-                if posts[last] != (len(final), hashlib.sha256(final).hexdigest()):
+                if posts[last][:2] != (len(final), hashlib.sha256(final).hexdigest()):
                     raise Violation(f"run {run}: node-{node}/{rank} ended on other parameters "
                                     f"than FetchModel's final model ({last})")
         saved = []
@@ -577,6 +598,8 @@ def main():
     parser.add_argument("--total_steps", type=int, default=1600)
     parser.add_argument("--overlap_steps", type=int, default=0,
                         help="the runs' overlap_steps (local_sgd_steps is 4)")
+    parser.add_argument("--fragments", type=int, default=1,
+                        help="the runs' fragments (a divisor of local_sgd_steps 4)")
     parser.add_argument("--mean_interval", type=float, default=1.0,
                         help="mean seconds between the end of a fault and the next")
     parser.add_argument("--end_timeout", type=float, default=600)

@@ -19,7 +19,8 @@ LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
       fragments_(fragments >= 1 && local_sgd_steps_ % fragments == 0 ? fragments : 1),
       overlap_steps_(std::clamp(overlap_steps, 0, local_sgd_steps_ / fragments_ - 1)),
       steps_(first_step),
-      synced_at_(static_cast<size_t>(fragments_), first_step) {}
+      synced_at_(static_cast<size_t>(fragments_), first_step),
+      failed_(static_cast<size_t>(fragments_), false) {}
 
 LocalSGD::~LocalSGD() {
   absl::Status status = Finish();
@@ -40,7 +41,9 @@ absl::Status LocalSGD::MergeNow() {
   if (!round_in_flight()) return absl::OkStatus();
   launched_at_ = -1;
   ++rounds_completed_;
-  return averager_->Merge(tensors_, &steps_);
+  absl::Status status = averager_->Merge(tensors_, &steps_);
+  failed_[launched_fragment_] = !status.ok() && !absl::IsOutOfRange(status);
+  return status;
 }
 
 absl::Status LocalSGD::Finish() {
@@ -56,13 +59,25 @@ absl::Status LocalSGD::Finish() {
   return status;
 }
 
+absl::Status LocalSGD::Resync() {
+  absl::Status status;
+  for (int f = 0; f < fragments_; ++f) {
+    if (synced_at_[f] == steps_ && !failed_[f]) continue;
+    absl::Status synced = Sync(f);
+    if (absl::IsOutOfRange(synced)) return synced;
+    if (status.ok()) status = std::move(synced);
+  }
+  return status;
+}
+
 absl::Status LocalSGD::Launch(int fragment) {
   ++syncs_;
   absl::Status status = averager_->Launch(tensors_, fragment, &steps_);
   synced_at_[fragment] = steps_;
-  last_fragment_ = fragment;
+  failed_[fragment] = !status.ok();
   if (status.ok()) {
     launched_at_ = steps_;
+    launched_fragment_ = fragment;
   } else {
     ++rounds_completed_;  // nothing in flight: the round ended here
   }
@@ -74,7 +89,7 @@ absl::Status LocalSGD::Sync(int fragment) {
   ++rounds_completed_;
   absl::Status status = averager_->Average(tensors_, fragment, &steps_);
   synced_at_[fragment] = steps_;
-  last_fragment_ = fragment;
+  failed_[fragment] = !status.ok() && !absl::IsOutOfRange(status);
   return status;
 }
 

@@ -49,9 +49,10 @@ class LocalSGD {
   // set another step: see ParameterAverager::Average); a caller's own step count follows it.
   absl::Status Step();
 
-  // The last sync once more, after it failed (the run's last round, say, while the coordinator
-  // was unreachable). steps() may move, as after any sync.
-  absl::Status Resync() { return Sync(last_fragment_); }
+  // The syncs at this step once more, after one failed (the run's last round, say, while the
+  // coordinator was unreachable): every fragment whose last sync failed or was not at this
+  // step; it stops at a sync that finds the run ended. steps() may move, as after any sync.
+  absl::Status Resync();
   // Merges the overlapped round in flight now, if any (the run's last step: its outcome decides
   // whether to try the last round again). OK when none is in flight.
   absl::Status MergeNow();
@@ -85,8 +86,9 @@ class LocalSGD {
   const int overlap_steps_;
   int64_t steps_ = 0;
   int64_t launched_at_ = -1;        // the step of the overlapped round in flight, or -1
+  int launched_fragment_ = 0;       // and its fragment
   std::vector<int64_t> synced_at_;  // by fragment: the step of its last sync
-  int last_fragment_ = 0;           // the fragment of the last sync
+  std::vector<bool> failed_;        // by fragment: its last sync failed
   int64_t syncs_ = 0;
   int64_t rounds_completed_ = 0;
   bool finished_ = false;

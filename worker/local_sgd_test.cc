@@ -68,6 +68,23 @@ TEST(LocalSgdTest, AFragmentSyncThatFindsTheRunEndedStopsTheLastSyncs) {
   EXPECT_EQ(averager.fragments, (std::vector<int>{1, 0}));  // fragment 1 not tried again
 }
 
+// The run's last syncs once more after one failed: the fragments whose last sync failed or
+// was not at this step, not those that went through.
+TEST(LocalSgdTest, ResyncRetriesTheFragmentsNotSyncedAtThisStep) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 4, true, 0, 0, /*fragments=*/2);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // f1 at 2, f0 at 4
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // f1 at 6
+  averager.status = absl::UnavailableError("coordinator down");
+  EXPECT_FALSE(local_sgd.Resync().ok());  // f0 (last synced at 4) fails
+  averager.status = absl::OkStatus();
+  EXPECT_TRUE(local_sgd.Resync().ok());  // f0 again, f1 is done at 6
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 0, 1, 0, 0}));
+  EXPECT_TRUE(local_sgd.Resync().ok());  // nothing left
+  EXPECT_EQ(averager.fragments.size(), 5u);
+}
+
 // A worker that rejoins a run at global step 40 syncs on the run's boundaries from there.
 TEST(LocalSgdTest, ResumingAtAStepKeepsTheRunsBoundaries) {
   FakeAverager averager;

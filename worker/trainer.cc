@@ -140,6 +140,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
     absl::Time window_start = absl::Now();
     int64_t window_samples = 0;
     double samples_per_second = 0;
+    int64_t evaluated_round = -1;  // the last round evaluated after
     for (int64_t step = options.first_step; step < total; ++step) {
       if (options.stop()) {
         result.stopped = true;
@@ -173,6 +174,12 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       // node knows how the run's last round went.
       if (step + 1 == total && local_sgd.round_in_flight()) {
         progress.sync_status = local_sgd.MergeNow();
+      }
+      // With fragments the run's last round is every fragment's last sync (the run completes
+      // once all of them synced here): they happen now, so that one that fails is tried again
+      // below like a last round.
+      if (step + 1 == total && local_sgd.fragments() > 1 && progress.sync_status.ok()) {
+        progress.sync_status = local_sgd.Resync();
       }
       // This step ended a round (a sync, or the merge of an overlapped round).
       const bool boundary = local_sgd.rounds_completed() != completed;
@@ -216,9 +223,13 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       if (boundary) {
         progress.synced = true;
         progress.sync_seconds = absl::ToDoubleSeconds(absl::Now() - sync_start);
-        // The round of step s ends at s + overlap_steps < s + local_sgd_steps / fragments.
-        const int64_t round = (step + 1) * local_sgd.fragments() / spec.local_sgd_steps();
-        if (spec.eval_every_rounds() > 0 && round % spec.eval_every_rounds() == 0) {
+        // The round of step s ends at s + overlap_steps < s + local_sgd_steps / fragments; with
+        // fragments, rounds count whole models (every fragment once), and the evaluation comes
+        // at the first fragment round that ends in its window.
+        const int64_t round = (step + 1) / spec.local_sgd_steps();
+        if (spec.eval_every_rounds() > 0 && round > 0 && round % spec.eval_every_rounds() == 0 &&
+            round != evaluated_round) {
+          evaluated_round = round;
           const absl::Time eval_start = absl::Now();
           Evaluation eval = Evaluate(model, data.test, options.device, spec.loss());
           eval_time += absl::Now() - eval_start;

@@ -91,7 +91,7 @@ absl::Status NodeLeader::Adopt(absl::Duration timeout) {
 }
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragment) {
-  const size_t begin = fragments_.size() == 1 ? 0 : static_cast<size_t>(fragments_.begin(fragment));
+  const size_t begin = static_cast<size_t>(fragments_.begin(fragment));
   const auto take = [&] {  // the fragment's values of global_ into params
     std::copy(global_.begin() + begin, global_.begin() + begin + params.size(), params.begin());
   };

@@ -15,6 +15,7 @@
 #include "common/auth.h"
 #include "common/client_tls_flags.h"
 #include "common/command_line.h"
+#include "common/control_client.h"
 #include "common/file_util.h"
 #include "common/grpc_channel.h"
 #include "common/run_spec.h"
@@ -50,8 +51,6 @@ ABSL_FLAG(bool, until_done, false,
 
 namespace {
 
-using localsgd::v1::Coordinator;
-
 constexpr char kUsage[] =
     "the operator's command line for a localsgd coordinator.\n"
     "Usage: localsgdctl [--coordinator=HOST:PORT] [--token_file=FILE] COMMAND\n"
@@ -80,9 +79,11 @@ int Fail(const absl::Status& status) {
 
 class Ctl {
  public:
-  Ctl(std::unique_ptr<Coordinator::Stub> stub, std::shared_ptr<grpc::Channel> streaming,
+  Ctl(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<grpc::Channel> streaming,
       std::string token)
-      : stub_(std::move(stub)), streaming_(std::move(streaming)), token_(std::move(token)) {}
+      : control_(std::move(channel), token, absl::GetFlag(FLAGS_timeout)),
+        streaming_(std::move(streaming)),
+        token_(std::move(token)) {}
 
   int Fetch() {
     const std::string path = absl::GetFlag(FLAGS_out);
@@ -111,106 +112,77 @@ class Ctl {
     const int min_workers = absl::GetFlag(FLAGS_min_workers);
     if (min_workers < 0) return Usage("--min_workers: must be >= 0");
     if (min_workers > 0) spec->set_min_workers(min_workers);
-    localsgd::v1::StartRunRequest request;
-    *request.mutable_spec() = *spec;
-    localsgd::v1::StartRunResponse response;
-    auto context = Context(/*authenticated=*/true);
-    grpc::Status status = stub_->StartRun(context.get(), request, &response);
-    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-        absl::GetFlag(FLAGS_if_absent)) {
+    absl::StatusOr<localsgd::v1::RunInfo> run = control_.Start(*spec);
+    if (absl::IsFailedPrecondition(run.status()) && absl::GetFlag(FLAGS_if_absent)) {
       return StartedAlready(*spec);
     }
-    if (!status.ok()) return Fail(localsgd::FromGrpcStatus(status));
-    std::printf("started %s\n", localsgd::FormatRunLine(response.run()).c_str());
+    if (!run.ok()) return Fail(run.status());
+    std::printf("started %s\n", localsgd::FormatRunLine(*run).c_str());
     return 0;
   }
 
   // start --if_absent, when another run is active: fine if it runs this spec.
   int StartedAlready(const localsgd::v1::RunSpec& spec) {
-    localsgd::v1::CoordinatorStatus status;
-    auto context = Context(/*authenticated=*/false);
-    grpc::Status result =
-        stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
-    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
+    absl::StatusOr<localsgd::v1::CoordinatorStatus> status = control_.Status();
+    if (!status.ok()) return Fail(status.status());
     absl::StatusOr<localsgd::v1::RunSpec> wanted = localsgd::NormalizeRunSpec(spec);
     if (!wanted.ok()) return Fail(wanted.status());
-    localsgd::v1::RunSpec running = status.run().spec();
+    localsgd::v1::RunSpec running = status->run().spec();
     if (spec.name().empty()) running.clear_name();  // named after its run id
     if (!google::protobuf::util::MessageDifferencer::Equals(*wanted, running)) {
       return Fail(absl::FailedPreconditionError(absl::StrCat(
-          "run ", status.run().run_id(), " is active with another spec; stop it first")));
+          "run ", status->run().run_id(), " is active with another spec; stop it first")));
     }
-    std::printf("already active: %s\n", localsgd::FormatRunLine(status.run()).c_str());
+    std::printf("already active: %s\n", localsgd::FormatRunLine(status->run()).c_str());
     return 0;
   }
 
   int Stop() {
-    localsgd::v1::StopRunRequest request;
-    request.set_run_id(absl::GetFlag(FLAGS_run_id));
-    request.set_reason(absl::GetFlag(FLAGS_reason));
-    localsgd::v1::StopRunResponse response;
-    auto context = Context(/*authenticated=*/true);
-    grpc::Status status = stub_->StopRun(context.get(), request, &response);
-    if (!status.ok()) return Fail(localsgd::FromGrpcStatus(status));
-    std::printf("stopped %s\n", localsgd::FormatRunLine(response.run()).c_str());
+    absl::StatusOr<localsgd::v1::RunInfo> run =
+        control_.Stop(absl::GetFlag(FLAGS_run_id), absl::GetFlag(FLAGS_reason));
+    if (!run.ok()) return Fail(run.status());
+    std::printf("stopped %s\n", localsgd::FormatRunLine(*run).c_str());
     return 0;
   }
 
   int Status() {
-    localsgd::v1::CoordinatorStatus status;
-    auto context = Context(/*authenticated=*/false);
-    grpc::Status result =
-        stub_->GetStatus(context.get(), localsgd::v1::GetStatusRequest(), &status);
-    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
-    std::string out = absl::GetFlag(FLAGS_json) ? localsgd::StatusToJson(status)
-                                                : localsgd::FormatStatusTable(status);
+    absl::StatusOr<localsgd::v1::CoordinatorStatus> status = control_.Status();
+    if (!status.ok()) return Fail(status.status());
+    std::string out = absl::GetFlag(FLAGS_json) ? localsgd::StatusToJson(*status)
+                                                : localsgd::FormatStatusTable(*status);
     std::fputs(out.c_str(), stdout);
     return 0;
   }
 
   int Runs() {
-    localsgd::v1::ListRunsResponse runs;
-    auto context = Context(/*authenticated=*/false);
-    grpc::Status result = stub_->ListRuns(context.get(), localsgd::v1::ListRunsRequest(), &runs);
-    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
+    absl::StatusOr<localsgd::v1::ListRunsResponse> runs = control_.Runs();
+    if (!runs.ok()) return Fail(runs.status());
     std::string out =
-        absl::GetFlag(FLAGS_json) ? localsgd::ProtoToJson(runs) : localsgd::FormatRunsTable(runs);
+        absl::GetFlag(FLAGS_json) ? localsgd::ProtoToJson(*runs) : localsgd::FormatRunsTable(*runs);
     std::fputs(out.c_str(), stdout);
     return 0;
   }
 
   int Watch() {
-    localsgd::v1::WatchStatusRequest request;
-    request.set_min_interval_seconds(absl::ToDoubleSeconds(absl::GetFlag(FLAGS_interval)));
-    grpc::ClientContext context;  // no deadline: runs until Ctrl-C or the server ends it
-    auto reader = stub_->WatchStatus(&context, request);
-    localsgd::v1::CoordinatorStatus status;
-    while (reader->Read(&status)) {
-      std::printf("%s\n", localsgd::FormatWatchLine(status).c_str());
-      std::fflush(stdout);
-      localsgd::v1::RunState state = status.run().state();
-      if (absl::GetFlag(FLAGS_until_done) &&
-          (state == localsgd::v1::RUN_STATE_COMPLETED || state == localsgd::v1::RUN_STATE_STOPPED ||
-           state == localsgd::v1::RUN_STATE_FAILED)) {
-        context.TryCancel();
-        while (reader->Read(&status)) {
-        }
-        reader->Finish();
-        return state == localsgd::v1::RUN_STATE_COMPLETED ? 0 : 1;
-      }
-    }
-    grpc::Status result = reader->Finish();
-    if (!result.ok()) return Fail(localsgd::FromGrpcStatus(result));
-    return 0;
+    int code = 0;
+    absl::Status result = control_.Watch(
+        absl::GetFlag(FLAGS_interval), [&](const localsgd::v1::CoordinatorStatus& status) {
+          std::printf("%s\n", localsgd::FormatWatchLine(status).c_str());
+          std::fflush(stdout);
+          const localsgd::v1::RunState state = status.run().state();
+          if (absl::GetFlag(FLAGS_until_done) && (state == localsgd::v1::RUN_STATE_COMPLETED ||
+                                                  state == localsgd::v1::RUN_STATE_STOPPED ||
+                                                  state == localsgd::v1::RUN_STATE_FAILED)) {
+            code = state == localsgd::v1::RUN_STATE_COMPLETED ? 0 : 1;
+            return false;
+          }
+          return true;
+        });
+    return result.ok() ? code : Fail(result);
   }
 
  private:
-  // Status reads need no token; starting and stopping runs do.
-  std::unique_ptr<grpc::ClientContext> Context(bool authenticated) {
-    return localsgd::AuthorizedContext(authenticated ? token_ : "", absl::GetFlag(FLAGS_timeout));
-  }
-
-  std::unique_ptr<Coordinator::Stub> stub_;
+  localsgd::ControlClient control_;
   std::shared_ptr<grpc::Channel> streaming_;  // large messages (model chunks)
   std::string token_;
 };
@@ -231,7 +203,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       localsgd::ChannelCredentialsFromFlags();
   if (!credentials.ok()) return Fail(credentials.status());
-  Ctl ctl(Coordinator::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials)),
+  Ctl ctl(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials),
           localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator), *credentials), *token);
   const std::string command = args[1];
   if (command == "start") return ctl.Start();

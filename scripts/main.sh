@@ -35,6 +35,8 @@ scripts/setup.sh
 echo "== building (the first build takes a few minutes)"
 bazel build -c opt //coordinator //coordinator:localsgdctl //worker 2>&1 | tail -n 1
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
+# The Python package too (README.md, "From Accelerate"): `python3 -c "import localsgd"` works.
+scripts/install_python.sh -c opt
 
 work="$(mktemp -d)"
 pids=()

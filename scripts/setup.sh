@@ -14,6 +14,8 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev libabsl-dev libssl-dev zlib1g-dev libbrotli-dev
   libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev
   libtorch-dev libgloo-dev
+  # The Python package (python/): headers for its native module.
+  python3-dev pybind11-dev
   # LibTorch's matrix products go through the system's libblas.so.3: OpenBLAS built on OpenMP
   # shares LibTorch's OpenMP thread pool (torch::set_num_threads sets both), so the two never
   # oversubscribe the cores. Without it, the reference BLAS makes CPU training ~12x slower.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command (2): installs what is missing, then runs every test: the format check
+# README command (2): installs what is missing and the Python package
+# (scripts/install_python.sh), then runs every test: the format check
 # (scripts/format_check.sh: every C++ file follows .clang-format), the layering check
 # (scripts/layering_check.sh: Bazel visibility refuses a coordinator target that uses the
 # worker), the suite
@@ -28,6 +29,8 @@ stage() {
   "$@" || status=1
   times+="${times:+, }$name $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
 }
+# The Python package for python3 (README.md, "From Accelerate"), as command (1) installs it.
+stage python scripts/install_python.sh -c fastbuild
 stage format scripts/format_check.sh
 stage layering scripts/layering_check.sh
 stage suite suite //...

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # examples/custom_loop.cc, a user's own LibTorch loop with the two localsgd lines, as real
-# processes: two nodes train a run of `model { custom: ... }` with gradient accumulation; the
+# processes started with torchrun's variables: two nodes train a run of `model { custom: ... }` with gradient accumulation; the
 # run completes with both nodes in every round, both end on the same parameters bit for bit,
 # and both learn the task. The worker program refuses such a run with a clear error.
 set -euo pipefail
@@ -13,9 +13,9 @@ source "$BIN/tests/testutil/test_helpers.sh"
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
 workers=()
 for node in 0 1; do
-  "$BIN/examples/custom_loop" --coordinator="$GRPC" --token_file="$WORK/token" \
-    --node_name="node-$node" --node_rank=$node --out="$WORK/params-$node.bin" \
-    >"$WORK/c$node.out" 2>"$WORK/c$node.err" &
+  LOCALSGD_COORDINATOR="$GRPC" LOCALSGD_TOKEN_FILE="$WORK/token" LOCALSGD_NODE_NAME="node-$node" \
+    LOCALSGD_RENDEZVOUS_DIR="$WORK" RANK=$node WORLD_SIZE=2 \
+    "$BIN/examples/custom_loop" "$WORK/params-$node.bin" >"$WORK/c$node.out" 2>"$WORK/c$node.err" &
   pids+=($!)
   workers+=($!)
 done

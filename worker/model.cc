@@ -159,7 +159,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const v1::ModelSpec& spec, uint
   if (spec.has_custom()) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.custom: \"", spec.custom(),
-                     "\" is trained by its own program (localsgd::Connect), not by the worker"));
+                     "\" is trained by its own program (localsgd::Replica, or the Python package), "
+                     "not by the worker"));
   }
   if (spec.has_builtin()) {
     if (spec.builtin() == "mlp") return std::unique_ptr<Model>(new BuiltinModel<Mlp>());

@@ -79,6 +79,11 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
       options.local_rank >= options.local_world_size) {
     return absl::InvalidArgumentError("local_rank: must be in [0, local_world_size)");
   }
+  if (options.world_size < options.local_world_size || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        "rank: must be in [0, world_size), and world_size at least local_world_size");
+  }
   if (options.data_tls_cert.empty() != options.data_tls_key.empty()) {
     return absl::InvalidArgumentError("data_tls_cert and data_tls_key: give both or neither");
   }
@@ -334,21 +339,6 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
     absl::SleepFor(absl::Milliseconds(100));
   }
   return coordinator_->Leave(reason, ending == Ending::kPreempted);
-}
-
-absl::StatusOr<std::unique_ptr<Session>> Connect(SessionOptions options,
-                                                 std::vector<at::Tensor> tensors) {
-  LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Join(std::move(options)));
-  absl::Status status = session->FormNodeGroup();
-  if (status.ok()) status = session->Start(std::move(tensors)).status();
-  if (!status.ok()) {
-    session
-        ->Leave(absl::IsCancelled(status) ? "stopped before training"
-                                          : absl::StrCat("failed: ", status.ToString()))
-        .IgnoreError();
-    return status;
-  }
-  return session;
 }
 
 }  // namespace localsgd

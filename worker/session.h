@@ -41,6 +41,11 @@ struct SessionOptions {
   std::string node_name;
   int local_rank = 0;
   int local_world_size = 1;
+  // This process among every rank of the job (e.g. for sharding data): rank in
+  // [0, world_size). SessionOptionsFromEnvironment (worker/environment.h) reads all four from
+  // torchrun's or srun's variables.
+  int rank = 0;
+  int world_size = 1;
   // Where the model lives: CPU ranks average within the node with Gloo, CUDA ranks with NCCL.
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   // A node-local folder where the node's ranks meet.
@@ -61,8 +66,8 @@ struct SessionOptions {
 // One rank's part in a run: the coordinator connection, the run's spec, the node's group of
 // ranks, and (node leaders) the data plane and the sync rounds. As a ParameterAverager it
 // averages the given tensors across every rank of every node: give it to LocalSGD. Made by
-// Connect below in one call, or step by step (Join, FormNodeGroup, Start) by a program that
-// needs the spec before it has a model (worker_app.cc). Thread-compatible.
+// Replica::Connect (worker/replica.h) in one call, or step by step (Join, FormNodeGroup, Start) by
+// a program that needs the spec before it has a model (worker_app.cc). Thread-compatible.
 class Session : public ParameterAverager {
  public:
   // Joins the coordinator (retrying while it is unreachable) and waits for a running run.
@@ -75,6 +80,10 @@ class Session : public ParameterAverager {
   const v1::RunSpec& spec() const { return spec_; }
   std::string worker_id() const { return coordinator_->worker_id(); }
   const std::string& node_name() const { return options_.node_name; }
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  int local_rank() const { return options_.local_rank; }
+  int local_world_size() const { return options_.local_world_size; }
   CoordinatorClient& coordinator() { return *coordinator_; }
 
   // Forms the node's group with its other ranks (they call it too). CANCELLED when stop()
@@ -158,18 +167,6 @@ class Session : public ParameterAverager {
   std::unique_ptr<HierarchicalAverager> hierarchical_;
   int64_t first_step_ = 0;
 };
-
-// The one call for your own training loop: joins the coordinator, waits for a run, forms the
-// node's group and starts (Session::Join, FormNodeGroup, Start) with `tensors`, e.g.
-// `module->parameters()`. Then:
-//
-//   localsgd::LocalSGD local_sgd(session.get(), module->parameters(),
-//                                session->spec().local_sgd_steps(), true, session->first_step());
-//   for (...) { ...; optimizer.step(); local_sgd.Step(); }
-//
-// On an error it leaves the coordinator ("failed: ...") and returns it.
-absl::StatusOr<std::unique_ptr<Session>> Connect(SessionOptions options,
-                                                 std::vector<at::Tensor> tensors);
 
 }  // namespace localsgd
 

@@ -12,22 +12,11 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "exchange/fragment_plan.h"
+#include "worker/last_step.h"
 #include "worker/local_sgd.h"
 
 namespace localsgd {
 namespace {
-
-// How many times a node tries the run's last round again before it ends on its own model.
-constexpr int kLastRoundAttempts = 60;
-
-// A round that failed for a passing reason: the coordinator or a peer unreachable, the round
-// aborted or opened without this node (FAILED_PRECONDITION; also "the run is not running",
-// so a run stopped during its last round keeps its workers for up to a minute more), or the
-// leader's lease ran out while it was cut off (NOT_FOUND until its heartbeat joins again).
-bool WorthAnotherTry(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsAborted(status) || absl::IsFailedPrecondition(status) || absl::IsNotFound(status);
-}
 
 torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& targets, v1::LossKind kind) {
   if (kind == v1::LOSS_KIND_MSE) {
@@ -170,36 +159,14 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       const int64_t completed = local_sgd.rounds_completed();
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
-      // The run's last step: an overlapped round still in flight is merged now, so that the
-      // node knows how the run's last round went.
-      if (step + 1 == total && local_sgd.round_in_flight()) {
-        progress.sync_status = local_sgd.MergeNow();
-      }
-      // With fragments the run's last round is every fragment's last sync (the run completes
-      // once all of them synced here): they happen now, so that one that fails is tried again
-      // below like a last round.
-      if (step + 1 == total && local_sgd.fragments() > 1 && progress.sync_status.ok()) {
-        progress.sync_status = local_sgd.Resync();
+      if (step + 1 == total) {
+        progress.sync_status =
+            SyncLastStep(local_sgd, averager, completed, std::move(progress.sync_status));
       }
       // This step ended a round (a sync, or the merge of an overlapped round).
       const bool boundary = local_sgd.rounds_completed() != completed;
       if ((boundary || launches) && averager != nullptr) {
         LOCALSGD_RETURN_IF_ERROR(averager->Health());
-      }
-      // The run's last round failed here (the coordinator unreachable, the round aborted):
-      // the node tries it again rather than end on a model that is not the run's. Every rank
-      // of the node sees the same outcome, so all of them try alike.
-      for (int attempt = 1; boundary && step + 1 == total && attempt <= kLastRoundAttempts &&
-                            WorthAnotherTry(progress.sync_status) && local_sgd.steps() == step + 1;
-           ++attempt) {
-        LogWarning(absl::StrCat("the run's last round failed here (",
-                                progress.sync_status.message(), "); trying again (", attempt,
-                                " of ", kLastRoundAttempts, ")"));
-        absl::SleepFor(absl::Seconds(1));
-        progress.sync_status = local_sgd.Resync();
-        if (averager != nullptr) {
-          LOCALSGD_RETURN_IF_ERROR(averager->Health());
-        }
       }
       if (local_sgd.steps() != step + 1) {
         // The run's global step, which the node follows (after an outage, or when the node

@@ -165,6 +165,8 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   session_options.node_name = absl::GetFlag(FLAGS_node_name);
   session_options.local_rank = local_rank;
   session_options.local_world_size = local_world;
+  session_options.rank = node_rank * local_world + local_rank;
+  session_options.world_size = num_nodes * local_world;
   session_options.device = device;
   session_options.rendezvous_dir = absl::GetFlag(FLAGS_rendezvous_dir);
   session_options.data_address = absl::GetFlag(FLAGS_data_address);
@@ -279,8 +281,8 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   localsgd::TrainOptions options;
   options.spec = spec;
   options.device = device;
-  options.global_rank = node_rank * local_world + local_rank;
-  options.world_size = num_nodes * local_world;
+  options.global_rank = session.rank();
+  options.world_size = session.world_size();
   options.first_step = *first_step;
   // The run's state is looked at every 100 ms, not on every step (it is a copy under a lock).
   absl::Time next_look = absl::InfinitePast();

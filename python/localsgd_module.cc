@@ -1,0 +1,295 @@
+// localsgd._C: the Python package's native part (python/localsgd/__init__.py is the API):
+// Replica (worker/replica.h) over the same LibTorch as Python's torch, so parameters are
+// averaged in place with no copy; ControlClient (common/control_client.h) and the model
+// download. Errors raise localsgd.Error (RunEnded for OUT_OF_RANGE, InvalidArgument for
+// INVALID_ARGUMENT) with the C++ side's message; blocking calls release the GIL, and Ctrl-C
+// while joining or waiting for a run raises KeyboardInterrupt.
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/create_channel.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/control_client.h"
+#include "common/grpc_channel.h"
+#include "common/run_spec.h"
+#include "common/tls.h"
+#include "exchange/model_client.h"
+#include "python/proto_to_python.h"
+#include "worker/environment.h"
+#include "worker/replica.h"
+
+namespace py = pybind11;
+
+namespace localsgd {
+namespace {
+
+PyObject* g_error = nullptr;
+PyObject* g_run_ended = nullptr;
+PyObject* g_invalid_argument = nullptr;
+
+// A non-OK status on its way to Python.
+struct StatusError {
+  absl::Status status;
+};
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) throw StatusError{status};
+}
+template <typename T>
+T Check(absl::StatusOr<T> result) {
+  Check(result.status());
+  return *std::move(result);
+}
+
+// Where to connect: the environment (worker/environment.h), then what the caller gave.
+SessionOptions MakeSessionOptions(const py::dict& given) {
+  SessionOptions options = Check(SessionOptionsFromEnvironment());
+  auto text = [&](const char* key, std::string* field) {
+    if (given.contains(key) && !given[key].is_none()) *field = given[key].cast<std::string>();
+  };
+  text("coordinator", &options.coordinator);
+  text("node_name", &options.node_name);
+  text("rendezvous_dir", &options.rendezvous_dir);
+  text("data_address", &options.data_address);
+  text("tls_ca", &options.tls.ca_file);
+  text("tls_cert", &options.tls.cert_file);
+  text("tls_key", &options.tls.key_file);
+  if (given.contains("token_file") && !given["token_file"].is_none()) {
+    absl::StatusOr<std::string> token =
+        ResolveToken("", given["token_file"].cast<std::string>());
+    if (!token.ok()) {
+      Check(absl::InvalidArgumentError(absl::StrCat("token_file: ", token.status().message())));
+    }
+    options.token = *std::move(token);
+  }
+  return options;
+}
+
+v1::RunSpec SpecFromJson(const std::string& json, const char* what) {
+  v1::RunSpec spec;
+  if (json.empty()) return spec;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
+  if (!status.ok()) {
+    Check(absl::InvalidArgumentError(absl::StrCat(what, ": ", status.message().as_string())));
+  }
+  return spec;
+}
+
+// Deletes a Replica (its last sync, and waiting for the run to end) with the GIL released.
+struct ReleaseGilDelete {
+  void operator()(Replica* replica) const {
+    py::gil_scoped_release release;
+    delete replica;
+  }
+};
+using ReplicaPtr = std::unique_ptr<Replica, ReleaseGilDelete>;
+
+ReplicaPtr Connect(std::vector<at::Tensor> tensors, const py::dict& connection,
+                                 const std::string& start_json, const std::string& expect_json) {
+  Replica::Options options;
+  options.session = MakeSessionOptions(connection);
+  if (!start_json.empty()) options.start = SpecFromJson(start_json, "start");
+  options.expect = SpecFromJson(expect_json, "expected spec");
+  if (!tensors.empty()) options.session->device = tensors.front().device();
+  // Ctrl-C while joining or waiting: Python's handler runs in the main thread, on demand.
+  auto interrupted = std::make_shared<std::atomic<bool>>(false);
+  options.session->stop = [interrupted] {
+    if (interrupted->load()) return true;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) interrupted->store(true);
+    return interrupted->load();
+  };
+  absl::StatusOr<std::unique_ptr<Replica>> replica;
+  {
+    py::gil_scoped_release release;
+    replica = Replica::Connect(std::move(tensors), std::move(options));
+  }
+  if (interrupted->load() && PyErr_Occurred()) throw py::error_already_set();
+  return ReplicaPtr(Check(std::move(replica)).release());
+}
+
+// The coordinator's operator API and its models.
+class Client {
+ public:
+  Client(const std::string& address, const std::string& token_file, const std::string& tls_ca,
+         const std::string& tls_cert, const std::string& tls_key, double timeout) {
+    std::string token;
+    if (!token_file.empty()) token = Check(ResolveToken("", token_file));
+    auto credentials = Check(MakeChannelCredentials(ClientTls{tls_ca, tls_cert, tls_key}));
+    control_ = std::make_unique<ControlClient>(grpc::CreateChannel(address, credentials), token,
+                                               absl::Seconds(timeout));
+    models_ = std::make_unique<ModelClient>(CreateStreamingChannel(address, credentials), token);
+    timeout_ = absl::Seconds(timeout);
+  }
+
+  py::object Start(const std::string& spec_json) {
+    v1::RunSpec spec = SpecFromJson(spec_json, "spec");
+    absl::StatusOr<v1::RunInfo> run;
+    {
+      py::gil_scoped_release release;
+      run = control_->Start(spec);
+    }
+    return ProtoToPython(Check(std::move(run)));
+  }
+  py::object Stop(const std::string& run_id, const std::string& reason) {
+    absl::StatusOr<v1::RunInfo> run;
+    {
+      py::gil_scoped_release release;
+      run = control_->Stop(run_id, reason);
+    }
+    return ProtoToPython(Check(std::move(run)));
+  }
+  py::object Status() {
+    absl::StatusOr<v1::CoordinatorStatus> status;
+    {
+      py::gil_scoped_release release;
+      status = control_->Status();
+    }
+    return ProtoToPython(Check(std::move(status)));
+  }
+  py::object Runs() {
+    absl::StatusOr<v1::ListRunsResponse> runs;
+    {
+      py::gil_scoped_release release;
+      runs = control_->Runs();
+    }
+    return ProtoToPython(Check(std::move(runs)))["runs"];
+  }
+  // Calls on_status(dict) until it returns False.
+  void Watch(double interval, const std::function<bool(py::object)>& on_status) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = control_->Watch(absl::Seconds(interval), [&](const v1::CoordinatorStatus& s) {
+        py::gil_scoped_acquire gil;
+        return on_status(ProtoToPython(s));
+      });
+    }
+    Check(status);
+  }
+  py::dict FetchModel(const std::string& run_id) {
+    absl::StatusOr<ModelClient::Model> model;
+    {
+      py::gil_scoped_release release;
+      model = models_->FetchModel(run_id, timeout_);
+    }
+    ModelClient::Model m = Check(std::move(model));
+    at::Tensor values = torch::empty({static_cast<int64_t>(m.values.size())}, torch::kFloat32);
+    std::memcpy(values.data_ptr<float>(), m.values.data(), m.values.size() * sizeof(float));
+    py::dict out;
+    out["run_id"] = m.run_id;
+    out["round"] = m.round;
+    out["global_step"] = m.global_step;
+    out["values"] = values;
+    return out;
+  }
+
+ private:
+  std::unique_ptr<ControlClient> control_;
+  std::unique_ptr<ModelClient> models_;
+  absl::Duration timeout_;
+};
+
+}  // namespace
+}  // namespace localsgd
+
+PYBIND11_MODULE(_C, m) {
+  using localsgd::Replica;
+  namespace v1 = localsgd::v1;
+  m.doc() = "localsgd's native part; use the localsgd package.";
+  localsgd::g_error = PyErr_NewException("localsgd.Error", PyExc_RuntimeError, nullptr);
+  localsgd::g_run_ended = PyErr_NewException("localsgd.RunEnded", localsgd::g_error, nullptr);
+  py::tuple invalid_bases = py::make_tuple(py::handle(localsgd::g_error),
+                                           py::handle(PyExc_ValueError));
+  localsgd::g_invalid_argument =
+      PyErr_NewException("localsgd.InvalidArgument", invalid_bases.ptr(), nullptr);
+  m.attr("Error") = py::handle(localsgd::g_error);
+  m.attr("RunEnded") = py::handle(localsgd::g_run_ended);
+  m.attr("InvalidArgument") = py::handle(localsgd::g_invalid_argument);
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const localsgd::StatusError& e) {
+      PyObject* type = absl::IsOutOfRange(e.status)        ? localsgd::g_run_ended
+                       : absl::IsInvalidArgument(e.status) ? localsgd::g_invalid_argument
+                                                           : localsgd::g_error;
+      PyErr_SetString(type, e.status.ToString().c_str());
+    }
+  });
+
+  m.def(
+      "placement",
+      [] {
+        localsgd::SessionOptions o = localsgd::Check(localsgd::SessionOptionsFromEnvironment());
+        py::dict out;
+        out["rank"] = o.rank;
+        out["world_size"] = o.world_size;
+        out["local_rank"] = o.local_rank;
+        out["local_world_size"] = o.local_world_size;
+        return out;
+      },
+      "This process's ranks from the environment (torchrun's or srun's variables).");
+
+  m.def(
+      "spec_text_to_json",
+      [](const std::string& text) {
+        v1::RunSpec spec = localsgd::Check(localsgd::ParseRunSpecText(text));
+        std::string json;
+        google::protobuf::util::JsonPrintOptions options;
+        options.preserve_proto_field_names = true;
+        (void)google::protobuf::util::MessageToJsonString(spec, &json, options);
+        return json;
+      },
+      "A text-format RunSpec as JSON.");
+
+  py::class_<Replica, localsgd::ReplicaPtr>(m, "Replica")
+      .def_static("connect", &localsgd::Connect, py::arg("tensors"), py::arg("connection"),
+                  py::arg("start_json"), py::arg("expect_json"))
+      .def(
+          "step", [](Replica& r) { localsgd::Check(r.Step()); },
+          py::call_guard<py::gil_scoped_release>())
+      .def("report", &Replica::Report, py::arg("loss"), py::arg("accuracy") = -1.0,
+           py::arg("samples") = 0)
+      .def(
+          "finish", [](Replica& r, double wait) { localsgd::Check(r.Finish(absl::Seconds(wait))); },
+          py::arg("wait") = 60.0, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "leave",
+          [](Replica& r, const std::string& reason, bool preempted) {
+            localsgd::Check(r.Leave(reason, preempted));
+          },
+          py::arg("reason"), py::arg("preempted") = false,
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("rank", &Replica::rank)
+      .def_property_readonly("world_size", &Replica::world_size)
+      .def_property_readonly("local_rank", &Replica::local_rank)
+      .def_property_readonly("local_world_size", &Replica::local_world_size)
+      .def_property_readonly("run_id", &Replica::run_id)
+      .def_property_readonly("worker_id", &Replica::worker_id)
+      .def_property_readonly("steps", &Replica::steps)
+      .def_property_readonly("syncs", &Replica::syncs)
+      .def_property_readonly("run_ended", &Replica::run_ended)
+      .def_property_readonly("spec",
+                             [](const Replica& r) { return localsgd::ProtoToPython(r.spec()); });
+
+  py::class_<localsgd::Client>(m, "Client")
+      .def(py::init<const std::string&, const std::string&, const std::string&,
+                    const std::string&, const std::string&, double>(),
+           py::arg("address"), py::arg("token_file"), py::arg("tls_ca"), py::arg("tls_cert"),
+           py::arg("tls_key"), py::arg("timeout"))
+      .def("start", &localsgd::Client::Start)
+      .def("stop", &localsgd::Client::Stop)
+      .def("status", &localsgd::Client::Status)
+      .def("runs", &localsgd::Client::Runs)
+      .def("watch", &localsgd::Client::Watch)
+      .def("fetch_model", &localsgd::Client::FetchModel);
+}

@@ -1,0 +1,193 @@
+#include "worker/replica.h"
+
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/create_channel.h>
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/control_client.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
+#include "worker/environment.h"
+#include "worker/last_step.h"
+
+namespace localsgd {
+namespace {
+
+// How often Step() asks whether the run ended (a copy of the run under a lock).
+constexpr absl::Duration kLookEvery = absl::Milliseconds(100);
+
+// Global rank 0's part in Options::start: starts `spec` unless a run is active, retrying
+// while the coordinator is unreachable (as joining does).
+absl::Status StartUnlessActive(const SessionOptions& options, v1::RunSpec spec) {
+  LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                            MakeChannelCredentials(options.tls));
+  ControlClient control(grpc::CreateChannel(options.coordinator, credentials), options.token);
+  if (!spec.has_min_workers()) spec.set_min_workers(options.world_size);
+  const absl::Time give_up = absl::Now() + options.connect_timeout;
+  while (true) {
+    absl::StatusOr<v1::CoordinatorStatus> status = control.Status();
+    if (status.ok() && (status->run().state() == v1::RUN_STATE_WAITING_FOR_WORKERS ||
+                        status->run().state() == v1::RUN_STATE_RUNNING)) {
+      return absl::OkStatus();  // the operator's, or another rank's
+    }
+    if (status.ok()) {
+      absl::StatusOr<v1::RunInfo> run = control.Start(spec);
+      if (run.ok()) {
+        LogInfo(absl::StrCat("started run ", run->run_id()));
+        return absl::OkStatus();
+      }
+      if (absl::IsFailedPrecondition(run.status())) return absl::OkStatus();  // just started
+      status = run.status();
+    }
+    if (!absl::IsUnavailable(status.status()) && !absl::IsDeadlineExceeded(status.status())) {
+      return absl::Status(status.status().code(),
+                          absl::StrCat("starting a run: ", status.status().message()));
+    }
+    if (options.stop() || absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat("starting a run: the coordinator at ",
+                                                 options.coordinator, " is unreachable: ",
+                                                 status.status().message()));
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+}
+
+}  // namespace
+
+absl::Status CheckExpectedSpec(const v1::RunSpec& expect, const v1::RunSpec& spec) {
+  const google::protobuf::Reflection* reflection = expect.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(expect, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    v1::RunSpec wanted = expect, running = spec, wanted_field, running_field;
+    reflection->SwapFields(&wanted, &wanted_field, {field});
+    reflection->SwapFields(&running, &running_field, {field});
+    if (google::protobuf::util::MessageDifferencer::Equals(wanted_field, running_field)) continue;
+    std::string want, have;
+    google::protobuf::TextFormat::PrintToString(wanted_field, &want);
+    google::protobuf::TextFormat::PrintToString(running_field, &have);
+    return absl::FailedPreconditionError(
+        absl::StrCat(field->name(), ": this program expects ", absl::StripAsciiWhitespace(want),
+                     " but the run has ",
+                     have.empty() ? "it unset" : absl::StripAsciiWhitespace(have),
+                     " (start the run with it, or stop expecting it)"));
+  }
+  return absl::OkStatus();
+}
+
+Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors)
+    : session_(std::move(session)), window_start_(absl::Now()) {
+  const v1::RunSpec& spec = session_->spec();
+  local_sgd_ = std::make_unique<LocalSGD>(session_.get(), std::move(tensors),
+                                          spec.local_sgd_steps(), spec.enabled(),
+                                          session_->first_step(), spec.overlap_steps(),
+                                          spec.fragments());
+}
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor> tensors,
+                                                          Options options) {
+  SessionOptions session_options;
+  if (options.session.has_value()) {
+    session_options = *std::move(options.session);
+  } else {
+    LOCALSGD_ASSIGN_OR_RETURN(session_options, SessionOptionsFromEnvironment());
+  }
+  if (options.start.has_value() && session_options.rank == 0) {
+    LOCALSGD_RETURN_IF_ERROR(StartUnlessActive(session_options, *options.start));
+  }
+  LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                            Session::Join(std::move(session_options)));
+  absl::Status status = CheckExpectedSpec(options.expect, session->spec());
+  if (status.ok()) status = session->FormNodeGroup();
+  if (status.ok()) status = session->Start(tensors).status();
+  if (!status.ok()) {
+    session
+        ->Leave(absl::IsCancelled(status) ? "stopped before training"
+                                          : absl::StrCat("failed: ", status.ToString()))
+        .IgnoreError();
+    return status;
+  }
+  const v1::RunSpec& spec = session->spec();
+  if (spec.duration_case() == v1::RunSpec::kTotalSteps) {
+    session->coordinator().ReportTotalSteps(spec.total_steps());
+  }
+  return std::unique_ptr<Replica>(new Replica(std::move(session), std::move(tensors)));
+}
+
+Replica::~Replica() {
+  if (absl::Status s = Finish(); !s.ok()) LogWarning(absl::StrCat("finishing: ", s.ToString()));
+}
+
+absl::Status Replica::Step() {
+  if (done_) return absl::FailedPreconditionError("Step after Finish or Leave");
+  const int64_t completed = local_sgd_->rounds_completed();
+  absl::Status status = local_sgd_->Step();
+  const v1::RunSpec& spec = session_->spec();
+  if (spec.duration_case() == v1::RunSpec::kTotalSteps && steps() == spec.total_steps()) {
+    status = SyncLastStep(*local_sgd_, session_.get(), completed, std::move(status));
+  }
+  LOCALSGD_RETURN_IF_ERROR(session_->Health());
+  if (absl::IsOutOfRange(status)) return status;  // the run ended without this rank
+  if (!status.ok()) {
+    LogWarning(absl::StrCat("sync at step ", steps(), " failed (", status.ToString(),
+                            "); training goes on from the local model"));
+  }
+  session_->coordinator().Report(steps(), loss_, samples_per_second_, false, test_accuracy_);
+  if (const absl::Time now = absl::Now(); now >= next_look_) {
+    next_look_ = now + kLookEvery;
+    if (session_->RunHalted()) {
+      const v1::RunInfo run = session_->coordinator().run();
+      return absl::OutOfRangeError(absl::StrCat("run ", run.run_id(), " ended (",
+                                                v1::RunState_Name(run.state()), "): ",
+                                                run.reason()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Replica::Report(double loss, double test_accuracy, int64_t samples) {
+  loss_ = loss;
+  if (test_accuracy >= 0) test_accuracy_ = test_accuracy;
+  window_samples_ += samples;
+  const absl::Time now = absl::Now();
+  if (const double seconds = absl::ToDoubleSeconds(now - window_start_); seconds >= 1.0) {
+    samples_per_second_ = static_cast<double>(window_samples_) / seconds;
+    window_samples_ = 0;
+    window_start_ = now;
+  }
+  session_->coordinator().Report(steps(), loss_, samples_per_second_, false, test_accuracy_);
+}
+
+absl::Status Replica::Finish(absl::Duration wait) {
+  if (done_) return absl::OkStatus();
+  done_ = true;
+  absl::Status last = local_sgd_->Finish();
+  for (int attempt = 1; attempt <= kLastRoundAttempts && WorthAnotherTry(last) &&
+                        session_->Health().ok() && !session_->RunEnded();
+       ++attempt) {
+    LogWarning(absl::StrCat("the last sync failed (", last.message(), "); trying again (",
+                            attempt, " of ", kLastRoundAttempts, ")"));
+    absl::SleepFor(absl::Seconds(1));
+    last = local_sgd_->Resync();
+  }
+  if (!last.ok() && !absl::IsOutOfRange(last)) {
+    LogWarning(absl::StrCat("the last sync failed: ", last.ToString()));
+  }
+  return session_->Finish(steps(), loss_, samples_per_second_, test_accuracy_, "finished",
+                          Session::Ending::kFinished, wait);
+}
+
+absl::Status Replica::Leave(const std::string& reason, bool preempted) {
+  if (done_) return absl::OkStatus();
+  done_ = true;
+  local_sgd_->Abandon();
+  return session_->Leave(reason, preempted);
+}
+
+}  // namespace localsgd

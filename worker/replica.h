@@ -1,0 +1,107 @@
+#ifndef LOCALSGD_WORKER_REPLICA_H_
+#define LOCALSGD_WORKER_REPLICA_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/localsgd/v1/run_spec.pb.h"
+#include "worker/local_sgd.h"
+#include "worker/session.h"
+
+namespace localsgd {
+
+// Your own training loop's part in a localsgd run, in two lines (README.md, "Your own training
+// loop"; the Python package's localsgd.LocalSGD is this class):
+//
+//   auto local_sgd = localsgd::Replica::Connect(model->parameters()).value();
+//   for (...) { ...; optimizer.step(); optimizer.zero_grad(); local_sgd->Step(); }
+//
+// Connect takes where to connect and this process's ranks from the environment
+// (worker/environment.h: LOCALSGD_*, torchrun's or srun's variables), joins the coordinator,
+// waits for the operator's run (or starts one: Options::start), forms the node's group and
+// takes the run's model into `tensors`. Step() counts optimizer steps and averages the tensors
+// in place every local_sgd_steps, as the run says (overlap, fragments, codec). The destructor
+// finishes (Finish()) unless Leave() came first. Thread-compatible.
+class Replica {
+ public:
+  struct Options {
+    // Where to connect and this process's ranks; nullopt: SessionOptionsFromEnvironment().
+    std::optional<SessionOptions> session;
+    // A run to start when none is active (a quick try with no operator): global rank 0 starts
+    // it, with min_workers = the world size unless it says otherwise. nullopt: wait for the
+    // operator's run.
+    std::optional<v1::RunSpec> start;
+    // What this program expects of the run: every field set here must be the run's, or
+    // Connect fails naming the field (e.g. a script written for local_sgd_steps 8).
+    v1::RunSpec expect;
+  };
+
+  // `tensors`: the model's parameters, then any buffers to average; updated in place and
+  // kept by reference (they must stay the model's storage). On an error it has left the
+  // coordinator.
+  static absl::StatusOr<std::unique_ptr<Replica>> Connect(std::vector<at::Tensor> tensors,
+                                                          Options options = Options());
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  // Counts one optimizer step (with gradient accumulation: once per optimizer.step()) and
+  // syncs at the run's boundaries; at the run's last step the last round is tried again while
+  // it fails for a passing reason. A sync that fails for a passing reason is logged and
+  // training goes on from the local model, as in the worker. Errors: OUT_OF_RANGE once the
+  // run ended (stopped, failed, or completed without this rank's steps: the tensors then hold
+  // the run's final model when it completed), or this rank's node group broke.
+  absl::Status Step();
+  // For the status page: the latest training loss, the test accuracy (< 0: none yet) and the
+  // samples trained since the last report.
+  void Report(double loss, double test_accuracy = -1, int64_t samples = 0);
+
+  // The last sync (every fragment with steps since its previous one), the final report, at
+  // most `wait` as a member until the run ends (so the coordinator sees every rank finish),
+  // and leaving with "finished". Idempotent; the destructor calls it.
+  absl::Status Finish(absl::Duration wait = absl::Seconds(60));
+  // Leaves without the last sync (the loop raised, or was interrupted), with `reason`.
+  // Idempotent; Finish then does nothing.
+  absl::Status Leave(const std::string& reason, bool preempted = false);
+
+  int rank() const { return session_->rank(); }
+  int world_size() const { return session_->world_size(); }
+  int local_rank() const { return session_->local_rank(); }
+  int local_world_size() const { return session_->local_world_size(); }
+  const v1::RunSpec& spec() const { return session_->spec(); }
+  const std::string& run_id() const { return session_->run_id(); }
+  std::string worker_id() const { return session_->worker_id(); }
+  int64_t steps() const { return local_sgd_->steps(); }
+  int64_t syncs() const { return local_sgd_->syncs(); }
+  // The run ended (as of the latest heartbeat).
+  bool run_ended() const { return session_->RunEnded(); }
+  Session& session() { return *session_; }
+
+ private:
+  Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors);
+
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<LocalSGD> local_sgd_;
+  double loss_ = 0;
+  double test_accuracy_ = 0;
+  double samples_per_second_ = 0;
+  int64_t window_samples_ = 0;
+  absl::Time window_start_;
+  absl::Time next_look_ = absl::InfinitePast();  // when Step() next asks whether the run ended
+  bool done_ = false;                             // finished or left
+};
+
+// Fails naming the first field set in `expect` whose value `spec` does not have.
+absl::Status CheckExpectedSpec(const v1::RunSpec& expect, const v1::RunSpec& spec);
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_WORKER_REPLICA_H_

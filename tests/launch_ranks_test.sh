@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/bin/launch-ranks: {rank} substituted, the first failure's status, SIGTERM forwarded
+# deploy/bin/launch-ranks: {rank} substituted, torchrun's variables, the first failure's status, SIGTERM forwarded
 # to every rank, usage errors exit 2.
 set -euo pipefail
 LAUNCH="$TEST_SRCDIR/$TEST_WORKSPACE/deploy/bin/launch-ranks"
@@ -8,6 +8,15 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$LAUNCH" 3 sh -c 'echo "rank {rank} of 3"')
 for rank in 0 1 2; do grep -q "rank $rank of 3" <<<"$out" || fail "rank $rank did not run: $out"; done
+# torchrun's variables: node 1 of 2.
+out=$(NODE_RANK=1 NNODES=2 "$LAUNCH" 2 sh -c \
+  'echo "$LOCAL_RANK/$LOCAL_WORLD_SIZE $RANK/$WORLD_SIZE $GROUP_RANK"')
+for line in "0/2 2/4 1" "1/2 3/4 1"; do
+  grep -qx "$line" <<<"$out" || fail "torchrun's variables: no \"$line\" in: $out"
+done
+rc=0
+NODE_RANK=2 NNODES=2 "$LAUNCH" 1 true 2>/dev/null || rc=$?
+[[ $rc == 2 ]] || fail "NODE_RANK 2 of NNODES 2 gave $rc, not 2"
 
 # The first rank to fail gives the status; the others are waited for.
 rc=0

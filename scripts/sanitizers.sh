@@ -8,14 +8,15 @@
 # hand-off for a race (suppressing those frames would hide our handlers' code too). Our own
 # locks are annotated for TSan (common/mutex.h). LOCALSGD_SANITIZED=1 tells the multi-process
 # tests to run a shorter variant (fewer cases or repetitions: the code paths stay the same).
-# Extra arguments go to both `bazel test` runs.
+# Only what the tests run is built (--build_tests_only: not, say, the Python package's module,
+# whose tests are no_sanitizers). Extra arguments go to both `bazel test` runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/suite_lib.sh
 status=0
-suite --config=asan --test_tag_filters=-no_sanitizers --test_env=LOCALSGD_SANITIZED=1 "$@" \
+suite --config=asan --build_tests_only --test_tag_filters=-no_sanitizers --test_env=LOCALSGD_SANITIZED=1 "$@" \
   --test_env=LSAN_OPTIONS="suppressions=$PWD/lsan.supp:print_suppressions=0" //... || status=1
-suite --config=tsan --test_tag_filters=-no_tsan,-no_sanitizers "$@" \
+suite --config=tsan --build_tests_only --test_tag_filters=-no_tsan,-no_sanitizers "$@" \
   //common/... //exchange/... //coordinator/... || status=1
 report_failures
 exit "$status"

@@ -93,9 +93,11 @@ struct ReleaseGilDelete {
 };
 using ReplicaPtr = std::unique_ptr<Replica, ReleaseGilDelete>;
 
-ReplicaPtr Connect(std::vector<at::Tensor> tensors, const py::dict& connection,
-                                 const std::string& start_json, const std::string& expect_json) {
+ReplicaPtr Connect(std::vector<at::Tensor> tensors, std::vector<at::Tensor> buffers,
+                   const py::dict& connection, const std::string& start_json,
+                   const std::string& expect_json) {
   Replica::Options options;
+  options.buffers = std::move(buffers);
   options.session = MakeSessionOptions(connection);
   if (!start_json.empty()) options.start = SpecFromJson(start_json, "start");
   options.expect = SpecFromJson(expect_json, "expected spec");
@@ -252,7 +254,7 @@ PYBIND11_MODULE(_C, m) {
       "A text-format RunSpec as JSON.");
 
   py::class_<Replica, localsgd::ReplicaPtr>(m, "Replica")
-      .def_static("connect", &localsgd::Connect, py::arg("tensors"), py::arg("connection"),
+      .def_static("connect", &localsgd::Connect, py::arg("tensors"), py::arg("buffers"), py::arg("connection"),
                   py::arg("start_json"), py::arg("expect_json"))
       .def(
           "step", [](Replica& r) { localsgd::Check(r.Step()); },

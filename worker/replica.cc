@@ -104,6 +104,9 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor
   LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
                             Session::Join(std::move(session_options)));
   absl::Status status = CheckExpectedSpec(options.expect, session->spec());
+  if (session->spec().average_buffers()) {
+    tensors.insert(tensors.end(), options.buffers.begin(), options.buffers.end());
+  }
   if (status.ok()) status = session->FormNodeGroup();
   if (status.ok()) status = session->Start(tensors).status();
   if (!status.ok()) {

@@ -42,11 +42,13 @@ class Replica {
     // What this program expects of the run: every field set here must be the run's, or
     // Connect fails naming the field (e.g. a script written for local_sgd_steps 8).
     v1::RunSpec expect;
+    // The model's float buffers (batch-norm statistics): averaged after the parameters when
+    // the run's spec says average_buffers.
+    std::vector<at::Tensor> buffers;
   };
 
-  // `tensors`: the model's parameters, then any buffers to average; updated in place and
-  // kept by reference (they must stay the model's storage). On an error it has left the
-  // coordinator.
+  // `tensors`: the model's parameters; updated in place and kept by reference (they must stay
+  // the model's storage). On an error it has left the coordinator.
   static absl::StatusOr<std::unique_ptr<Replica>> Connect(std::vector<at::Tensor> tensors,
                                                           Options options = Options());
   ~Replica();

@@ -61,17 +61,18 @@ def shard(dataset, rank=None, world_size=None):
     return torch.utils.data.Subset(dataset, range(rank, len(dataset), world_size))
 
 
-def _model_tensors(model, average_buffers):
-    tensors = [p for p in model.parameters()]
-    if average_buffers:
-        tensors += [b for b in model.buffers() if b.is_floating_point()]
+def _model_tensors(model):
+    """The model's parameters, and its float buffers (averaged when the run says
+    average_buffers): all float32."""
+    params = list(model.parameters())
+    buffers = [b for b in model.buffers() if b.is_floating_point()]
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-        if any(tensor is t for t in tensors) and tensor.dtype != torch.float32:
+        if tensor.is_floating_point() and tensor.dtype != torch.float32:
             raise InvalidArgument(f"{name}: localsgd averages float32 tensors, this is "
                                   f"{tensor.dtype}")
-    if not tensors:
+    if not params:
         raise InvalidArgument("model: it has no parameters to average")
-    return tensors
+    return params, buffers
 
 
 class LocalSGD:
@@ -83,7 +84,8 @@ class LocalSGD:
     total_steps, codec="bf16", overlap_steps, fragments), and takes the run's model. Every
     RunSpec field given (local_sgd_steps included) must be the run's, else it raises
     Error naming the field; local_sgd_steps=None takes the run's. enabled=False never
-    communicates. average_buffers: also float buffers (batch-norm statistics).
+    communicates. Float buffers (batch-norm statistics) are averaged too when the run says
+    average_buffers (average_buffers=True expects that of the run).
 
     step() after each optimizer.step() (with gradient accumulation: once per optimizer step);
     it raises RunEnded once the run was stopped or ended without this rank. Leaving the
@@ -92,7 +94,7 @@ class LocalSGD:
     """
 
     def __init__(self, accelerator=None, model=None, local_sgd_steps=None, enabled=True, *,
-                 average_buffers=False, coordinator=None, token_file=None, tls_ca=None,
+                 average_buffers=None, coordinator=None, token_file=None, tls_ca=None,
                  tls_cert=None, tls_key=None, node_name=None, rendezvous_dir=None,
                  start_run=False, **spec):
         if model is None and isinstance(accelerator, torch.nn.Module):
@@ -108,15 +110,15 @@ class LocalSGD:
         if not enabled:
             self._closed = True
             return
-        expect = dict(spec, local_sgd_steps=local_sgd_steps)
+        expect = dict(spec, local_sgd_steps=local_sgd_steps, average_buffers=average_buffers)
         start = ""
         if start_run:
             start = _spec_json(dict({"model": {"custom": type(model).__name__}}, **expect))
         connection = dict(coordinator=coordinator, token_file=token_file, tls_ca=tls_ca,
                           tls_cert=tls_cert, tls_key=tls_key, node_name=node_name,
                           rendezvous_dir=rendezvous_dir)
-        self._replica = _C.Replica.connect(_model_tensors(model, average_buffers), connection,
-                                           start, _spec_json(expect))
+        params, buffers = _model_tensors(model)
+        self._replica = _C.Replica.connect(params, buffers, connection, start, _spec_json(expect))
         self._closed = False
 
     def __enter__(self):

@@ -64,8 +64,7 @@ SessionOptions MakeSessionOptions(const py::dict& given) {
   text("tls_cert", &options.tls.cert_file);
   text("tls_key", &options.tls.key_file);
   if (given.contains("token_file") && !given["token_file"].is_none()) {
-    absl::StatusOr<std::string> token =
-        ResolveToken("", given["token_file"].cast<std::string>());
+    absl::StatusOr<std::string> token = ResolveToken("", given["token_file"].cast<std::string>());
     if (!token.ok()) {
       Check(absl::InvalidArgumentError(absl::StrCat("token_file: ", token.status().message())));
     }
@@ -210,8 +209,8 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "localsgd's native part; use the localsgd package.";
   localsgd::g_error = PyErr_NewException("localsgd.Error", PyExc_RuntimeError, nullptr);
   localsgd::g_run_ended = PyErr_NewException("localsgd.RunEnded", localsgd::g_error, nullptr);
-  py::tuple invalid_bases = py::make_tuple(py::handle(localsgd::g_error),
-                                           py::handle(PyExc_ValueError));
+  py::tuple invalid_bases =
+      py::make_tuple(py::handle(localsgd::g_error), py::handle(PyExc_ValueError));
   localsgd::g_invalid_argument =
       PyErr_NewException("localsgd.InvalidArgument", invalid_bases.ptr(), nullptr);
   m.attr("Error") = py::handle(localsgd::g_error);
@@ -254,8 +253,8 @@ PYBIND11_MODULE(_C, m) {
       "A text-format RunSpec as JSON.");
 
   py::class_<Replica, localsgd::ReplicaPtr>(m, "Replica")
-      .def_static("connect", &localsgd::Connect, py::arg("tensors"), py::arg("buffers"), py::arg("connection"),
-                  py::arg("start_json"), py::arg("expect_json"))
+      .def_static("connect", &localsgd::Connect, py::arg("tensors"), py::arg("buffers"),
+                  py::arg("connection"), py::arg("start_json"), py::arg("expect_json"))
       .def(
           "step", [](Replica& r) { localsgd::Check(r.Step()); },
           py::call_guard<py::gil_scoped_release>())
@@ -269,8 +268,7 @@ PYBIND11_MODULE(_C, m) {
           [](Replica& r, const std::string& reason, bool preempted) {
             localsgd::Check(r.Leave(reason, preempted));
           },
-          py::arg("reason"), py::arg("preempted") = false,
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("reason"), py::arg("preempted") = false, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Replica::rank)
       .def_property_readonly("world_size", &Replica::world_size)
       .def_property_readonly("local_rank", &Replica::local_rank)
@@ -284,8 +282,8 @@ PYBIND11_MODULE(_C, m) {
                              [](const Replica& r) { return localsgd::ProtoToPython(r.spec()); });
 
   py::class_<localsgd::Client>(m, "Client")
-      .def(py::init<const std::string&, const std::string&, const std::string&,
-                    const std::string&, const std::string&, double>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&,
+                    const std::string&, double>(),
            py::arg("address"), py::arg("token_file"), py::arg("tls_ca"), py::arg("tls_cert"),
            py::arg("tls_key"), py::arg("timeout"))
       .def("start", &localsgd::Client::Start)

@@ -34,9 +34,9 @@ py::object Value(const pb::Message& message, const pb::FieldDescriptor* field, i
       return py::bool_(repeated ? r->GetRepeatedBool(message, field, index)
                                 : r->GetBool(message, field));
     case pb::FieldDescriptor::CPPTYPE_ENUM:
-      return py::str((repeated ? r->GetRepeatedEnum(message, field, index)
-                               : r->GetEnum(message, field))
-                         ->name());
+      return py::str(
+          (repeated ? r->GetRepeatedEnum(message, field, index) : r->GetEnum(message, field))
+              ->name());
     case pb::FieldDescriptor::CPPTYPE_STRING:
       if (field->type() == pb::FieldDescriptor::TYPE_BYTES) {
         return py::bytes(repeated ? r->GetRepeatedString(message, field, index)

@@ -22,8 +22,7 @@ absl::StatusOr<std::optional<int>> IntVariable(const EnvironmentReader& environm
   if (!text.has_value()) return std::optional<int>();
   int value = 0;
   if (!absl::SimpleAtoi(*text, &value)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": \"", *text, "\" is not an integer"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": \"", *text, "\" is not an integer"));
   }
   return std::optional<int>(value);
 }
@@ -55,9 +54,8 @@ absl::StatusOr<int> TasksOnNode(const std::string& text, int node) {
     if (node < index + repeat) return tasks;
     index += repeat;
   }
-  return absl::InvalidArgumentError(absl::StrCat("SLURM_TASKS_PER_NODE: \"", text,
-                                                 "\" lists ", index, " nodes, SLURM_NODEID is ",
-                                                 node));
+  return absl::InvalidArgumentError(absl::StrCat("SLURM_TASKS_PER_NODE: \"", text, "\" lists ",
+                                                 index, " nodes, SLURM_NODEID is ", node));
 }
 
 std::string HostName() {
@@ -74,8 +72,8 @@ std::optional<std::string> ProcessEnvironment(const std::string& name) {
   return std::string(value);
 }
 
-absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(
-    SessionOptions defaults, const EnvironmentReader& environment) {
+absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(SessionOptions defaults,
+                                                             const EnvironmentReader& environment) {
   SessionOptions options = std::move(defaults);
   auto set = [&](const std::string& name, std::string* field) {
     if (std::optional<std::string> value = environment(name); value.has_value()) *field = *value;
@@ -139,10 +137,10 @@ absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(
   if (options.local_world_size < 1 || options.local_rank < 0 ||
       options.local_rank >= options.local_world_size ||
       options.local_world_size > options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(rank_variables, ": local rank ", options.local_rank, " of ", options.local_world_size,
-                     ": must be in [0, local world size), which must be in [1, world size ",
-                     options.world_size, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        rank_variables, ": local rank ", options.local_rank, " of ", options.local_world_size,
+        ": must be in [0, local world size), which must be in [1, world size ", options.world_size,
+        "]"));
   }
   if (node_rank.has_value() && options.node_name.empty()) {
     options.node_name = absl::StrCat(HostName(), "-", *node_rank);

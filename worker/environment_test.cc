@@ -37,14 +37,14 @@ TEST(EnvironmentTest, NothingSetIsOneProcess) {
 }
 
 TEST(EnvironmentTest, Torchrun) {
-  absl::StatusOr<SessionOptions> options = SessionOptionsFromEnvironment(
-      {}, Env({{"RANK", "3"},
-               {"WORLD_SIZE", "4"},
-               {"LOCAL_RANK", "1"},
-               {"LOCAL_WORLD_SIZE", "2"},
-               {"GROUP_RANK", "1"},
-               {"LOCALSGD_COORDINATOR", "10.0.0.1:50051"},
-               {"LOCALSGD_TLS_CA", "ca.pem"}}));
+  absl::StatusOr<SessionOptions> options =
+      SessionOptionsFromEnvironment({}, Env({{"RANK", "3"},
+                                             {"WORLD_SIZE", "4"},
+                                             {"LOCAL_RANK", "1"},
+                                             {"LOCAL_WORLD_SIZE", "2"},
+                                             {"GROUP_RANK", "1"},
+                                             {"LOCALSGD_COORDINATOR", "10.0.0.1:50051"},
+                                             {"LOCALSGD_TLS_CA", "ca.pem"}}));
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->rank, 3);
   EXPECT_EQ(options->world_size, 4);
@@ -57,31 +57,30 @@ TEST(EnvironmentTest, Torchrun) {
 
 TEST(EnvironmentTest, NodeNameWins) {
   absl::StatusOr<SessionOptions> options = SessionOptionsFromEnvironment(
-      {}, Env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NODE_RANK", "0"},
-               {"LOCALSGD_NODE_NAME", "n0"}}));
+      {},
+      Env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"NODE_RANK", "0"}, {"LOCALSGD_NODE_NAME", "n0"}}));
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->node_name, "n0");
 }
 
 TEST(EnvironmentTest, SlurmUnevenNodes) {
-  absl::StatusOr<SessionOptions> options = SessionOptionsFromEnvironment(
-      {}, Env({{"SLURM_PROCID", "6"},
-               {"SLURM_NTASKS", "7"},
-               {"SLURM_LOCALID", "0"},
-               {"SLURM_NODEID", "3"},
-               {"SLURM_TASKS_PER_NODE", "2(x3),1"},
-               {"SLURMD_NODENAME", "gpu17"}}));
+  absl::StatusOr<SessionOptions> options =
+      SessionOptionsFromEnvironment({}, Env({{"SLURM_PROCID", "6"},
+                                             {"SLURM_NTASKS", "7"},
+                                             {"SLURM_LOCALID", "0"},
+                                             {"SLURM_NODEID", "3"},
+                                             {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                                             {"SLURMD_NODENAME", "gpu17"}}));
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->rank, 6);
   EXPECT_EQ(options->world_size, 7);
   EXPECT_EQ(options->local_world_size, 1);
   EXPECT_EQ(options->node_name, "gpu17");
-  options = SessionOptionsFromEnvironment(
-      {}, Env({{"SLURM_PROCID", "1"},
-               {"SLURM_NTASKS", "7"},
-               {"SLURM_LOCALID", "1"},
-               {"SLURM_NODEID", "0"},
-               {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
+  options = SessionOptionsFromEnvironment({}, Env({{"SLURM_PROCID", "1"},
+                                                   {"SLURM_NTASKS", "7"},
+                                                   {"SLURM_LOCALID", "1"},
+                                                   {"SLURM_NODEID", "0"},
+                                                   {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->local_world_size, 2);
 }

@@ -51,8 +51,8 @@ absl::Status StartUnlessActive(const SessionOptions& options, v1::RunSpec spec) 
     }
     if (options.stop() || absl::Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat("starting a run: the coordinator at ",
-                                                 options.coordinator, " is unreachable: ",
-                                                 status.status().message()));
+                                                 options.coordinator,
+                                                 " is unreachable: ", status.status().message()));
     }
     absl::SleepFor(absl::Seconds(1));
   }
@@ -72,11 +72,10 @@ absl::Status CheckExpectedSpec(const v1::RunSpec& expect, const v1::RunSpec& spe
     std::string want, have;
     google::protobuf::TextFormat::PrintToString(wanted_field, &want);
     google::protobuf::TextFormat::PrintToString(running_field, &have);
-    return absl::FailedPreconditionError(
-        absl::StrCat(field->name(), ": this program expects ", absl::StripAsciiWhitespace(want),
-                     " but the run has ",
-                     have.empty() ? "it unset" : absl::StripAsciiWhitespace(have),
-                     " (start the run with it, or stop expecting it)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        field->name(), ": this program expects ", absl::StripAsciiWhitespace(want),
+        " but the run has ", have.empty() ? "it unset" : absl::StripAsciiWhitespace(have),
+        " (start the run with it, or stop expecting it)"));
   }
   return absl::OkStatus();
 }
@@ -84,10 +83,9 @@ absl::Status CheckExpectedSpec(const v1::RunSpec& expect, const v1::RunSpec& spe
 Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors)
     : session_(std::move(session)), window_start_(absl::Now()) {
   const v1::RunSpec& spec = session_->spec();
-  local_sgd_ = std::make_unique<LocalSGD>(session_.get(), std::move(tensors),
-                                          spec.local_sgd_steps(), spec.enabled(),
-                                          session_->first_step(), spec.overlap_steps(),
-                                          spec.fragments());
+  local_sgd_ = std::make_unique<LocalSGD>(
+      session_.get(), std::move(tensors), spec.local_sgd_steps(), spec.enabled(),
+      session_->first_step(), spec.overlap_steps(), spec.fragments());
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor> tensors,
@@ -146,9 +144,8 @@ absl::Status Replica::Step() {
     next_look_ = now + kLookEvery;
     if (session_->RunHalted()) {
       const v1::RunInfo run = session_->coordinator().run();
-      return absl::OutOfRangeError(absl::StrCat("run ", run.run_id(), " ended (",
-                                                v1::RunState_Name(run.state()), "): ",
-                                                run.reason()));
+      return absl::OutOfRangeError(absl::StrCat(
+          "run ", run.run_id(), " ended (", v1::RunState_Name(run.state()), "): ", run.reason()));
     }
   }
   return absl::OkStatus();
@@ -174,8 +171,8 @@ absl::Status Replica::Finish(absl::Duration wait) {
   for (int attempt = 1; attempt <= kLastRoundAttempts && WorthAnotherTry(last) &&
                         session_->Health().ok() && !session_->RunEnded();
        ++attempt) {
-    LogWarning(absl::StrCat("the last sync failed (", last.message(), "); trying again (",
-                            attempt, " of ", kLastRoundAttempts, ")"));
+    LogWarning(absl::StrCat("the last sync failed (", last.message(), "); trying again (", attempt,
+                            " of ", kLastRoundAttempts, ")"));
     absl::SleepFor(absl::Seconds(1));
     last = local_sgd_->Resync();
   }

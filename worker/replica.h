@@ -98,7 +98,7 @@ class Replica {
   int64_t window_samples_ = 0;
   absl::Time window_start_;
   absl::Time next_look_ = absl::InfinitePast();  // when Step() next asks whether the run ended
-  bool done_ = false;                             // finished or left
+  bool done_ = false;                            // finished or left
 };
 
 // Fails naming the first field set in `expect` whose value `spec` does not have.

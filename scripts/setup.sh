@@ -23,8 +23,9 @@ PACKAGES=(
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-yaml curl ca-certificates
   openssl
-  # Deployment tests: a real single-node Slurm cluster.
-  slurm-wlm munge iproute2
+  # Deployment tests: a real single-node Slurm cluster; container images built from Debian's
+  # packages and run (podman with runc, which also runs on cgroup v1 hosts).
+  slurm-wlm munge iproute2 mmdebstrap podman runc
   # The status page test (headless Chromium) and `promtool check metrics` on /metrics.
   chromium prometheus
   # Real data.

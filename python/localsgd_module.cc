@@ -261,8 +261,18 @@ PYBIND11_MODULE(_C, m) {
       .def("report", &Replica::Report, py::arg("loss"), py::arg("accuracy") = -1.0,
            py::arg("samples") = 0)
       .def(
-          "finish", [](Replica& r, double wait) { localsgd::Check(r.Finish(absl::Seconds(wait))); },
-          py::arg("wait") = 60.0, py::call_guard<py::gil_scoped_release>())
+          "finish",
+          [](Replica& r, double wait) {
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = r.Finish(absl::Seconds(wait));
+            }
+            // Ctrl-C while it waited for the run to end: it left; KeyboardInterrupt goes on.
+            if (PyErr_Occurred()) throw py::error_already_set();
+            localsgd::Check(status);
+          },
+          py::arg("wait") = 60.0)
       .def(
           "leave",
           [](Replica& r, const std::string& reason, bool preempted) {

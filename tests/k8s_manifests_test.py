@@ -6,7 +6,10 @@ Service and its port, node counts and GPU counts consistent, every referenced Se
 ConfigMap, PVC and volume defined, every flag known to the binary it is passed to, and the
 run spec accepted by a real coordinator; the cluster's shape is set once, in
 kustomization.yaml, and reaches every field that depends on it (rendered with `kubectl
-kustomize` when kubectl is installed, and by this test's own reading of the replacements)."""
+kustomize` when kubectl is installed, and by this test's own reading of the replacements); no
+pod mounts a service-account token, every pod has a disruption budget and a network policy
+admitting only its ports, the coordinator is scrapeable (annotations, ServiceMonitor), and the
+workers tolerate GPU taints."""
 import copy
 import glob
 import os
@@ -309,6 +312,44 @@ def check_shape(rendered, nodes, gpus, how):
     want = (nodes, nodes, str(nodes), str(nodes), str(gpus), str(gpus), gpus, gpus)
     check(got == want, f"{how}: the shape does not reach every field: {got} != {want}")
 
+
+# What a cluster admin asks of every pod: no service-account token (no pod calls the API),
+# a disruption budget and a network policy admitting only the pod's own ports; the
+# coordinator scrapeable; the workers tolerating GPU nodes' taint.
+for (kind, name), doc in objects.items():
+    if kind in ("Deployment", "Job"):
+        check(doc["spec"]["template"]["spec"].get("automountServiceAccountToken") is False,
+              f"{name}: mounts a service-account token")
+
+
+def selecting(kind, labels):
+    return [d for (k, _), d in objects.items()
+            if k == kind and d["spec"]["selector" if kind == "PodDisruptionBudget"
+                                       else "podSelector"]["matchLabels"].items() <= labels.items()]
+
+
+for owner, ports_wanted in ((("Deployment", "localsgd-coordinator"), {50051, 8080}),
+                            (("Job", "localsgd-workers"), {7000})):
+    pod_labels = get(*owner)["spec"]["template"]["metadata"]["labels"]
+    check(any(d["spec"].get("maxUnavailable") == 0 for d in selecting("PodDisruptionBudget", pod_labels)),
+          f"{owner[1]}: no PodDisruptionBudget with maxUnavailable 0")
+    policies = selecting("NetworkPolicy", pod_labels)
+    admitted = {p["port"] for pol in policies for rule in pol["spec"].get("ingress", [])
+                for p in rule.get("ports", [])}
+    check(policies and admitted == ports_wanted,
+          f"{owner[1]}: NetworkPolicy admits {sorted(admitted)}, not {sorted(ports_wanted)}")
+annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+check(annotations.get("prometheus.io/scrape") == "true" and
+      annotations.get("prometheus.io/port") == str(ports["http"]) and
+      annotations.get("prometheus.io/path") == "/metrics",
+      "coordinator: no Prometheus scrape annotations for its http port")
+monitor = yaml.safe_load(open(f"{ROOT}/deploy/monitoring/servicemonitor.yaml"))
+check(monitor["kind"] == "ServiceMonitor" and
+      monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items() and
+      monitor["spec"]["endpoints"][0]["port"] == "http",
+      "servicemonitor.yaml: does not scrape the coordinator Service's http port")
+check({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in
+      wspec["template"]["spec"].get("tolerations", []), "workers: no toleration for GPU taints")
 
 kustomization = yaml.safe_load(open(KUSTOMIZATION))
 check(sorted(kustomization["resources"]) ==

@@ -11,6 +11,7 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,27 +51,36 @@ T Check(absl::StatusOr<T> result) {
   return *std::move(result);
 }
 
-// Where to connect: the environment (worker/environment.h), then what the caller gave.
+// Runs f() with the GIL released; returns what it returns.
+template <typename F>
+auto WithoutGil(F f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+// Where to connect: the environment (worker/environment.h), each keyword argument the caller
+// gave standing for its variable.
 SessionOptions MakeSessionOptions(const py::dict& given) {
-  SessionOptions options = Check(SessionOptionsFromEnvironment());
-  auto text = [&](const char* key, std::string* field) {
-    if (given.contains(key) && !given[key].is_none()) *field = given[key].cast<std::string>();
-  };
-  text("coordinator", &options.coordinator);
-  text("node_name", &options.node_name);
-  text("rendezvous_dir", &options.rendezvous_dir);
-  text("data_address", &options.data_address);
-  text("tls_ca", &options.tls.ca_file);
-  text("tls_cert", &options.tls.cert_file);
-  text("tls_key", &options.tls.key_file);
-  if (given.contains("token_file") && !given["token_file"].is_none()) {
-    absl::StatusOr<std::string> token = ResolveToken("", given["token_file"].cast<std::string>());
-    if (!token.ok()) {
-      Check(absl::InvalidArgumentError(absl::StrCat("token_file: ", token.status().message())));
+  static const auto* const kVariables =
+      new std::map<std::string, std::string>{{"coordinator", "LOCALSGD_COORDINATOR"},
+                                             {"token_file", "LOCALSGD_TOKEN_FILE"},
+                                             {"tls_ca", "LOCALSGD_TLS_CA"},
+                                             {"tls_cert", "LOCALSGD_TLS_CERT"},
+                                             {"tls_key", "LOCALSGD_TLS_KEY"},
+                                             {"node_name", "LOCALSGD_NODE_NAME"},
+                                             {"rendezvous_dir", "LOCALSGD_RENDEZVOUS_DIR"}};
+  std::map<std::string, std::string> overrides;
+  for (const auto& [argument, variable] : *kVariables) {
+    if (given.contains(argument) && !given[argument.c_str()].is_none()) {
+      overrides[variable] = given[argument.c_str()].cast<std::string>();
     }
-    options.token = *std::move(token);
   }
-  return options;
+  return Check(SessionOptionsFromEnvironment(
+      SessionOptions(), [&overrides](const std::string& name) -> std::optional<std::string> {
+        auto it = overrides.find(name);
+        return it != overrides.end() ? std::optional<std::string>(it->second)
+                                     : ProcessEnvironment(name);
+      }));
 }
 
 v1::RunSpec SpecFromJson(const std::string& json, const char* what) {
@@ -109,11 +119,8 @@ ReplicaPtr Connect(std::vector<at::Tensor> tensors, std::vector<at::Tensor> buff
     if (PyErr_CheckSignals() != 0) interrupted->store(true);
     return interrupted->load();
   };
-  absl::StatusOr<std::unique_ptr<Replica>> replica;
-  {
-    py::gil_scoped_release release;
-    replica = Replica::Connect(std::move(tensors), std::move(options));
-  }
+  absl::StatusOr<std::unique_ptr<Replica>> replica =
+      WithoutGil([&] { return Replica::Connect(std::move(tensors), std::move(options)); });
   if (interrupted->load() && PyErr_Occurred()) throw py::error_already_set();
   return ReplicaPtr(Check(std::move(replica)).release());
 }
@@ -121,69 +128,40 @@ ReplicaPtr Connect(std::vector<at::Tensor> tensors, std::vector<at::Tensor> buff
 // The coordinator's operator API and its models.
 class Client {
  public:
-  Client(const std::string& address, const std::string& token_file, const std::string& tls_ca,
-         const std::string& tls_cert, const std::string& tls_key, double timeout) {
-    std::string token;
-    if (!token_file.empty()) token = Check(ResolveToken("", token_file));
-    auto credentials = Check(MakeChannelCredentials(ClientTls{tls_ca, tls_cert, tls_key}));
-    control_ = std::make_unique<ControlClient>(grpc::CreateChannel(address, credentials), token,
-                                               absl::Seconds(timeout));
-    models_ = std::make_unique<ModelClient>(CreateStreamingChannel(address, credentials), token);
-    timeout_ = absl::Seconds(timeout);
+  // `connection`: as for Replica (coordinator, token_file, tls_*), over the environment.
+  Client(const py::dict& connection, double timeout) : timeout_(absl::Seconds(timeout)) {
+    const SessionOptions options = MakeSessionOptions(connection);
+    auto credentials = Check(MakeChannelCredentials(options.tls));
+    control_ = std::make_unique<ControlClient>(
+        grpc::CreateChannel(options.coordinator, credentials), options.token, timeout_);
+    models_ = std::make_unique<ModelClient>(
+        CreateStreamingChannel(options.coordinator, credentials), options.token);
   }
 
   py::object Start(const std::string& spec_json) {
     v1::RunSpec spec = SpecFromJson(spec_json, "spec");
-    absl::StatusOr<v1::RunInfo> run;
-    {
-      py::gil_scoped_release release;
-      run = control_->Start(spec);
-    }
-    return ProtoToPython(Check(std::move(run)));
+    return ProtoToPython(Check(WithoutGil([&] { return control_->Start(spec); })));
   }
   py::object Stop(const std::string& run_id, const std::string& reason) {
-    absl::StatusOr<v1::RunInfo> run;
-    {
-      py::gil_scoped_release release;
-      run = control_->Stop(run_id, reason);
-    }
-    return ProtoToPython(Check(std::move(run)));
+    return ProtoToPython(Check(WithoutGil([&] { return control_->Stop(run_id, reason); })));
   }
   py::object Status() {
-    absl::StatusOr<v1::CoordinatorStatus> status;
-    {
-      py::gil_scoped_release release;
-      status = control_->Status();
-    }
-    return ProtoToPython(Check(std::move(status)));
+    return ProtoToPython(Check(WithoutGil([&] { return control_->Status(); })));
   }
   py::object Runs() {
-    absl::StatusOr<v1::ListRunsResponse> runs;
-    {
-      py::gil_scoped_release release;
-      runs = control_->Runs();
-    }
-    return ProtoToPython(Check(std::move(runs)))["runs"];
+    return ProtoToPython(Check(WithoutGil([&] { return control_->Runs(); })))["runs"];
   }
   // Calls on_status(dict) until it returns False.
   void Watch(double interval, const std::function<bool(py::object)>& on_status) {
-    absl::Status status;
-    {
-      py::gil_scoped_release release;
-      status = control_->Watch(absl::Seconds(interval), [&](const v1::CoordinatorStatus& s) {
+    Check(WithoutGil([&] {
+      return control_->Watch(absl::Seconds(interval), [&](const v1::CoordinatorStatus& s) {
         py::gil_scoped_acquire gil;
         return on_status(ProtoToPython(s));
       });
-    }
-    Check(status);
+    }));
   }
   py::dict FetchModel(const std::string& run_id) {
-    absl::StatusOr<ModelClient::Model> model;
-    {
-      py::gil_scoped_release release;
-      model = models_->FetchModel(run_id, timeout_);
-    }
-    ModelClient::Model m = Check(std::move(model));
+    ModelClient::Model m = Check(WithoutGil([&] { return models_->FetchModel(run_id, timeout_); }));
     at::Tensor values = torch::empty({static_cast<int64_t>(m.values.size())}, torch::kFloat32);
     std::memcpy(values.data_ptr<float>(), m.values.data(), m.values.size() * sizeof(float));
     py::dict out;
@@ -195,9 +173,9 @@ class Client {
   }
 
  private:
+  const absl::Duration timeout_;
   std::unique_ptr<ControlClient> control_;
   std::unique_ptr<ModelClient> models_;
-  absl::Duration timeout_;
 };
 
 }  // namespace
@@ -263,11 +241,8 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "finish",
           [](Replica& r, double wait) {
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = r.Finish(absl::Seconds(wait));
-            }
+            absl::Status status =
+                localsgd::WithoutGil([&] { return r.Finish(absl::Seconds(wait)); });
             // Ctrl-C while it waited for the run to end: it left; KeyboardInterrupt goes on.
             if (PyErr_Occurred()) throw py::error_already_set();
             localsgd::Check(status);
@@ -292,10 +267,7 @@ PYBIND11_MODULE(_C, m) {
                              [](const Replica& r) { return localsgd::ProtoToPython(r.spec()); });
 
   py::class_<localsgd::Client>(m, "Client")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&, double>(),
-           py::arg("address"), py::arg("token_file"), py::arg("tls_ca"), py::arg("tls_cert"),
-           py::arg("tls_key"), py::arg("timeout"))
+      .def(py::init<const py::dict&, double>(), py::arg("connection"), py::arg("timeout"))
       .def("start", &localsgd::Client::Start)
       .def("stop", &localsgd::Client::Stop)
       .def("status", &localsgd::Client::Status)

@@ -15,7 +15,6 @@ message.
 """
 
 import json
-import os
 import queue
 import threading
 
@@ -205,12 +204,9 @@ class Client:
 
     def __init__(self, address=None, token_file=None, tls_ca=None, tls_cert=None,
                  tls_key=None, timeout=10.0):
-        env = os.environ.get
-        self._client = _C.Client(
-            address or env("LOCALSGD_COORDINATOR", "127.0.0.1:50051"),
-            token_file or env("LOCALSGD_TOKEN_FILE", ""), tls_ca or env("LOCALSGD_TLS_CA", ""),
-            tls_cert or env("LOCALSGD_TLS_CERT", ""), tls_key or env("LOCALSGD_TLS_KEY", ""),
-            float(timeout))
+        connection = dict(coordinator=address, token_file=token_file, tls_ca=tls_ca,
+                          tls_cert=tls_cert, tls_key=tls_key)
+        self._client = _C.Client(connection, float(timeout))
 
     def start(self, spec=None, **fields):
         """Starts a run: `spec` a dict of RunSpec fields or a text-format RunSpec, and/or

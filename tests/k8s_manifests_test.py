@@ -8,8 +8,10 @@ run spec accepted by a real coordinator; the cluster's shape is set once, in
 kustomization.yaml, and reaches every field that depends on it (rendered with `kubectl
 kustomize` when kubectl is installed, and by this test's own reading of the replacements); no
 pod mounts a service-account token, every pod has a disruption budget and a network policy
-admitting only its ports, the coordinator is scrapeable (annotations, ServiceMonitor), and the
-workers tolerate GPU taints."""
+admitting only its ports, the coordinator is scrapeable (annotations, ServiceMonitor), the
+workers tolerate GPU taints, the example mounts no claim but the coordinator's ReadWriteOnce
+state, the start-run Job uses the small coordinator image, and the components (Kueue gang
+admission, models and data volumes) add what they say."""
 import copy
 import glob
 import os
@@ -107,7 +109,8 @@ for (kind, name), doc in objects.items():
             get("ConfigMap", volume["configMap"]["name"])
         if "persistentVolumeClaim" in volume:
             get("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
-check(len(images) == 1, f"containers use more than one image: {images}")
+check(images == {"localsgd-coordinator:latest", "localsgd-worker:cuda"},
+      f"the images are not the coordinator's and the CUDA worker's: {images}")
 # Secrets are created by the operator (documented commands), never shipped with placeholders
 # (a placeholder token is one anyone knows, and the coordinator would accept it).
 header = "".join(open(path).read() for path in glob.glob(f"{ROOT}/deploy/k8s/*.yaml"))
@@ -126,9 +129,13 @@ check(re.search(r"^ARG TORCH=cpu$", dockerfile, re.M) is not None, "Dockerfile: 
 check('deploy/image/stage.sh "$TORCH" /opt/localsgd' in dockerfile,
       "Dockerfile: does not stage the build with deploy/image/stage.sh")
 check("deploy/bin/launch-ranks" in open(stage).read(), "stage.sh: no launch-ranks")
-check(next(iter(images)) == "localsgd:cuda", f"the manifests' image is not the CUDA one: {images}")
-check("--build-arg TORCH=cuda" in dockerfile and "-t localsgd:cuda" in dockerfile,
-      "Dockerfile: the CUDA image's build command is not documented")
+check("--build-arg TORCH=cuda" in dockerfile and "-t localsgd-worker:cuda" in dockerfile,
+      "Dockerfile: the CUDA worker image's build command is not documented")
+check(re.search(r'^ENTRYPOINT \["/opt/localsgd/bin/worker"\]$', dockerfile, re.M) is not None,
+      "Dockerfile: the worker image's entrypoint is not the worker")
+build_sh = open(f"{ROOT}/deploy/image/build.sh").read()
+check("image coordinator coordinator" in build_sh and '"$bin/localsgdctl"' in build_sh,
+      "build.sh: the coordinator image (with localsgdctl, for the start-run Job) is not built")
 # The CUDA build refuses, naming the folder, when its inputs are not there (nothing is built).
 with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as libtorch:
     os.makedirs(f"{libtorch}/include/torch")
@@ -220,11 +227,17 @@ check(wmounts.get("/dev/shm", {}).get("emptyDir", {}).get("medium") == "Memory",
       "workers: /dev/shm must be a memory emptyDir (NCCL)")
 check("emptyDir" in wmounts.get(wflags["rendezvous_dir"], {}),
       "workers: --rendezvous_dir not on a writable emptyDir (the root filesystem is read-only)")
-check("persistentVolumeClaim" in wmounts.get(os.path.dirname(wflags.get("save_model", "")), {}),
-      "workers: --save_model not on a PersistentVolumeClaim (the trained model would be lost)")
-check(any("persistentVolumeClaim" in v and p == "/data" for p, v in wmounts.items()),
-      "workers: no data volume")
 env = {e["name"]: e for e in wcontainer["env"]}
+# The example needs no volume a provisioner might not offer: the workers mount no claim, and
+# the only claim is the coordinator's ReadWriteOnce state (which keeps the final model).
+check(not any("persistentVolumeClaim" in v for v in wvolumes.values()),
+      "workers: the example mounts a claim (pods stay Pending where no provisioner offers it)")
+check([n for k, n in objects if k == "PersistentVolumeClaim"] == ["localsgd-state"] and
+      get("PersistentVolumeClaim", "localsgd-state")["spec"]["accessModes"] == ["ReadWriteOnce"],
+      "the only claim must be the coordinator's ReadWriteOnce state")
+check("${SAVE_MODEL:+--save_model=\"$SAVE_MODEL\"}" in wtext
+      and env["SAVE_MODEL"]["value"] == "",
+      "workers: --save_model only when SAVE_MODEL is set (components/models-volume)")
 gpus = wcontainer["resources"]["limits"]["nvidia.com/gpu"]
 check(int(env["LOCAL_WORLD_SIZE"]["value"]) == int(gpus), "workers: one worker per GPU")
 check(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name",
@@ -355,8 +368,10 @@ kustomization = yaml.safe_load(open(KUSTOMIZATION))
 check(sorted(kustomization["resources"]) ==
       sorted(os.path.basename(p) for p in set(glob.glob(f"{ROOT}/deploy/k8s/*.yaml")) - {KUSTOMIZATION}),
       "kustomization.yaml: resources are not every manifest")
-check(kustomization["images"][0]["name"] == next(iter(images)).split(":")[0],
-      "kustomization.yaml: images does not name the manifests' image")
+check(sorted(i["name"] for i in kustomization["images"]) == sorted(i.split(":")[0] for i in images),
+      "kustomization.yaml: images does not name the manifests' images")
+check(starter["image"].startswith("localsgd-coordinator:"),
+      "start job: not the small coordinator image (it needs only localsgdctl)")
 literals = dict(l.split("=", 1) for l in kustomization["configMapGenerator"][0]["literals"])
 try:
     # The manifests as shipped carry the same values (they also apply without -k).
@@ -383,6 +398,85 @@ if kubectl:
     print("kustomization rendered with kubectl kustomize")
 else:
     print("kubectl is not installed: the kustomization was checked by this test's own rendering")
+
+
+# The optional components (deploy/k8s/components), each applied by this test's own strategic
+# merge and, where kubectl is installed, all together by kubectl kustomize.
+def merge(base, patch):
+    """Kubernetes' strategic merge for what the components patch: lists of objects by name."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        for key, value in patch.items():
+            base[key] = merge(base[key], value) if key in base else copy.deepcopy(value)
+        return base
+    if (isinstance(base, list) and isinstance(patch, list) and
+            all(isinstance(x, dict) and "name" in x for x in base + patch)):
+        for item in patch:
+            same = [b for b in base if b["name"] == item["name"]]
+            if same:
+                merge(same[0], item)
+            else:
+                base.append(copy.deepcopy(item))
+        return base
+    return copy.deepcopy(patch)
+
+
+def with_component(by_key, name):
+    folder = f"{ROOT}/deploy/k8s/components/{name}"
+    component = yaml.safe_load(open(f"{folder}/kustomization.yaml"))
+    check(component["kind"] == "Component", f"components/{name}: not a kustomize Component")
+    rendered = copy.deepcopy(by_key)
+    for resource in component.get("resources", []):
+        for doc in yaml.safe_load_all(open(f"{folder}/{resource}")):
+            rendered[(doc["kind"], doc["metadata"]["name"])] = doc
+    for patch in component["patches"]:
+        doc = yaml.safe_load(patch["patch"])
+        merge(rendered[(doc["kind"], doc["metadata"]["name"])], doc)
+    return rendered
+
+
+def check_components(by_key, how):
+    """by_key: the manifests with every component applied."""
+    job = by_key[("Job", "localsgd-workers")]
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: (m, volumes.get(m["name"], {})) for m in container["volumeMounts"]}
+    save = {e["name"]: e.get("value") for e in container["env"]}["SAVE_MODEL"]
+    claim = mounts.get(os.path.dirname(save or "/none"), ({}, {}))[1].get("persistentVolumeClaim", {})
+    models = by_key.get(("PersistentVolumeClaim", claim.get("claimName")), {})
+    check(models.get("spec", {}).get("accessModes") == ["ReadWriteMany"],
+          f"{how}: models-volume: SAVE_MODEL={save} is not on a shipped ReadWriteMany claim")
+    data, data_volume = mounts.get("/data", ({}, {}))
+    check(data.get("readOnly") is True and
+          data_volume.get("persistentVolumeClaim", {}).get("claimName") == "localsgd-data",
+          f"{how}: data-volume: /data is not the claim localsgd-data, read-only")
+    queues = [d for (k, _), d in by_key.items() if k == "LocalQueue"]
+    check(len(queues) == 1 and job["spec"].get("suspend") is True and
+          job["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == queues[0]["metadata"]["name"],
+          f"{how}: kueue: the workers' Job is not suspended in the component's LocalQueue")
+    check("suspend" not in by_key[("Job", "localsgd-start-run")]["spec"],
+          f"{how}: kueue: the start-run Job must not wait for the workers' quota")
+
+
+components = sorted(os.listdir(f"{ROOT}/deploy/k8s/components"))
+check(components == ["data-volume", "kueue", "models-volume"], f"components: {components}")
+rendered = objects
+for component in components:
+    rendered = with_component(rendered, component)
+check_components(rendered, "this test's rendering")
+for component in components:
+    check(f"#   - components/{component}" in open(KUSTOMIZATION).read(),
+          f"kustomization.yaml does not show how to turn on components/{component}")
+if kubectl:
+    with tempfile.TemporaryDirectory() as work:
+        shutil.copytree(f"{ROOT}/deploy/k8s", f"{work}/k8s")
+        with open(f"{work}/k8s/kustomization.yaml", "a") as f:
+            f.write("components:\n" + "".join(f"  - components/{c}\n" for c in components))
+        result = subprocess.run([kubectl, "kustomize", f"{work}/k8s"], capture_output=True, text=True)
+        check(result.returncode == 0, f"kubectl kustomize with the components failed: {result.stderr}")
+        if result.returncode == 0:
+            check_components({(d["kind"], d["metadata"]["name"]): d
+                              for d in yaml.safe_load_all(result.stdout) if d}, "kubectl kustomize")
 
 if failures:
     print("\n".join("FAIL: " + f for f in failures))

@@ -52,6 +52,11 @@ expect_failure "--device: cuda:7 does not exist" "" --device=cuda:7
 expect_failure "--device: \"tpu\" is not a device" "" --device=tpu
 expect_failure "--local_rank must be in" "" --local_rank=2 --local_world_size=2
 expect_failure "--threads must be 0 (automatic) or more" "" --threads=-1
+expect_failure "--ranks_from_environment: neither srun's SLURM_PROCID nor torchrun's RANK is set" \
+  "" --ranks_from_environment
+SLURM_PROCID=5 SLURM_NTASKS=5 SLURM_LOCALID=0 SLURM_NODEID=1 SLURM_TASKS_PER_NODE=4,1 \
+  expect_failure "--ranks_from_environment: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_TASKS_PER_NODE: rank 5 must be in [0, world size 5)" \
+  "" --ranks_from_environment
 expect_failure "model.torchscript_path: cannot open /nonexistent/net.pt" \
   'model { torchscript_path: "/nonexistent/net.pt" }'
 echo "not a module" > "$WORK/garbage.pt"

@@ -27,6 +27,7 @@
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "worker/dataset.h"
+#include "worker/environment.h"
 #include "worker/model.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
@@ -41,6 +42,11 @@ ABSL_FLAG(int, local_rank, 0,
           "This process's rank on its node; rank 0 leads the node (when it dies, the lowest "
           "live rank takes over).");
 ABSL_FLAG(int, local_world_size, 1, "Processes (ranks) on this node.");
+ABSL_FLAG(bool, ranks_from_environment, false,
+          "Take this process's ranks from the launcher's variables instead of --local_rank, "
+          "--local_world_size, --node_rank and --num_nodes: srun's (SLURM_PROCID, SLURM_NTASKS, "
+          "SLURM_LOCALID, SLURM_NODEID, SLURM_TASKS_PER_NODE) or torchrun's (RANK, WORLD_SIZE, "
+          "LOCAL_RANK, LOCAL_WORLD_SIZE). Nodes may then run different numbers of ranks.");
 ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu or cuda:N.");
 ABSL_FLAG(int, threads, 0,
           "Threads for one training step on the CPU (LibTorch's intra-op threads). 0: "
@@ -118,8 +124,9 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
     std::fprintf(stderr, "worker: unexpected argument \"%s\" (see --help)\n", args[1]);
     return 2;
   }
-  const int local_rank = absl::GetFlag(FLAGS_local_rank);
-  const int local_world = absl::GetFlag(FLAGS_local_world_size);
+  // Ranks: on the node, and in the whole job (global rank 0's node saves the model).
+  int local_rank = absl::GetFlag(FLAGS_local_rank);
+  int local_world = absl::GetFlag(FLAGS_local_world_size);
   const int node_rank = absl::GetFlag(FLAGS_node_rank);
   const int num_nodes = absl::GetFlag(FLAGS_num_nodes);
   if (local_world < 1 || local_rank < 0 || local_rank >= local_world) {
@@ -128,6 +135,27 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   if (num_nodes < 1 || node_rank < 0 || node_rank >= num_nodes) {
     return UsageError("--node_rank must be in [0, --num_nodes)");
   }
+  int rank = node_rank * local_world + local_rank;
+  int world_size = num_nodes * local_world;
+  std::string environment_node_name;
+  if (absl::GetFlag(FLAGS_ranks_from_environment)) {
+    if (!localsgd::ProcessEnvironment("SLURM_PROCID") && !localsgd::ProcessEnvironment("RANK")) {
+      return UsageError(
+          "--ranks_from_environment: neither srun's SLURM_PROCID nor torchrun's RANK is set");
+    }
+    absl::StatusOr<localsgd::SessionOptions> from = localsgd::SessionOptionsFromEnvironment();
+    if (!from.ok()) {
+      return UsageError(absl::StrCat("--ranks_from_environment: ", from.status().message()));
+    }
+    local_rank = from->local_rank;
+    local_world = from->local_world_size;
+    rank = from->rank;
+    world_size = from->world_size;
+    environment_node_name = from->node_name;
+  }
+  // Ranks are numbered node by node, so the node holding global rank 0 is the one whose ranks
+  // start there.
+  const bool first_node = rank - local_rank == 0;
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) return UsageError("--threads must be 0 (automatic) or more");
   torch::set_num_threads(TrainingThreads(threads, local_world));
@@ -162,11 +190,13 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   session_options.coordinator = absl::GetFlag(FLAGS_coordinator);
   session_options.token = *token;
   session_options.tls = localsgd::ClientTlsFromFlags();
-  session_options.node_name = absl::GetFlag(FLAGS_node_name);
+  session_options.node_name = absl::GetFlag(FLAGS_node_name).empty()
+                                  ? environment_node_name
+                                  : absl::GetFlag(FLAGS_node_name);
   session_options.local_rank = local_rank;
   session_options.local_world_size = local_world;
-  session_options.rank = node_rank * local_world + local_rank;
-  session_options.world_size = num_nodes * local_world;
+  session_options.rank = rank;
+  session_options.world_size = world_size;
   session_options.device = device;
   session_options.rendezvous_dir = absl::GetFlag(FLAGS_rendezvous_dir);
   session_options.data_address = absl::GetFlag(FLAGS_data_address);
@@ -238,10 +268,10 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
       std::printf("%s: run %s ended (%s) before this worker began training\n", worker_id.c_str(),
                   session.run_id().c_str(),
                   localsgd::EnumName(session.coordinator().run().state()).c_str());
-      // Node 0 (restarted, or late) still saves a completed run's final global model.
+      // The first node (restarted, or late) still saves a completed run's final global model.
       const bool completed =
           session.coordinator().run().state() == localsgd::v1::RUN_STATE_COMPLETED;
-      if (completed && spec.enabled() && !save_path.empty() && node_rank == 0 &&
+      if (completed && spec.enabled() && !save_path.empty() && first_node &&
           (session.leads_node() || local_rank == 0)) {
         absl::StatusOr<localsgd::Session::FinalModel> final_model =
             session.FetchFinalModel(localsgd::ModelTensors(**model, spec.average_buffers()));
@@ -334,8 +364,8 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
       : result->run_ended ? " (the run ended first; this is its final model)"
                           : "");
   std::fflush(stdout);
-  // Node 0's leader saves (local rank 0, or the rank that took over from it).
-  if (!save_path.empty() && node_rank == 0 &&
+  // The first node's leader saves (local rank 0, or the rank that took over from it).
+  if (!save_path.empty() && first_node &&
       (spec.enabled() ? session.leads_node() : local_rank == 0)) {
     if (absl::Status s = save(**model, session.round(), session.global_step(), *result); !s.ok()) {
       return leave_and_fail(s.ToString());

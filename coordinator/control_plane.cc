@@ -125,10 +125,18 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
   LOCALSGD_ASSIGN_OR_RETURN(Membership::Joined joined, membership_.Join(request));
   const Member& member = joined.member;
   ++joins_total_;
-  Note(v1::EVENT_SEVERITY_INFO, "worker_joined", member.worker_id,
-       absl::StrCat("worker ", member.worker_id, " joined (generation ", member.generation,
-                    ", host ", member.hostname, ", pid ", member.pid,
-                    member.node_leader ? ", node leader" : "", ")"));
+  if (joined.same_process) {  // e.g. a rank taking its node's lead with its data plane
+    Note(v1::EVENT_SEVERITY_INFO, "worker_rejoined", member.worker_id,
+         absl::StrCat("worker ", member.worker_id, " joined again (generation ", member.generation,
+                      member.node_leader ? ", node leader" : "",
+                      member.data_address.empty() ? "" : ", data plane at ", member.data_address,
+                      ")"));
+  } else {
+    Note(v1::EVENT_SEVERITY_INFO, "worker_joined", member.worker_id,
+         absl::StrCat("worker ", member.worker_id, " joined (generation ", member.generation,
+                      ", host ", member.hostname, ", pid ", member.pid,
+                      member.node_leader ? ", node leader" : "", ")"));
+  }
   if (replaces_live) {
     Note(v1::EVENT_SEVERITY_WARNING, "leader_replaced", request.replaces(),
          absl::StrCat("worker ", request.replaces(), " removed: ", member.worker_id,
@@ -180,6 +188,8 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
       r.set_step(request.step());
       r.set_loss(request.loss());
       r.set_test_accuracy(request.test_accuracy());
+      r.set_hostname(membership_.Find(request.worker_id())->hostname);
+      if (request.samples_per_second() > 0) r.set_samples_per_second(request.samples_per_second());
       if (runs_.active() && r.preempted()) {  // it came back
         r.set_preempted(false);
         r.clear_left_reason();
@@ -549,6 +559,10 @@ void ControlPlane::RecordRound(v1::RoundRecord record) {
   point.set_bytes_sent(record.bytes_sent());
   point.set_compression_ratio(record.compression_ratio());
   point.set_members(record.members_size());
+  for (const v1::ShardRecord& shard : record.shards()) {
+    point.set_owner_bytes_received(point.owner_bytes_received() + shard.bytes_received());
+    point.set_owner_bytes_sent(point.owner_bytes_sent() + shard.bytes_sent());
+  }
   int losses = 0;
   int evaluated = 0;
   double loss_sum = 0;

@@ -515,6 +515,42 @@ TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {
 
 // Finding 9 of issue 37: a worker that joins under a name the ended run's worker had (a
 // restarted node waiting for the next run) changes nothing in that run's record.
+TEST_F(ControlPlaneTest, AProcessJoiningAgainIsOneJoinAndItsResultKeepsItsHostAndSpeed) {
+  auto plane = Make();
+  v1::JoinRequest first = JoinAs("a", 0);
+  first.set_hostname("host-a");
+  first.set_pid(42);
+  ASSERT_THAT(Join(*plane, first), IsOk());
+  v1::StartRunRequest request = StartRequest(1);
+  request.mutable_spec()->set_total_steps(100);
+  ASSERT_THAT(plane->StartRun(request), IsOk());
+  // The same process claims its node's lead with its data plane: it joined again, once.
+  v1::JoinRequest lead = first;
+  lead.set_node_leader(true);
+  lead.set_data_address("10.0.0.1:7000");
+  ASSERT_THAT(Join(*plane, lead), IsOk());
+  // Another process under the same name (a restart) is a join of its own.
+  v1::JoinRequest restarted = first;
+  restarted.set_pid(43);
+  ASSERT_THAT(Join(*plane, restarted), IsOk());
+  v1::CoordinatorStatus status = plane->Status();
+  EXPECT_THAT(Kinds(status), ::testing::ElementsAre("worker_joined", "run_state", "worker_rejoined",
+                                                    "worker_joined"));
+  EXPECT_EQ(status.events(2).text(),
+            "worker a/0 joined again (generation 2, node leader, data plane at 10.0.0.1:7000)");
+  v1::HeartbeatRequest last = Beat("a/0", 100, 0.4);
+  last.set_finished(true);
+  ASSERT_THAT(Heartbeat(*plane, last), IsOk());
+  v1::LeaveRequest leave;
+  leave.set_worker_id("a/0");
+  leave.set_reason("finished");
+  ASSERT_THAT(Leave(*plane, leave), IsOk());
+  EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+  ASSERT_EQ(plane->Run().member_results_size(), 1);
+  EXPECT_EQ(plane->Run().member_results(0).hostname(), "host-a");
+  EXPECT_DOUBLE_EQ(plane->Run().member_results(0).samples_per_second(), 100);
+}
+
 TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameName) {
   auto plane = Make("");
   absl::StatusOr<v1::RunInfo> run = StartOneWorkerRun(*plane);

@@ -96,6 +96,8 @@ absl::StatusOr<Membership::Joined> Membership::Join(const v1::JoinRequest& reque
     return absl::ResourceExhaustedError(
         absl::StrCat("membership is full (", options_.max_members, " members)"));
   }
+  const bool same_process = it != members_.end() && it->second.pid == request.pid() &&
+                            it->second.hostname == request.hostname();
   absl::Time now = clock_();
   Member& member = members_[id];
   if (it == members_.end()) {
@@ -110,7 +112,7 @@ absl::StatusOr<Membership::Joined> Membership::Join(const v1::JoinRequest& reque
   // whether it finished; a restarted worker has not.
   member.finished = false;
   member.generation = ++generations_[id];
-  Joined joined{{}, NewMemberCredential()};
+  Joined joined{{}, NewMemberCredential(), same_process};
   member.credential_digest = MemberCredentialDigest(joined.credential);
   member.last_seen = now;
   member.node_leader = leader;

@@ -52,6 +52,8 @@ class Membership {
   struct Joined {
     Member member;
     std::string credential;
+    // The same process (host and pid) was a live member already: it joined again.
+    bool same_process = false;
   };
 
   // Validates the request and adds (or refreshes) the member with a new credential, which

@@ -72,20 +72,74 @@ std::string Bytes(double bytes) {
 
 // ---- charts: inline SVG ---------------------------------------------------------------------
 
-constexpr double kWidth = 440;
-constexpr double kHeight = 170;
-constexpr double kLeft = 52;
-constexpr double kRight = 10;
-constexpr double kTop = 10;
-constexpr double kBottom = 24;
+constexpr double kWidth = 460;
+constexpr double kHeight = 200;
+constexpr double kLeft = 66;
+constexpr double kRight = 20;
+constexpr double kTop = 12;
+constexpr double kBottom = 38;
+
+// An axis over [lo, hi] with ticks `step` apart (1, 2 or 5 times a power of ten).
+struct Axis {
+  double lo = 0, hi = 1, step = 1;
+};
+
+// The smallest of 1, 2, 5 times a power of ten that is at least `raw`; `smaller`: the one below.
+double NiceStep(double raw) {
+  const double magnitude = std::pow(10, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (m * magnitude >= raw * (1 - 1e-9)) return m * magnitude;
+  }
+  return 10 * magnitude;
+}
+
+double SmallerStep(double step) { return NiceStep(step * 0.39); }
+
+std::vector<double> Ticks(const Axis& axis) {
+  std::vector<double> ticks;
+  for (double t = std::ceil(axis.lo / axis.step - 1e-9) * axis.step;
+       t <= axis.hi + axis.step * 1e-6; t += axis.step) {
+    ticks.push_back(t + 0.0);  // never -0
+  }
+  return ticks;
+}
+
+// A value axis: from lo to hi, both ends on ticks, about four intervals.
+Axis ValueAxis(double lo, double hi) {
+  if (!(hi > lo)) {  // one value: a range around it
+    const double pad = lo == 0 ? 1 : std::abs(lo) * 0.1;
+    lo -= pad;
+    hi += pad;
+  }
+  const double step = NiceStep((hi - lo) / 4);
+  return {std::floor(lo / step) * step, std::ceil(hi / step) * step, step};
+}
+
+// A global-step axis: exactly [lo, hi] (widened to 2 steps at least), with at least three whole
+// ticks inside.
+Axis StepAxis(double lo, double hi) {
+  if (hi - lo < 2) {
+    lo -= 1;
+    hi += 1;
+  }
+  Axis axis{lo, hi, std::max(1.0, NiceStep((hi - lo) / 4))};
+  while (axis.step > 1 && Ticks(axis).size() < 3) axis.step = std::max(1.0, SmallerStep(axis.step));
+  return axis;
+}
+
+// A tick label with as many decimals as the step needs.
+std::string TickLabel(double value, double step) {
+  const int digits = std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
+  return Fixed(std::abs(value) < step * 1e-6 ? 0 : value, digits);
+}
 
 struct Scale {
-  double x0, x1, y0, y1;
-  double X(double x) const {
-    return kLeft + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (kWidth - kLeft - kRight);
+  Axis x, y;
+  double X(double v) const {
+    return kLeft + (v - x.lo) / (x.hi - x.lo) * (kWidth - kLeft - kRight);
   }
-  double Y(double y) const {
-    return kHeight - kBottom - (y1 > y0 ? (y - y0) / (y1 - y0) : 0.5) * (kHeight - kTop - kBottom);
+  double Y(double v) const {
+    return kHeight - kBottom - (v - y.lo) / (y.hi - y.lo) * (kHeight - kTop - kBottom);
   }
 };
 
@@ -95,52 +149,78 @@ struct Line {
   std::vector<std::pair<double, double>> points;  // (global step, value), finite only
 };
 
-std::string ChartFrame(const std::string& id, const std::string& title, const Scale& scale,
-                       int digits, size_t points, const std::string& inner,
+// What a chart shows on its axes: the y axis's title and how its ticks read.
+struct ChartAxes {
+  std::string y_title;
+  bool bytes = false;  // y ticks as "12 kB"
+};
+
+// The chart's frame: ticks, grid lines and labels on both axes, the axis titles, then `inner`
+// (the data, drawn on `scale`), or `empty` when there is nothing to draw.
+std::string ChartFrame(const std::string& id, const std::string& caption, const Scale& scale,
+                       const ChartAxes& axes, size_t points, const std::string& inner,
                        const std::string& legend, const std::string& empty) {
+  const std::vector<double> x_ticks = points > 0 ? Ticks(scale.x) : std::vector<double>();
+  const std::vector<double> y_ticks = points > 0 ? Ticks(scale.y) : std::vector<double>();
   std::string svg = absl::StrFormat(
       "<figure class=\"chart\"><figcaption>%s</figcaption><svg id=\"%s\" data-points=\"%d\" "
-      "viewBox=\"0 0 %g %g\" role=\"img\" aria-label=\"%s\">",
-      Esc(title), id, points, kWidth, kHeight, Esc(title));
-  absl::StrAppendFormat(&svg,
-                        "<line class=\"axis\" x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\"/>"
-                        "<line class=\"axis\" x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\"/>",
-                        kLeft, kTop, kLeft, kHeight - kBottom, kLeft, kHeight - kBottom,
-                        kWidth - kRight, kHeight - kBottom);
-  if (points > 0) {
+      "data-x-ticks=\"%d\" data-y-ticks=\"%d\" viewBox=\"0 0 %g %g\" role=\"img\">",
+      caption, id, points, x_ticks.size(), y_ticks.size(), kWidth, kHeight);
+  for (double t : y_ticks) {
     absl::StrAppendFormat(&svg,
-                          "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>"
-                          "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>"
-                          "<text x=\"%g\" y=\"%g\">%s</text>"
-                          "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%s</text>",
-                          kLeft - 4, kTop + 8, Fixed(scale.y1, digits), kLeft - 4,
-                          kHeight - kBottom, Fixed(scale.y0, digits), kLeft, kHeight - 6,
-                          Fixed(scale.x0, 0), kWidth - kRight, kHeight - 6, Fixed(scale.x1, 0));
-  } else {
+                          "<line class=\"grid\" x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\"/>"
+                          "<text class=\"tick\" x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>",
+                          kLeft, scale.Y(t), kWidth - kRight, scale.Y(t), kLeft - 4,
+                          scale.Y(t) + 3.5, axes.bytes ? Bytes(t) : TickLabel(t, scale.y.step));
+  }
+  for (double t : x_ticks) {
+    absl::StrAppendFormat(
+        &svg,
+        "<line class=\"axis\" x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\"/>"
+        "<text class=\"tick\" x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%s</text>",
+        scale.X(t), kHeight - kBottom, scale.X(t), kHeight - kBottom + 4, scale.X(t),
+        kHeight - kBottom + 15, TickLabel(t, scale.x.step));
+  }
+  absl::StrAppendFormat(
+      &svg,
+      "<line class=\"axis\" x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\"/>"
+      "<line class=\"axis\" x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\"/>"
+      "<text class=\"x-title\" x=\"%g\" y=\"%g\" text-anchor=\"middle\">global step</text>"
+      "<text class=\"y-title\" transform=\"translate(12 %g) rotate(-90)\" "
+      "text-anchor=\"middle\">%s</text>",
+      kLeft, kTop, kLeft, kHeight - kBottom, kLeft, kHeight - kBottom, kWidth - kRight,
+      kHeight - kBottom, (kLeft + kWidth - kRight) / 2, kHeight - 4, (kTop + kHeight - kBottom) / 2,
+      Esc(axes.y_title));
+  if (points == 0) {
     absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text>",
                           kWidth / 2, kHeight / 2, empty);
   }
   return absl::StrCat(svg, inner, "</svg>", legend, "</figure>");
 }
 
-std::string LineChart(const std::string& id, const std::string& title,
-                      const std::vector<Line>& lines, int digits, bool from_zero,
+std::string LegendEntry(const std::string& name, const std::string& color) {
+  return absl::StrFormat("<span class=\"entry\"><span style=\"color:%s\">&#9632;</span> %s</span> ",
+                         color, Esc(name));
+}
+
+std::string LineChart(const std::string& id, const std::string& caption,
+                      const std::vector<Line>& lines, const ChartAxes& axes, bool from_zero,
                       const std::string& empty) {
-  size_t points = 0;
-  Scale scale{0, 0, 0, 0};
+  size_t points = 0;  // of the longest line
   bool first = true;
+  double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
   for (const Line& line : lines) {
     for (const auto& [x, y] : line.points) {
-      if (first) scale = Scale{x, x, y, y};
+      x0 = first ? x : std::min(x0, x);
+      x1 = first ? x : std::max(x1, x);
+      y0 = first ? y : std::min(y0, y);
+      y1 = first ? y : std::max(y1, y);
       first = false;
-      scale.x0 = std::min(scale.x0, x);
-      scale.x1 = std::max(scale.x1, x);
-      scale.y0 = std::min(scale.y0, y);
-      scale.y1 = std::max(scale.y1, y);
     }
     points = std::max(points, line.points.size());
   }
-  if (from_zero) scale.y0 = std::min(scale.y0, 0.0);
+  if (from_zero) y0 = std::min(y0, 0.0);
+  const Scale scale{StepAxis(x0, x1), ValueAxis(y0, y1)};
   std::string inner;
   std::string legend = "<div class=\"legend\">";
   for (const Line& line : lines) {
@@ -153,65 +233,101 @@ std::string LineChart(const std::string& id, const std::string& title,
         &inner, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>",
         line.color, absl::StrJoin(coords, " "));
     if (line.points.size() == 1) {
-      absl::StrAppendFormat(&inner, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>",
+      absl::StrAppendFormat(&inner,
+                            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\">"
+                            "<title>%s: %s at step %.0f</title></circle>",
                             scale.X(line.points[0].first), scale.Y(line.points[0].second),
-                            line.color);
+                            line.color, Esc(line.name), Fixed(line.points[0].second, 4),
+                            line.points[0].first);
     }
-    absl::StrAppendFormat(&legend, "<span style=\"color:%s\">&#9632;</span> %s ", line.color,
-                          Esc(line.name));
+    legend += LegendEntry(line.name, line.color);
   }
   legend += "</div>";
-  return ChartFrame(id, title, scale, digits, points, inner, legend, empty);
+  return ChartFrame(id, Esc(caption), scale, axes, points, inner, legend, empty);
 }
 
-// Stacked bars, one per round: `parts` (name, color, value per round).
-std::string BarChart(const std::string& id, const std::string& title,
-                     const std::vector<double>& steps,
-                     const std::vector<std::pair<std::string, std::string>>& parts,
-                     const std::vector<std::vector<double>>& values, int digits, bool as_bytes) {
+// Stacked bars, one per round at its global step: `parts` (name, color, value per round);
+// parts that are zero in every round are left out. A few rounds far longer than the rest (the
+// first, say) would flatten the others: from 10 rounds on, the axis stops at twice the 90th
+// percentile when the longest is over three times that, and longer bars are cut there (their
+// titles keep the value; the legend says how many).
+struct BarPart {
+  std::string name;
+  std::string color;
+  std::vector<double> values;
+};
+
+std::string BarChart(const std::string& id, const std::string& caption,
+                     const std::vector<double>& steps, std::vector<BarPart> parts,
+                     const ChartAxes& axes) {
   const size_t n = steps.size();
-  Scale scale{n > 0 ? steps.front() : 0, n > 0 ? steps.back() : 0, 0, 0};
+  parts.erase(std::remove_if(parts.begin(), parts.end(),
+                             [](const BarPart& part) {
+                               return std::all_of(part.values.begin(), part.values.end(),
+                                                  [](double v) { return v <= 0; });
+                             }),
+              parts.end());
+  std::vector<double> totals(n, 0);
   for (size_t i = 0; i < n; ++i) {
-    double total = 0;
-    for (const std::vector<double>& part : values) total += part[i];
-    scale.y1 = std::max(scale.y1, total);
+    for (const BarPart& part : parts) totals[i] += part.values[i];
   }
-  const double bar = std::max(1.0, (kWidth - kLeft - kRight) / std::max<size_t>(n, 1) - 1);
+  std::vector<double> sorted = totals;
+  std::sort(sorted.begin(), sorted.end());
+  double top = sorted.empty() ? 0 : sorted.back();
+  if (n >= 10) {
+    const double p90 = sorted[(n - 1) * 9 / 10];
+    if (p90 > 0 && top > 3 * p90) top = 2 * p90;
+  }
+  // Bars centred on their steps, as wide as the rounds' mean spacing allows.
+  double gap = n > 1 ? (steps.back() - steps.front()) / static_cast<double>(n - 1) : 1;
+  if (!(gap > 0)) gap = 1;
+  const double first = n > 0 ? steps.front() : 0;
+  const double last = n > 0 ? steps.back() : 0;
+  const Scale scale{StepAxis(first - gap / 2, last + gap / 2), ValueAxis(0, top > 0 ? top : 1)};
+  const double bar = std::max(1.0, 0.8 * (scale.X(gap) - scale.X(0)));
   std::string inner;
+  int cut = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double x =
-        kLeft +
-        (kWidth - kLeft - kRight) * (static_cast<double>(i) + 0.5) / static_cast<double>(n) -
-        bar / 2;
+    const double x = scale.X(steps[i]) - bar / 2;
+    if (totals[i] > scale.y.hi) ++cut;
     double below = 0;
-    for (size_t p = 0; p < parts.size(); ++p) {
-      const double v = values[p][i];
-      if (v <= 0) continue;
+    for (const BarPart& part : parts) {
+      const double v = part.values[i];
+      if (v <= 0 || below >= scale.y.hi) continue;
+      const double upto = std::min(below + v, scale.y.hi);
       absl::StrAppendFormat(&inner,
                             "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
                             "fill=\"%s\"><title>step %.0f: %s %s</title></rect>",
-                            x, scale.Y(below + v), bar, scale.Y(below) - scale.Y(below + v),
-                            parts[p].second, steps[i], Esc(parts[p].first),
-                            as_bytes ? Bytes(v) : Fixed(v, 3));
+                            x, scale.Y(upto), bar, scale.Y(below) - scale.Y(upto), part.color,
+                            steps[i], Esc(part.name),
+                            axes.bytes ? Bytes(v) : absl::StrCat(Fixed(v, 3), " s"));
       below += v;
     }
   }
   std::string legend = "<div class=\"legend\">";
-  for (const auto& [name, color] : parts) {
-    absl::StrAppendFormat(&legend, "<span style=\"color:%s\">&#9632;</span> %s ", color, Esc(name));
+  for (const BarPart& part : parts) legend += LegendEntry(part.name, part.color);
+  if (cut > 0) {
+    absl::StrAppendFormat(&legend, "<span class=\"entry cut\">%d longer %s cut at the top</span>",
+                          cut, cut == 1 ? "bar" : "bars");
   }
   legend += "</div>";
-  return ChartFrame(id, title, scale, digits, n, inner, legend, "no rounds yet");
+  return ChartFrame(id, caption, scale, axes, n, inner, legend, "no rounds yet");
 }
 
-std::string Charts(const v1::RunSeries& series) {
+std::string Charts(const v1::RunSeries& series, const v1::RunInfo& run) {
   Line mean{"mean", "#1f77b4", {}};
   Line low{"min", "#9ecae1", {}};
   Line high{"max", "#9ecae1", {}};
-  Line accuracy{"test accuracy (mean over workers)", "#2ca02c", {}};
+  Line accuracy{"during training (mean over workers)", "#2ca02c", {}};
+  Line final_accuracy{"final model", "#d62728", {}};
   std::vector<double> steps;
-  std::vector<std::vector<double>> time(2);
-  std::vector<std::vector<double>> bytes(2);
+  BarPart waiting{"waiting for the slowest member", "#d62728", {}};
+  BarPart rest{"transfer and averaging", "#fdae6b", {}};
+  BarPart received{"coordinator received", "#9467bd", {}};
+  BarPart sent{"coordinator sent", "#8c564b", {}};
+  BarPart owners_received{"range owners received (data plane)", "#17becf", {}};
+  BarPart owners_sent{"range owners sent (data plane)", "#bcbd22", {}};
+  double wait_total = 0, duration_total = 0;
   for (const v1::SeriesPoint& p : series.points()) {
     const double step = static_cast<double>(p.global_step());
     if (p.loss_mean() != 0 || p.loss_max() != 0) {
@@ -222,22 +338,34 @@ std::string Charts(const v1::RunSeries& series) {
     if (p.test_accuracy() > 0) accuracy.points.emplace_back(step, p.test_accuracy());
     steps.push_back(step);
     const double wait = std::min(p.slowest_wait_seconds(), p.duration_seconds());
-    time[0].push_back(p.duration_seconds() - wait);
-    time[1].push_back(wait);
-    bytes[0].push_back(static_cast<double>(p.bytes_received()));
-    bytes[1].push_back(static_cast<double>(p.bytes_sent()));
+    waiting.values.push_back(wait);
+    rest.values.push_back(p.duration_seconds() - wait);
+    wait_total += wait;
+    duration_total += p.duration_seconds();
+    received.values.push_back(static_cast<double>(p.bytes_received()));
+    sent.values.push_back(static_cast<double>(p.bytes_sent()));
+    owners_received.values.push_back(static_cast<double>(p.owner_bytes_received()));
+    owners_sent.values.push_back(static_cast<double>(p.owner_bytes_sent()));
   }
+  // The run's final evaluation (the final global model, or the workers' last), once it ended.
+  if (run.final_test_accuracy() > 0 && !series.points().empty()) {
+    final_accuracy.points.emplace_back(static_cast<double>(run.global_step()),
+                                       run.final_test_accuracy());
+  }
+  const std::string share =
+      duration_total > 0 ? absl::StrCat(Fixed(100 * wait_total / duration_total, 1), "%") : "-";
   return absl::StrCat(
       "<section class=\"charts\">",
-      LineChart("chart-loss", "Training loss over global step", {high, low, mean}, 3, false,
-                "no rounds yet"),
-      LineChart("chart-accuracy", "Test accuracy over global step", {accuracy}, 3, true,
+      LineChart("chart-loss", "Training loss", {high, low, mean}, {"loss"}, false, "no rounds yet"),
+      LineChart("chart-accuracy", "Test accuracy", {accuracy, final_accuracy}, {"accuracy"}, true,
                 "no evaluation yet (RunSpec.eval_every_rounds)"),
-      BarChart("chart-round-time", "Round time (s): transfer and waiting for the slowest member",
-               steps, {{"transfer", "#ff7f0e"}, {"waiting for the slowest", "#d62728"}}, time, 2,
-               false),
-      BarChart("chart-bytes", "Bytes per round at the coordinator", steps,
-               {{"received", "#9467bd"}, {"sent", "#8c564b"}}, bytes, 0, true),
+      BarChart(
+          "chart-round-time",
+          absl::StrCat("Round time: waiting for the slowest member is <b id=\"waiting-share\">",
+                       share, "</b> of it"),
+          steps, {waiting, rest}, {"seconds"}),
+      BarChart("chart-bytes", "Bytes per round, at the coordinator and between node leaders", steps,
+               {received, sent, owners_received, owners_sent}, {"bytes", true}),
       "</section>");
 }
 
@@ -336,16 +464,18 @@ std::string Members(const v1::CoordinatorStatus& status) {
         m.test_accuracy() > 0 ? Fixed(m.test_accuracy(), 4) : "-",
         Fixed(m.heartbeat_age_seconds(), 1), state);
   }
-  // Workers of the run that are gone, with why.
+  // Workers of the run that left, with their last figures and why.
   for (const v1::MemberResult& r : status.run().member_results()) {
     if (live.count(r.worker_id()) > 0) continue;
+    const std::string reason = r.left_reason().empty() ? "lease expired" : r.left_reason();
     absl::StrAppendFormat(
         &out,
-        "<tr class=\"gone\" data-worker=\"%s\"><td>%s</td><td></td><td>%d</td><td>%s</td>"
-        "<td></td><td>%s</td><td></td><td>gone: %s</td></tr>",
-        Esc(r.worker_id()), Esc(r.worker_id()), r.step(), Fixed(r.loss(), 4),
-        r.test_accuracy() > 0 ? Fixed(r.test_accuracy(), 4) : "-",
-        Esc(r.left_reason().empty() ? "lease expired" : r.left_reason()));
+        "<tr class=\"%s\" data-worker=\"%s\"><td>%s</td><td>%s</td><td>%d</td><td>%s</td>"
+        "<td>%s</td><td>%s</td><td></td><td>left: %s</td></tr>",
+        reason == "finished" ? "left" : "gone", Esc(r.worker_id()), Esc(r.worker_id()),
+        Esc(r.hostname()), r.step(), Fixed(r.loss(), 4),
+        r.samples_per_second() > 0 ? Fixed(r.samples_per_second(), 1) : "-",
+        r.test_accuracy() > 0 ? Fixed(r.test_accuracy(), 4) : "-", Esc(reason));
   }
   return out + "</tbody></table><p class=\"note\">&#9733; node leader</p></section>";
 }
@@ -367,7 +497,9 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
   std::string out =
       "<section><h2>Recent rounds</h2><table id=\"rounds\"><thead><tr><th>round</th>"
       "<th>outcome</th><th>global step</th><th>members</th><th>dropped, excluded or suspended</th>"
-      "<th>duration (s)</th><th>slowest wait (s)</th><th>in</th><th>out</th><th>codec</th>"
+      "<th>duration (s)</th><th>slowest wait (s)</th><th>coordinator in</th><th>coordinator "
+      "out</th>"
+      "<th>codec</th>"
       "<th>ratio</th><th>exchange</th><th>fragment</th></tr></thead><tbody>";
   for (int i = status.recent_rounds_size() - 1; i >= 0 && i >= status.recent_rounds_size() - 15;
        --i) {
@@ -432,11 +564,15 @@ font-size:.9em}th{background:#f4f4f4}td:first-child,th:first-child{text-align:le
 .bar{background:#4a90d9;height:100%}
 .numbers{display:flex;gap:2em;margin:.8em 0}.numbers div{display:flex;flex-direction:column}
 .numbers b{font-size:1.6em}
-.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:1em}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:1em}
 figure{margin:0}figcaption{font-size:.9em;color:#444}svg{width:100%;height:auto;
-background:#fcfcfc;border:1px solid #eee}svg text{font-size:10px;fill:#555}
-.axis{stroke:#999}.legend{font-size:.8em;color:#444}
-tr.late td{background:#fff4d6}tr.gone td{color:#999}tr.ABORTED td{background:#fff0f0}
+background:#fcfcfc;border:1px solid #eee}svg text{font-size:11px;fill:#444}
+.axis{stroke:#999}.grid{stroke:#e4e4e4}.x-title,.y-title{font-size:11px;fill:#222}
+.legend{font-size:.8em;color:#444}.legend .entry{white-space:nowrap;margin-right:.6em}
+tr.late td{background:#fff4d6}tr.gone td{color:#999}tr.left td{color:#555}
+tr.ABORTED td{background:#fff0f0}#runs td,#rounds td,#members td{white-space:nowrap}
+#runs td:nth-child(4),#rounds td:nth-child(5){white-space:normal;min-width:12em}
+section{overflow-x:auto}
 .events{list-style:none;padding:0;max-height:22em;overflow:auto;font-size:.9em}
 .events li{padding:2px 4px;border-bottom:1px solid #f0f0f0}
 .events .error{background:#fde8e8;color:#a00;font-weight:bold}.events .warning{color:#a60}
@@ -464,8 +600,8 @@ setInterval(refresh, 1000);
 std::string StatusPageBody(const PageData& data) {
   const v1::CoordinatorStatus& status = data.status;
   return absl::StrCat(
-      Header(status), Charts(data.series), Members(status), Events(status), Rounds(status),
-      PastRuns(data.runs),
+      Header(status), Charts(data.series, status.run()), Members(status), Events(status),
+      Rounds(status), PastRuns(data.runs),
       absl::StrFormat("<p class=\"note\">coordinator up %s &middot; status version <span "
                       "id=\"version\">%d</span> &middot; <a href=\"/status\">/status</a> (JSON) "
                       "&middot; <a href=\"/runs\">/runs</a> &middot; <a href=\"/runs/%s/series\">"

@@ -90,6 +90,81 @@ TEST(StatusPageTest, ShowsProgressNumbersChartsMembersAndFailures) {
   EXPECT_THAT(StatusPageBody(Sample()), Not(HasSubstr("<html")));
 }
 
+TEST(StatusPageTest, ChartsHaveAxisTitlesTicksAndTheWaitingShare) {
+  const std::string page = StatusPage(Sample());
+  // Loss from 0.3 to 1.1, steps 8 to 24: ticks 0.2 apart from 0.2 to 1.2, and steps 10, 15, 20.
+  EXPECT_THAT(page, HasSubstr("id=\"chart-loss\" data-points=\"3\" data-x-ticks=\"3\" "
+                              "data-y-ticks=\"6\""));
+  EXPECT_THAT(page, HasSubstr("text-anchor=\"end\">0.6</text>"));
+  EXPECT_THAT(page, HasSubstr("text-anchor=\"middle\">15</text>"));
+  EXPECT_THAT(page, HasSubstr("<text class=\"x-title\""));
+  EXPECT_THAT(page, HasSubstr("rotate(-90)\" text-anchor=\"middle\">loss</text>"));
+  EXPECT_THAT(page, HasSubstr("rotate(-90)\" text-anchor=\"middle\">seconds</text>"));
+  // 0.2 s of every 0.5 s round.
+  EXPECT_THAT(page, HasSubstr("<b id=\"waiting-share\">40.0%</b>"));
+  // Byte ticks read as bytes.
+  EXPECT_THAT(page, HasSubstr(">500 B</text>"));
+}
+
+TEST(StatusPageTest, ALongFirstRoundDoesNotFlattenTheOthers) {
+  PageData data = Sample();
+  data.series.clear_points();
+  for (int r = 1; r <= 20; ++r) {
+    v1::SeriesPoint* point = data.series.add_points();
+    point->set_global_step(8 * r);
+    point->set_duration_seconds(r == 1 ? 5.0 : 0.1);
+    point->set_slowest_wait_seconds(r == 1 ? 0 : 0.05);
+  }
+  const std::string page = StatusPage(data);
+  // The axis stops at 0.2 s (twice the 90th percentile), not 5 s; the long bar is cut.
+  EXPECT_THAT(page, HasSubstr("text-anchor=\"end\">0.20</text>"));
+  EXPECT_THAT(page, Not(HasSubstr("text-anchor=\"end\">5.0</text>")));
+  EXPECT_THAT(page, HasSubstr("1 longer bar cut at the top"));
+  EXPECT_THAT(page, HasSubstr("step 8: transfer and averaging 5.000 s"));
+}
+
+TEST(StatusPageTest, BytesChartShowsWhatTheModeMoves) {
+  PageData star = Sample();
+  for (v1::SeriesPoint& point : *star.series.mutable_points()) point.set_bytes_sent(2000);
+  std::string page = StatusPage(star);
+  EXPECT_THAT(page, HasSubstr("coordinator received</span>"));
+  EXPECT_THAT(page, HasSubstr("coordinator sent</span>"));
+  EXPECT_THAT(page, Not(HasSubstr("range owners")));
+  // Sharded: the coordinator sends nothing; the data plane carries the round.
+  PageData sharded = Sample();
+  for (v1::SeriesPoint& point : *sharded.series.mutable_points()) {
+    point.set_owner_bytes_received(40000);
+    point.set_owner_bytes_sent(40000);
+  }
+  page = StatusPage(sharded);
+  EXPECT_THAT(page, HasSubstr("range owners received (data plane)</span>"));
+  EXPECT_THAT(page, HasSubstr("range owners sent (data plane)</span>"));
+  EXPECT_THAT(page, Not(HasSubstr("coordinator sent")));
+  EXPECT_THAT(page, Not(HasSubstr(": coordinator sent 0 B")));
+}
+
+TEST(StatusPageTest, AfterTheEndShowsTheFinalEvaluationAndTheMembersLastFigures) {
+  PageData data = Sample();
+  v1::RunInfo* run = data.status.mutable_run();
+  run->set_state(v1::RUN_STATE_COMPLETED);
+  run->set_final_test_accuracy(0.8699);
+  data.status.clear_members();
+  v1::MemberResult* result = run->add_member_results();
+  result->set_worker_id("node-0/0");
+  result->set_hostname("gpu-host-7");
+  result->set_step(200);
+  result->set_samples_per_second(1234.5);
+  result->set_test_accuracy(0.8699);
+  result->set_left_reason("finished");
+  const std::string page = StatusPage(data);
+  EXPECT_THAT(page, HasSubstr("id=\"chart-accuracy\" data-points=\"1\""));
+  EXPECT_THAT(page, HasSubstr("<title>final model: 0.8699 at step 56</title>"));
+  EXPECT_THAT(page, HasSubstr("<tr class=\"left\" data-worker=\"node-0/0\"><td>node-0/0</td>"
+                              "<td>gpu-host-7</td><td>200</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>1234.5</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>left: finished</td>"));
+}
+
 TEST(StatusPageTest, AnEmptyCoordinatorRenders) {
   const std::string page = StatusPage(PageData{});
   EXPECT_THAT(page, HasSubstr("(none)"));

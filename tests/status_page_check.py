@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -110,6 +111,80 @@ class Check:
             return browser.evaluate(f"(async () => {{ await refresh(); return ({read})(); }})()")
         return browser.evaluate(f"({read})()")
 
+    def page_shape(self, browser):
+        """What the page draws: per chart its points, tick labels and axis titles, the waiting
+        share, legends and bar titles; the members' rows, the join events, and how many lines
+        each run id takes."""
+        return browser.evaluate("""(() => {
+          const charts = {};
+          for (const svg of document.querySelectorAll('.charts svg')) {
+            const figure = svg.closest('figure');
+            charts[svg.id] = {
+              points: Number(svg.dataset.points),
+              x_ticks: [...svg.querySelectorAll('text.tick[text-anchor=middle]')].map(t => t.textContent),
+              y_ticks: [...svg.querySelectorAll('text.tick[text-anchor=end]')].map(t => t.textContent),
+              x_title: (svg.querySelector('.x-title') || {}).textContent,
+              y_title: (svg.querySelector('.y-title') || {}).textContent,
+              legend: [...figure.querySelectorAll('.legend .entry')].map(e => e.textContent.trim()),
+              bars: [...svg.querySelectorAll('rect title')].map(t => t.textContent),
+              marks: [...svg.querySelectorAll('circle title')].map(t => t.textContent),
+            };
+          }
+          const lines = el => {
+            const range = document.createRange();
+            range.selectNodeContents(el);
+            return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+          };
+          const share = document.getElementById('waiting-share');
+          return {
+            charts,
+            waiting_share: share ? share.textContent : null,
+            waiting_share_visible: share ? share.getBoundingClientRect().height > 0 : false,
+            members: [...document.querySelectorAll('#members tbody tr')].map(
+                tr => [...tr.children].map(td => td.textContent)),
+            joins: [...document.querySelectorAll('#events li[data-kind=worker_joined]')].map(
+                li => li.textContent),
+            run_id_lines: [...document.querySelectorAll('#runs tbody tr td:first-child')].map(lines),
+          };
+        })()""")
+
+    def check_shape(self, browser, when, exchange_sharded):
+        """The page is readable: axis titles and several labelled ticks on every chart with
+        data, the waiting share shown, the bytes chart naming only what moved (per exchange
+        mode), one join event per worker with its real host, and run ids on one line."""
+        shape = self.page_shape(browser)
+        for chart_id, chart in shape["charts"].items():
+            if chart["points"] == 0:
+                continue
+            if chart["x_title"] != "global step" or not chart["y_title"]:
+                raise Failure(f"{when}: {chart_id} has axis titles {chart['x_title']!r}, "
+                              f"{chart['y_title']!r}")
+            for axis in ("x_ticks", "y_ticks"):
+                ticks = chart[axis]
+                if len(ticks) < 3 or len(set(ticks)) != len(ticks) or not all(ticks):
+                    raise Failure(f"{when}: {chart_id} {axis} are {ticks}: not 3 or more "
+                                  "distinct labels")
+        if not shape["waiting_share_visible"] or not re.fullmatch(r"\d+\.\d%",
+                                                                  shape["waiting_share"] or ""):
+            raise Failure(f"{when}: the waiting share is not shown: {shape['waiting_share']!r}")
+        time_legend = shape["charts"]["chart-round-time"]["legend"]
+        if not time_legend or "waiting for the slowest" not in time_legend[0]:
+            raise Failure(f"{when}: the round-time chart does not show waiting first: {time_legend}")
+        bytes_chart = shape["charts"]["chart-bytes"]
+        zero = [t for t in bytes_chart["bars"] if t.endswith(" 0 B")]
+        wanted = "range owners received (data plane)" if exchange_sharded else "coordinator sent"
+        if zero or not any(entry.endswith(wanted) for entry in bytes_chart["legend"]):
+            raise Failure(f"{when}: the bytes chart shows {bytes_chart['legend']} (bars of 0 B: "
+                          f"{zero[:3]}); wanted {wanted!r}")
+        host = socket.gethostname()
+        joined = sorted(re.search(r"worker (\S+) joined", j).group(1) for j in shape["joins"])
+        if joined != ["node-0/0", "node-1/0"] or not all(f"host {host}," in j for j in shape["joins"]):
+            raise Failure(f"{when}: join events are not one per worker with host {host}: "
+                          f"{shape['joins']}")
+        if any(n != 1 for n in shape["run_id_lines"]):
+            raise Failure(f"{when}: run ids take {shape['run_id_lines']} lines")
+        return shape
+
     def run(self):
         coord = self.spawn("coordinator", [
             f"{self.args.bin}/coordinator/coordinator", "--grpc_address=127.0.0.1:0",
@@ -180,6 +255,8 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
         if len(series["points"]) < 2:
             raise Failure(f"/runs/ID/series has {len(series['points'])} points")
         self.promtool("during")
+        sharded = run_after["spec"].get("exchange", "EXCHANGE_UNSPECIFIED") != "EXCHANGE_STAR"
+        self.check_shape(browser, "during the run", sharded)
         # The screenshot half-way, with evaluations charted too (or at the end).
         wait_for("half of the run", lambda: (
             lambda n: n["step"] >= TOTAL_STEPS // 2 or n["state"] != "RUNNING")(
@@ -211,10 +288,32 @@ optimizer {{ lr: 0.05 momentum: 0.9 }}
             and n["round"] == int(final["round"]) else None)(self.page_numbers(browser)), 30)
         if done["accuracy_points"] < 1:
             raise Failure("no test accuracy charted")
+        # After the end: the final evaluation charted, the members' last figures kept, and the
+        # waiting share the series' own.
+        shape = self.check_shape(browser, "after the run", sharded)
+        mark = f"final model: {expected} at step {final['global_step']}"
+        if mark not in shape["charts"]["chart-accuracy"]["marks"]:
+            raise Failure(f"the accuracy chart lacks {mark!r}: "
+                          f"{shape['charts']['chart-accuracy']['marks']}")
+        rows = {row[0].rstrip(" \u2605"): row for row in shape["members"]}
+        for worker in ("node-0/0", "node-1/0"):
+            row = rows.get(worker)
+            if not row or row[1] != socket.gethostname() or not re.fullmatch(r"\d+\.\d", row[4]):
+                raise Failure(f"after the run, member {worker}'s row lost its figures: {row}")
+        points = json.loads(self.get(f"/runs/{final['run_id']}/series"))["points"]
+        waited = sum(min(p.get("slowest_wait_seconds", 0), p.get("duration_seconds", 0))
+                     for p in points)
+        total = sum(p.get("duration_seconds", 0) for p in points)
+        if shape["waiting_share"] != f"{100 * waited / total:.1f}%":
+            raise Failure(f"waiting share {shape['waiting_share']}, the series' "
+                          f"{100 * waited / total:.1f}%")
         self.promtool("after")
         browser.screenshot(f"{self.args.out}/page-after-run.png")
         print(f"after the run: page shows COMPLETED, round {done['round']}, test accuracy "
-              f"{done['accuracy']} (status {final['final_test_accuracy']:.4f})", flush=True)
+              f"{done['accuracy']} (status {final['final_test_accuracy']:.4f}) charted as the "
+              f"final model's; waiting {shape['waiting_share']} of round time; bytes chart: "
+              f"{shape['charts']['chart-bytes']['legend']}; members kept: "
+              f"{[r[:5] for r in shape['members']]}", flush=True)
 
     def check_monitoring_folder(self):
         """deploy/monitoring: a valid Prometheus config, and a Grafana dashboard whose every

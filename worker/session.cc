@@ -87,11 +87,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   if (options.data_tls_cert.empty() != options.data_tls_key.empty()) {
     return absl::InvalidArgumentError("data_tls_cert and data_tls_key: give both or neither");
   }
-  if (options.node_name.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    options.node_name = host;
-  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  if (options.node_name.empty()) options.node_name = host;
   if (!options.stop) options.stop = [] { return false; };
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                             MakeChannelCredentials(options.tls));
@@ -102,7 +100,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   client_options.identity.set_node_name(options.node_name);
   client_options.identity.set_local_rank(options.local_rank);
   client_options.identity.set_local_world_size(options.local_world_size);
-  client_options.hostname = options.node_name;
+  client_options.hostname = host;
   client_options.connect_timeout = options.connect_timeout;
   client_options.stop = options.stop;
   LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,

@@ -154,7 +154,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       const std::vector<std::string> included = round_.Included();
       const size_t owners = round_.shards().size();
       m_->Publish(
-          included, std::max(m_->model_.global_step(), round_.MaxStep()),
+          included, round_.Step(m_->model_.global_step()),
           absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                        m_->round_->members.size(), " members (", absl::StrJoin(included, ", "),
                        "), sharded over ", owners, owners == 1 ? " owner" : " owners"));

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/round_refusal.h"
+#include "coordinator/round_step.h"
 
 namespace localsgd {
 
@@ -278,12 +279,12 @@ std::vector<std::string> ShardedRound::Included() const {
   return included;
 }
 
-int64_t ShardedRound::MaxStep() const {
-  int64_t step = 0;
+int64_t ShardedRound::Step(int64_t floor) const {
+  std::vector<int64_t> claims;
   for (const Member& member : expected_) {
-    if (member.slot >= 0 && !member.dropped) step = std::max(step, member.step);
+    if (member.slot >= 0 && !member.dropped) claims.push_back(member.step);
   }
-  return step;
+  return RoundStep(std::move(claims), floor);
 }
 
 absl::Duration ShardedRound::SlowestWait() const {

@@ -105,9 +105,10 @@ class ShardedRound {
   // The ring schedule (RoundHeader.ring; docs/design.md, "Ring rounds"): 2 or more members,
   // each the owner of one range, shards()[i] being members()[i]'s.
   bool ring() const { return ring_; }
-  // Members still in the round (not dropped), in slot order, and the largest step among them.
+  // Members still in the round (not dropped), in slot order, and the global step their claims
+  // give the round (RoundStep, at least `floor`).
   std::vector<std::string> Included() const;
-  int64_t MaxStep() const;
+  int64_t Step(int64_t floor) const;
   // The shard whose range holds chunk `chunk`, or -1.
   int ShardOf(int chunk) const;
   // Every member dropped so far, with its reason, in order.

@@ -207,7 +207,7 @@ TEST_F(ShardedRoundTest, CommitsOnlyWhenEveryChunkIsInAndEveryMemberDelivered) {
   ASSERT_THAT(round.Deliver("m1", clock_.Now()), IsOk());
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m1"));
-  EXPECT_EQ(round.MaxStep(), 16);
+  EXPECT_EQ(round.Step(0), 16);
   EXPECT_EQ(round.SlowestWait(), absl::Milliseconds(30));
 }
 
@@ -269,7 +269,7 @@ TEST_F(ShardedRoundTest, AnOwnerLeavingAfterItsRangeIsAveragedIsOnlyDropped) {
   ASSERT_THAT(round.Deliver("m2", clock_.Now()), IsOk());
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m2"));
-  EXPECT_EQ(round.MaxStep(), 24);
+  EXPECT_EQ(round.Step(0), 24);
 }
 
 TEST_F(ShardedRoundTest, AnOwnerAMemberCannotReachAbortsTheRoundNamingBoth) {

@@ -117,7 +117,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
       engine.Commit();
       const std::vector<std::string> included = round_.Included();
       m_->Publish(
-          included, round_.MaxStep(m_->model_.global_step()),
+          included, round_.Step(m_->model_.global_step()),
           absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                        round_.members().size(), " members (", absl::StrJoin(included, ", "), ")"));
     }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/round_refusal.h"
+#include "coordinator/round_step.h"
 
 namespace localsgd {
 
@@ -112,12 +113,12 @@ std::vector<std::string> StarRound::Present() const {
   return present;
 }
 
-int64_t StarRound::MaxStep(int64_t floor) const {
-  int64_t step = floor;
+int64_t StarRound::Step(int64_t floor) const {
+  std::vector<int64_t> claims;
   for (const Member& member : state_) {
-    if (member.arrived && !member.dropped && !member.excluded) step = std::max(step, member.step);
+    if (member.arrived && !member.dropped && !member.excluded) claims.push_back(member.step);
   }
-  return step;
+  return RoundStep(std::move(claims), floor);
 }
 
 absl::Duration StarRound::SlowestWait() const {

@@ -79,10 +79,10 @@ class StarRound {
   bool dropped(int slot) const { return state_[slot].dropped; }
   // Members that arrived and were not dropped, in slot order (the round's record).
   std::vector<std::string> Present() const;
-  // Members that arrived and are neither dropped nor excluded, in slot order, and the largest
-  // step among them (at least `floor`).
+  // Members that arrived and are neither dropped nor excluded, in slot order, and the global
+  // step their claims give the round (RoundStep, at least `floor`).
   std::vector<std::string> Included() const;
-  int64_t MaxStep(int64_t floor) const;
+  int64_t Step(int64_t floor) const;
   // Every member dropped (and every one excluded) so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
   const std::vector<std::pair<std::string, std::string>>& excluded() const { return excluded_; }

@@ -55,8 +55,8 @@ TEST_F(StarRoundTest, CommitsOnceAveragedWithTheStepOfItsMembersAndTheirSlowestW
   round.Averaged();
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m1"));
-  EXPECT_EQ(round.MaxStep(0), 16);
-  EXPECT_EQ(round.MaxStep(100), 100);
+  EXPECT_EQ(round.Step(0), 16);
+  EXPECT_EQ(round.Step(100), 100);
   EXPECT_EQ(round.SlowestWait(), absl::Seconds(2));
   EXPECT_THAT(round.TakeDrops(), IsEmpty());
 }
@@ -132,7 +132,7 @@ TEST_F(StarRoundTest, AScreenedOutMemberStaysPresentButIsNotInTheCommit) {
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m1"));
   EXPECT_THAT(round.Present(), ElementsAre("m0", "m1", "m2"));
-  EXPECT_EQ(round.MaxStep(0), 16);  // not the excluded member's 24
+  EXPECT_EQ(round.Step(0), 16);  // not the excluded member's 24
   EXPECT_THAT(round.excluded(), ElementsAre(Pair("m2", HasSubstr("delta norm 900"))));
 }
 

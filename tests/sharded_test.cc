@@ -164,17 +164,20 @@ class ShardedTest : public ::testing::Test {
     return status;
   }
 
-  // Every node in `nodes` syncs params[k] against its globals[k] / momenta[k] in a thread.
+  // Every node in `nodes` syncs params[k] against its globals[k] / momenta[k] in a thread,
+  // claiming step steps[k] (default: round x 8).
   std::vector<absl::StatusOr<ExchangeResult>> SyncAll(const std::vector<int>& nodes, int64_t round,
                                                       const Vectors& params, Vectors& globals,
-                                                      Vectors& momenta) {
+                                                      Vectors& momenta,
+                                                      std::vector<int64_t> steps = {}) {
+    steps.resize(nodes.size(), round * 8);
     std::vector<absl::StatusOr<ExchangeResult>> results(nodes.size(), absl::UnknownError(""));
     std::vector<std::thread> threads;
     for (size_t k = 0; k < nodes.size(); ++k) {
       threads.emplace_back([&, k] {
         Leader& leader = leaders_[nodes[k]];
         results[k] = leader.client->Run(leader.member,
-                                        {round, round * 8, params[k], absl::MakeSpan(globals[k]),
+                                        {round, steps[k], params[k], absl::MakeSpan(globals[k]),
                                          absl::MakeSpan(momenta[k]), kTimeout});
       });
     }
@@ -565,6 +568,23 @@ TEST_F(ShardedTest, OwnersTakeTheTrimmedMeanOfEachValue) {
   for (int k = 1; k < 3; ++k) {
     EXPECT_EQ(std::memcmp(globals[k].data(), globals[0].data(), values * sizeof(float)), 0);
   }
+}
+
+// One member of three claims a step far beyond the others': the round's global step is
+// theirs, and the run (800 steps) goes on instead of ending as completed.
+TEST_F(ShardedTest, OneMemberClaimingAHugeStepNeitherMovesTheGlobalStepNorEndsTheRun) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i);
+  StartRun("total_steps: 800");
+  const int64_t values = 3 * 16384;
+  Vectors globals(3, InitModel(values)), momenta(3, std::vector<float>());
+  for (auto& result :
+       SyncAll({0, 1, 2}, 1, Steps(globals, 1), globals, momenta, {8, 8, int64_t{1} << 50})) {
+    ASSERT_THAT(result, IsOk());
+  }
+  const v1::CoordinatorStatus status = Status();
+  EXPECT_EQ(status.run().global_step(), 8);
+  EXPECT_EQ(status.run().state(), v1::RUN_STATE_RUNNING);
 }
 
 TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {

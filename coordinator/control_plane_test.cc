@@ -60,6 +60,13 @@ class ControlPlaneTest : public ::testing::Test {
     }
     return plane.Leave(request);
   }
+  // The member leaves as a worker that trained its last step does.
+  absl::Status LeaveFinished(ControlPlane& plane, const std::string& worker_id) {
+    v1::LeaveRequest request;
+    request.set_worker_id(worker_id);
+    request.set_reason("finished");
+    return Leave(plane, request);
+  }
   std::map<std::string, std::string> credentials_;
 
   // Worker a/0 joins and a run of 200 steps starts for it.
@@ -378,10 +385,7 @@ TEST_F(ControlPlaneTest, TheRunKeepsItsResultsAfterItsEndAndInTheHistoryAcrossAR
     ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 100, 0.4, 0.80)), IsOk());
     ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 100, 0.6, 0.90)), IsOk());
     for (const char* id : {"a/0", "b/0"}) {
-      v1::LeaveRequest leave;
-      leave.set_worker_id(id);
-      leave.set_reason("finished");
-      ASSERT_THAT(Leave(*plane, leave), IsOk());
+      ASSERT_THAT(LeaveFinished(*plane, id), IsOk());
     }
     v1::RunInfo done = plane->Run();
     EXPECT_DOUBLE_EQ(done.final_loss(), 0.5);
@@ -541,10 +545,7 @@ TEST_F(ControlPlaneTest, AProcessJoiningAgainIsOneJoinAndItsResultKeepsItsHostAn
   v1::HeartbeatRequest last = Beat("a/0", 100, 0.4);
   last.set_finished(true);
   ASSERT_THAT(Heartbeat(*plane, last), IsOk());
-  v1::LeaveRequest leave;
-  leave.set_worker_id("a/0");
-  leave.set_reason("finished");
-  ASSERT_THAT(Leave(*plane, leave), IsOk());
+  ASSERT_THAT(LeaveFinished(*plane, "a/0"), IsOk());
   EXPECT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
   ASSERT_EQ(plane->Run().member_results_size(), 1);
   EXPECT_EQ(plane->Run().member_results(0).hostname(), "host-a");
@@ -558,16 +559,15 @@ TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameN
   ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 200, 0.974)), IsOk());
   ASSERT_THAT(plane->CommitRound(run->run_id(), 1, 200, 200), IsOk());
   ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
-  v1::LeaveRequest leave;
-  leave.set_worker_id("a/0");
-  leave.set_reason("finished");
-  ASSERT_THAT(Leave(*plane, leave), IsOk());
+  ASSERT_THAT(LeaveFinished(*plane, "a/0"), IsOk());
   const v1::RunInfo before = plane->Run();
   // The node is started again: the same name, a new generation, step 0, then it leaves.
   ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
   v1::HeartbeatRequest fresh = Beat("a/0", 0, 0);
   fresh.set_finished(true);
   ASSERT_THAT(Heartbeat(*plane, fresh), IsOk());
+  v1::LeaveRequest leave;
+  leave.set_worker_id("a/0");
   leave.set_reason("stopped by signal");
   ASSERT_THAT(Leave(*plane, leave), IsOk());
   const v1::RunInfo after = plane->Run();
@@ -591,10 +591,7 @@ TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {
   v1::HeartbeatRequest last = Beat("a/0", 200, 0.5);
   last.set_finished(true);
   ASSERT_THAT(Heartbeat(*plane, last), IsOk());
-  v1::LeaveRequest leave;
-  leave.set_worker_id("a/0");
-  leave.set_reason("finished");
-  ASSERT_THAT(Leave(*plane, leave), IsOk());
+  ASSERT_THAT(LeaveFinished(*plane, "a/0"), IsOk());
   const v1::RunInfo after = plane->Run();
   ASSERT_EQ(after.member_results_size(), 1);
   EXPECT_EQ(after.member_results(0).step(), 200);

@@ -109,11 +109,24 @@ for node in (0, 1):
         assert np.array_equal(leader, other), f"node-{node} step {step}: its ranks differ"
         if step not in failed:
             committed[node].append(leader.tobytes())
-assert committed[0] == committed[1], "the nodes' parameters differ after a committed round"
-# A round the coordinator committed (and saved) just before the kill never reached the
-# members: after the restart they are told it is stale and adopt it. That is at most one.
-assert final_round - 1 <= len(committed[0]) <= final_round, \
-    f"{len(committed[0])} syncs for {final_round} rounds"
+# The round the coordinator committed (and saved) just before the kill may have reached one
+# node, both or neither: a node it did not reach is told after the restart that it is stale
+# and adopts it (a failed sync that leaves that round's model, in some pass's dumps).
+if committed[0] != committed[1]:
+    longer, shorter, missed_by = ((committed[0], committed[1], 1)
+                                  if len(committed[0]) > len(committed[1])
+                                  else (committed[1], committed[0], 0))
+    missed = [longer[i] for i in range(len(longer)) if longer[:i] + longer[i + 1:] == shorter]
+    assert len(longer) == len(shorter) + 1 and missed, \
+        "the nodes' parameters differ after a committed round"
+    adopted = {np.fromfile(p, dtype=np.float32).tobytes()
+               for p in glob.glob(f"{work}/dump/pass-*/node-{missed_by}-0-*-post.bin")}
+    assert missed[0] in adopted, \
+        f"node-{missed_by} missed a round's commit and never adopted that round's model"
+rounds_synced = max(len(committed[0]), len(committed[1]))
+# A round committed just before the kill that reached neither node: at most one.
+assert final_round - 1 <= rounds_synced <= final_round, \
+    f"{rounds_synced} syncs for {final_round} rounds"
 # Issue 12, finding 2: after the outage the nodes' steps drifted apart and the slower node
 # trained on alone after the run completed. Now every rank ends on the run's final global
 # model, bit for bit (the last parameters it dumped).

@@ -170,10 +170,10 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
     // A run's workers are those that report while it is active; after its end they may still
     // report their final evaluation.
     auto result = results_.find(request.worker_id());
+    const Member& member = *membership_.Find(request.worker_id());  // it just beat
     // A worker's final report counts even when it arrives after the run ended (a rank whose
     // first heartbeat of the run is its last: the run was short, or others completed it).
-    const bool may_report =
-        MayReport(request.worker_id(), membership_.Find(request.worker_id())->generation);
+    const bool may_report = MayReport(request.worker_id(), member.generation);
     if (result == results_.end() && may_report && (runs_.active() || request.finished())) {
       result = results_.try_emplace(request.worker_id()).first;
       result->second.set_worker_id(request.worker_id());
@@ -188,7 +188,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
       r.set_step(request.step());
       r.set_loss(request.loss());
       r.set_test_accuracy(request.test_accuracy());
-      r.set_hostname(membership_.Find(request.worker_id())->hostname);
+      r.set_hostname(member.hostname);
       if (request.samples_per_second() > 0) r.set_samples_per_second(request.samples_per_second());
       if (runs_.active() && r.preempted()) {  // it came back
         r.set_preempted(false);

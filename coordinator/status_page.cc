@@ -84,7 +84,7 @@ struct Axis {
   double lo = 0, hi = 1, step = 1;
 };
 
-// The smallest of 1, 2, 5 times a power of ten that is at least `raw`; `smaller`: the one below.
+// The smallest of 1, 2, 5 times a power of ten that is at least `raw`.
 double NiceStep(double raw) {
   const double magnitude = std::pow(10, std::floor(std::log10(raw)));
   for (double m : {1.0, 2.0, 5.0}) {
@@ -93,6 +93,7 @@ double NiceStep(double raw) {
   return 10 * magnitude;
 }
 
+// The nice step below `step` (5 -> 2, 2 -> 1, 1 -> 0.5).
 double SmallerStep(double step) { return NiceStep(step * 0.39); }
 
 std::vector<double> Ticks(const Axis& axis) {
@@ -156,7 +157,7 @@ struct ChartAxes {
 };
 
 // The chart's frame: ticks, grid lines and labels on both axes, the axis titles, then `inner`
-// (the data, drawn on `scale`), or `empty` when there is nothing to draw.
+// (the data, drawn on `scale`), or `empty` when there is nothing to draw. `caption` is HTML.
 std::string ChartFrame(const std::string& id, const std::string& caption, const Scale& scale,
                        const ChartAxes& axes, size_t points, const std::string& inner,
                        const std::string& legend, const std::string& empty) {
@@ -246,16 +247,17 @@ std::string LineChart(const std::string& id, const std::string& caption,
   return ChartFrame(id, Esc(caption), scale, axes, points, inner, legend, empty);
 }
 
-// Stacked bars, one per round at its global step: `parts` (name, color, value per round);
-// parts that are zero in every round are left out. A few rounds far longer than the rest (the
-// first, say) would flatten the others: from 10 rounds on, the axis stops at twice the 90th
-// percentile when the longest is over three times that, and longer bars are cut there (their
-// titles keep the value; the legend says how many).
+// One part of a stacked bar chart: its value in each round.
 struct BarPart {
   std::string name;
   std::string color;
   std::vector<double> values;
 };
+
+// Stacked bars, one per round at its global step; parts that are zero in every round are left
+// out. A few rounds far longer than the rest (the first, say) would flatten the others: from 10
+// rounds on, the axis stops at twice the 90th percentile when the longest is over three times
+// that, and longer bars are cut there (their titles keep the value; the legend says how many).
 
 std::string BarChart(const std::string& id, const std::string& caption,
                      const std::vector<double>& steps, std::vector<BarPart> parts,
@@ -497,10 +499,9 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
   std::string out =
       "<section><h2>Recent rounds</h2><table id=\"rounds\"><thead><tr><th>round</th>"
       "<th>outcome</th><th>global step</th><th>members</th><th>dropped, excluded or suspended</th>"
-      "<th>duration (s)</th><th>slowest wait (s)</th><th>coordinator in</th><th>coordinator "
-      "out</th>"
-      "<th>codec</th>"
-      "<th>ratio</th><th>exchange</th><th>fragment</th></tr></thead><tbody>";
+      "<th>duration (s)</th><th>slowest wait (s)</th><th>coordinator in</th>"
+      "<th>coordinator "
+      "out</th><th>codec</th><th>ratio</th><th>exchange</th><th>fragment</th></tr></thead><tbody>";
   for (int i = status.recent_rounds_size() - 1; i >= 0 && i >= status.recent_rounds_size() - 15;
        --i) {
     const v1::RoundRecord& r = status.recent_rounds(i);

@@ -4,6 +4,7 @@
 #include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <algorithm>
 #include <cmath>
@@ -923,7 +924,13 @@ TEST_F(ShardedTest, AStarMembersNextStreamEndsItsUnreadOne) {
   const int64_t values = 4 << 20;
   std::vector<float> global0 = InitModel(values);
   const ChunkLayout layout = Layout(values);
-  auto stub = v1::Averaging::NewStub(Channel());
+  // The deaf stream has a connection of its own whose windows stay at their initial size: on a
+  // connection shared with the star members' traffic, BDP probing may grow them past 16 MB.
+  grpc::ChannelArguments deaf_args;
+  deaf_args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  deaf_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::Averaging::NewStub(grpc::CreateCustomChannel(
+      server_->grpc_address(), grpc::InsecureChannelCredentials(), deaf_args));
   auto header = [&](int64_t round) {
     v1::SyncRequest request = Node2Header(round, values);
     request.mutable_header()->set_step(8 * round);

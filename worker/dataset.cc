@@ -1,8 +1,9 @@
 #include "worker/dataset.h"
 
 #include <sys/stat.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/serialize.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <zlib.h>
 
 #include <fstream>

@@ -1,6 +1,7 @@
 #include "worker/dataset.h"
 
-#include <torch/torch.h>
+#include <torch/serialize.h>
+#include <torch/types.h>
 
 #include <cstdlib>
 #include <fstream>

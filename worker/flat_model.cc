@@ -1,6 +1,6 @@
 #include "worker/flat_model.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 
@@ -45,7 +45,7 @@ at::Tensor Flatten(const std::vector<at::Tensor>& tensors, ValueRange range) {
 }
 
 void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors, ValueRange range) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   ForEachPiece(tensors, range, [&](const at::Tensor& t, int64_t at, int64_t n, int64_t from) {
     t.view({-1}).slice(0, at, at + n).copy_(flat.slice(0, from, from + n));
   });
@@ -53,7 +53,7 @@ void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors, V
 
 void MergeRound(const at::Tensor& result, const at::Tensor& snapshot,
                 const std::vector<at::Tensor>& tensors, ValueRange range) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const at::Tensor progress = Flatten(tensors, range) - snapshot.to(result.device());
   Unflatten(result + progress.to(result.device()), tensors, range);
 }

@@ -1,6 +1,6 @@
 #include "worker/flat_model.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <vector>
 

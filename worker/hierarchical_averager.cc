@@ -1,6 +1,6 @@
 #include "worker/hierarchical_averager.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <utility>
 
@@ -81,7 +81,7 @@ absl::Status HierarchicalAverager::Average(const std::vector<at::Tensor>& tensor
 absl::Status HierarchicalAverager::AverageNow(absl::Status failure,
                                               const std::vector<at::Tensor>& tensors, int fragment,
                                               int64_t* step) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const ValueRange range = RangeOf(fragment, tensors);
   at::Tensor flat = Flatten(tensors, range);
   absl::Status sync_status;
@@ -114,7 +114,7 @@ absl::Status HierarchicalAverager::Launch(const std::vector<at::Tensor>& tensors
   if (in_flight_ != nullptr) {
     return absl::FailedPreconditionError("Launch: a round is in flight already (Merge it first)");
   }
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   auto round = std::make_unique<InFlight>();
   round->fragment = fragment;
   round->range = RangeOf(fragment, tensors);
@@ -143,7 +143,7 @@ absl::Status HierarchicalAverager::Merge(const std::vector<at::Tensor>& tensors,
   const std::unique_ptr<InFlight> round = std::move(in_flight_);
   if (round->round.joinable()) round->round.join();
   if (!health_.ok()) return health_;
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   // The leader's values (the round's result, or the node's mean when it did not commit) to
   // every rank, then its verdict.
   at::Tensor flat = leader_ != nullptr ? round->values.to(round->snapshot.device())
@@ -273,7 +273,7 @@ absl::StatusOr<bool> HierarchicalAverager::TakeRunModel(const Verdict& verdict,
 }
 
 absl::StatusOr<int64_t> HierarchicalAverager::Start(const std::vector<at::Tensor>& tensors) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const ValueRange all = WholeModel(tensors);
   at::Tensor flat = Flatten(tensors, all);
   absl::Status status;

@@ -1,7 +1,7 @@
 #include "worker/intra_node_averager.h"
 
 #include <signal.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <chrono>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>

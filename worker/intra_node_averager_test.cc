@@ -1,6 +1,6 @@
 #include "worker/intra_node_averager.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdlib>
 #include <thread>

@@ -1,6 +1,6 @@
 #include "worker/parameter_averager.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "worker/flat_model.h"
 
@@ -15,7 +15,7 @@ struct ParameterAverager::Launched {
 
 absl::Status ParameterAverager::Launch(const std::vector<at::Tensor>& tensors, int fragment,
                                        int64_t* step) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   auto round = std::make_shared<Launched>();
   const ValueRange all = WholeModel(tensors);
   round->snapshot = Flatten(tensors, all);

@@ -1,6 +1,6 @@
 #include "worker/session.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <unistd.h>
 
 #include <functional>

@@ -1,6 +1,6 @@
 #include "worker/trainer.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <memory>

@@ -2,7 +2,9 @@
 
 #include <google/protobuf/text_format.h>
 #include <signal.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <atomic>

@@ -8,7 +8,7 @@
 // values after it; the ranks of a node differ there by design) in the same passes. Otherwise
 // it is the shipped worker.
 #include <sys/stat.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdio>
 #include <fstream>

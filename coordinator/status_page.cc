@@ -258,7 +258,6 @@ struct BarPart {
 // out. A few rounds far longer than the rest (the first, say) would flatten the others: from 10
 // rounds on, the axis stops at twice the 90th percentile when the longest is over three times
 // that, and longer bars are cut there (their titles keep the value; the legend says how many).
-
 std::string BarChart(const std::string& id, const std::string& caption,
                      const std::vector<double>& steps, std::vector<BarPart> parts,
                      const ChartAxes& axes) {
@@ -500,8 +499,8 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
       "<section><h2>Recent rounds</h2><table id=\"rounds\"><thead><tr><th>round</th>"
       "<th>outcome</th><th>global step</th><th>members</th><th>dropped, excluded or suspended</th>"
       "<th>duration (s)</th><th>slowest wait (s)</th><th>coordinator in</th>"
-      "<th>coordinator "
-      "out</th><th>codec</th><th>ratio</th><th>exchange</th><th>fragment</th></tr></thead><tbody>";
+      "<th>coordinator out</th><th>codec</th><th>ratio</th><th>exchange</th><th>fragment</th>"
+      "</tr></thead><tbody>";
   for (int i = status.recent_rounds_size() - 1; i >= 0 && i >= status.recent_rounds_size() - 15;
        --i) {
     const v1::RoundRecord& r = status.recent_rounds(i);

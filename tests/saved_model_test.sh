@@ -78,3 +78,39 @@ late_accuracy=$(sed -n 's/^test accuracy \([0-9.]*\)$/\1/p' <<<"$out")
 second_run=$(status_value 'run["run_id"]' | tr -d '"')
 grep -q "^run_id: \"$second_run\"" <<<"$out" || fail "the saved model is not run $second_run's: $out"
 echo "PASS: node 0 saved run $second_run's final model after the run completed without it"
+
+# Issue 49: a run an operator stops mid-way. Each rank stops on its own weights; node 0 saves
+# the run's last committed global model (what `localsgdctl fetch` returns), labelled with that
+# round, not its own weights under the round's name.
+workers=()
+start_workers 2 1 --log_every=100000 --save_model="$WORK/stopped.pt"
+start_run <<SPEC
+model { builtin: "mlp" }
+dataset { kind: DATASET_KIND_FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }
+local_sgd_steps: 8
+total_steps: 100000
+batch_size: 64
+min_workers: 2
+optimizer { lr: 0.05 momentum: 0.9 }
+SPEC
+wait_status 's["run"].get("round", 0) >= 4' "the run committed no 4 rounds" 120
+"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" stop >/dev/null \
+  || fail "localsgdctl stop failed"
+for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed after the stop"; done
+third_run=$(status_value 'run["run_id"]' | tr -d '"')
+"$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" fetch \
+  --run_id="$third_run" --out="$WORK/stopped.f32" >/dev/null || fail "localsgdctl fetch failed"
+saved_round=$(sed -n 's/.*saved the trained model (run [^,]*, round \([0-9]*\),.*/\1/p' "$WORK/w00.out")
+[[ -n "$saved_round" ]] || fail "node 0 saved no model: $(cat "$WORK/w00.out")"
+run_round=$(status_value 'run["round"]')
+[[ $saved_round == "$run_round" ]] || fail "saved as round $saved_round, the run ended at $run_round"
+/usr/bin/python3 - "$WORK/stopped.pt" "$WORK/stopped.f32" <<'PY' || fail "the saved model is not the run's"
+import sys, torch
+model = torch.jit.load(sys.argv[1])
+saved = torch.cat([p.detach().flatten() for p in model.parameters()])
+fetched = torch.from_file(sys.argv[2], size=saved.numel(), dtype=torch.float32)
+print(f"saved {saved.numel()} values; largest difference from the run's model "
+      f"{(saved - fetched).abs().max().item()}")
+sys.exit(0 if torch.equal(saved, fetched) else 1)
+PY
+echo "PASS: node 0 saved round $saved_round of the stopped run $third_run, the run's own model"

@@ -277,28 +277,24 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   return first_step_;
 }
 
-absl::StatusOr<Session::FinalModel> Session::FetchFinalModel(
+absl::StatusOr<Session::CommittedModel> Session::FetchCommittedModel(
     const std::vector<at::Tensor>& tensors) {
-  if (coordinator_->run().run_id() != run_id_ ||
-      coordinator_->run().state() != v1::RUN_STATE_COMPLETED) {
-    return absl::FailedPreconditionError(absl::StrCat("run ", run_id_, " has not completed"));
-  }
   ModelClient client(coordinator_->channel(), options_.token);
   absl::StatusOr<ModelClient::Model> model =
       RetryWhileUnreachable([&] { return client.FetchModel(run_id_, absl::Seconds(10)); },
                             absl::Minutes(1), options_.stop);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
-                        absl::StrCat("final model: ", model.status().message()));
+                        absl::StrCat("the run's model: ", model.status().message()));
   }
   if (static_cast<int64_t>(model->values.size()) != NumValues(tensors)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "final model: ", model->values.size(), " values, the model has ", NumValues(tensors)));
+        "the run's model: ", model->values.size(), " values, the model has ", NumValues(tensors)));
   }
   Unflatten(torch::from_blob(model->values.data(), {static_cast<int64_t>(model->values.size())},
                              torch::kFloat32),
             tensors, WholeModel(tensors));
-  return FinalModel{model->round, model->global_step};
+  return CommittedModel{model->round, model->global_step};
 }
 
 int64_t Session::round() const { return leader_ != nullptr ? leader_->round() : 0; }

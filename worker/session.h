@@ -110,15 +110,16 @@ class Session : public ParameterAverager {
   bool RunHalted() const;
   bool RunEnded() const;
 
-  // Copies the final global model of this session's run, once it completed, into `tensors`
-  // (the same tensors Start takes): for a rank that must save the run's model but joined too
-  // late to train (the other nodes finished the run meanwhile). Retries an unreachable
-  // coordinator for up to a minute. Returns the model's round and global step.
-  struct FinalModel {
+  // Copies the last committed global model of this session's run (its final model once the
+  // run ended) into `tensors` (the same tensors Start takes): for a rank that must save the
+  // run's model but holds another (it joined too late to train, or the run was stopped before
+  // its last sync and the rank holds its own weights). Retries an unreachable coordinator for
+  // up to a minute. Returns the model's round and global step.
+  struct CommittedModel {
     int64_t round = 0;
     int64_t global_step = 0;
   };
-  absl::StatusOr<FinalModel> FetchFinalModel(const std::vector<at::Tensor>& tensors);
+  absl::StatusOr<CommittedModel> FetchCommittedModel(const std::vector<at::Tensor>& tensors);
 
   // This rank leads its node now, and the round and global step its node last agreed on (not
   // while an overlapped round is in flight).

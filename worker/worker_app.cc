@@ -257,6 +257,22 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   (*model)->To(device);
   absl::StatusOr<localsgd::DataSplits> data = localsgd::LoadData(spec.dataset(), spec.seed());
   if (!data.ok()) return leave_and_fail(data.status().ToString());
+  // Saves the run's last committed global model (its final one once the run ended), fetched
+  // into `model` and evaluated there, for a rank whose own weights are not it (it began too
+  // late to train, or the run stopped before its last sync). `result`: the rank's training.
+  auto save_committed = [&](localsgd::TrainResult result) -> absl::Status {
+    absl::StatusOr<localsgd::Session::CommittedModel> committed =
+        session.FetchCommittedModel(localsgd::ModelTensors(**model, spec.average_buffers()));
+    if (!committed.ok()) return committed.status();
+    try {
+      const localsgd::Evaluation e = localsgd::Evaluate(**model, data->test, device, spec.loss());
+      result.test_accuracy = e.accuracy;
+      result.test_loss = e.loss;
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("evaluating the run's model: ", e.what()));
+    }
+    return save(**model, committed->round, committed->global_step, result);
+  };
   // A signal at any stage before training: leave, say so once, exit 128 + signal. Any end of
   // the run before training (completed too: the other nodes finished it while this worker was
   // starting) means there is nothing left to train.
@@ -275,20 +291,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
           session.coordinator().run().state() == localsgd::v1::RUN_STATE_COMPLETED;
       if (completed && spec.enabled() && !save_path.empty() && first_node &&
           (session.leads_node() || local_rank == 0)) {
-        absl::StatusOr<localsgd::Session::FinalModel> final_model =
-            session.FetchFinalModel(localsgd::ModelTensors(**model, spec.average_buffers()));
-        if (!final_model.ok()) return leave_and_fail(final_model.status().ToString());
-        localsgd::TrainResult evaluated;
-        try {
-          const localsgd::Evaluation e =
-              localsgd::Evaluate(**model, data->test, device, spec.loss());
-          evaluated.test_accuracy = e.accuracy;
-          evaluated.test_loss = e.loss;
-        } catch (const std::exception& e) {
-          return leave_and_fail(absl::StrCat("evaluating the final model: ", e.what()));
-        }
-        if (absl::Status s = save(**model, final_model->round, final_model->global_step, evaluated);
-            !s.ok()) {
+        if (absl::Status s = save_committed(localsgd::TrainResult()); !s.ok()) {
           return leave_and_fail(s.ToString());
         }
       }
@@ -366,12 +369,16 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
       : result->run_ended ? " (the run ended first; this is its final model)"
                           : "");
   std::fflush(stdout);
-  // The first node's leader saves (local rank 0, or the rank that took over from it).
+  // The first node's leader saves (local rank 0, or the rank that took over from it): the
+  // run's global model. After the run's last sync every rank holds it; a run stopped (or a
+  // rank preempted) before that leaves the rank on its own weights, so the committed model is
+  // fetched instead.
   if (!save_path.empty() && first_node &&
       (spec.enabled() ? session.leads_node() : local_rank == 0)) {
-    if (absl::Status s = save(**model, session.round(), session.global_step(), *result); !s.ok()) {
-      return leave_and_fail(s.ToString());
-    }
+    const absl::Status s = spec.enabled() && result->stopped
+                               ? save_committed(*result)
+                               : save(**model, session.round(), session.global_step(), *result);
+    if (!s.ok()) return leave_and_fail(s.ToString());
   }
   using Ending = localsgd::Session::Ending;
   const Ending ending = !result->stopped ? Ending::kFinished

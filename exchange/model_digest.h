@@ -1,0 +1,46 @@
+#ifndef LOCALSGD_EXCHANGE_MODEL_DIGEST_H_
+#define LOCALSGD_EXCHANGE_MODEL_DIGEST_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "exchange/chunking.h"
+#include "exchange/outer_step.h"
+
+namespace localsgd {
+
+// Digests of a sharded round's result (docs/design.md, "Digests"): every copy of global[r]
+// (and of the outer momentum) is checked against the others before the round commits.
+
+// CRC-32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start).
+uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
+
+// One chunk's digest of global[r] and its outer momentum as they stand after the outer step:
+// the CRC-32C of the values (high 32 bits) and of the momentum (low 32 bits; 0 when
+// `next_momentum` is empty, without one).
+uint64_t ChunkDigest(absl::Span<const float> next_global, absl::Span<const float> next_momentum);
+
+// The same digest computed from the chunk's mean and its values before the step, changing
+// nothing: what a member's copy will be at the commit (OuterStepInto's arithmetic, in blocks).
+uint64_t NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
+                         absl::Span<const float> global, absl::Span<const float> momentum);
+
+// Ranges' digests from their chunks': the chunks may be digested in any order, and a change in
+// any one chunk changes its range's digest.
+class RangeDigests {
+ public:
+  explicit RangeDigests(int num_chunks) : chunks_(static_cast<size_t>(num_chunks)) {}
+  // Chunk `chunk`'s digest; each chunk once (calls for different chunks may run concurrently).
+  void Set(int chunk, uint64_t digest) { chunks_[static_cast<size_t>(chunk)] = digest; }
+  // The digest of chunks [begin, end).
+  uint64_t Of(int begin, int end) const;
+
+ private:
+  std::vector<uint64_t> chunks_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_MODEL_DIGEST_H_

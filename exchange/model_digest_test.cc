@@ -1,0 +1,91 @@
+#include "exchange/model_digest.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "exchange/outer_step.h"
+#include "gtest/gtest.h"
+
+namespace localsgd {
+namespace {
+
+TEST(Crc32cTest, KnownValueAndContinuation) {
+  const std::string text = "123456789";
+  EXPECT_EQ(Crc32c(text.data(), text.size()), 0xe3069283u);  // CRC-32C's check value
+  EXPECT_EQ(Crc32c(text.data() + 4, 5, Crc32c(text.data(), 4)), 0xe3069283u);
+  EXPECT_EQ(Crc32c(nullptr, 0), 0u);
+  // Lengths that are not multiples of 8 (the hardware path's word).
+  const std::string odd = "abcdefghijk";
+  uint32_t byte_by_byte = 0;
+  for (char c : odd) byte_by_byte = Crc32c(&c, 1, byte_by_byte);
+  EXPECT_EQ(Crc32c(odd.data(), odd.size()), byte_by_byte);
+}
+
+std::vector<float> Values(size_t n, float scale) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = scale * static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  return out;
+}
+
+// A member's digest from the mean equals the coordinator's from its stepped copy, for every
+// outer optimizer and a chunk that is not a multiple of the block.
+TEST(ModelDigestTest, NextChunkDigestIsTheSteppedChunksDigest) {
+  const size_t n = 2500;
+  const std::vector<float> mean = Values(n, 0.01f);
+  const std::vector<float> global = Values(n, 1.0f);
+  const std::vector<float> momentum = Values(n, 0.1f);
+  for (const OuterOptimizer& outer : {OuterOptimizer{1.0, 0, false}, OuterOptimizer{0.7, 0.9, true},
+                                      OuterOptimizer{0.5, 0.9, false}}) {
+    const bool has_momentum = outer.momentum != 0;
+    std::vector<float> next = mean;
+    std::vector<float> next_momentum(has_momentum ? n : 0);
+    ASSERT_TRUE(
+        OuterStepInto(outer, absl::MakeSpan(next), global,
+                      has_momentum ? absl::MakeConstSpan(momentum) : absl::Span<const float>(),
+                      absl::MakeSpan(next_momentum)));
+    const uint64_t expected = ChunkDigest(next, next_momentum);
+    EXPECT_EQ(
+        NextChunkDigest(outer, mean, global,
+                        has_momentum ? absl::MakeConstSpan(momentum) : absl::Span<const float>()),
+        expected);
+    // In place, as a member installs the commit: the same bytes.
+    std::vector<float> in_place = global;
+    std::vector<float> in_place_momentum = has_momentum ? momentum : std::vector<float>();
+    OuterStepInPlace(outer, mean, absl::MakeSpan(in_place), absl::MakeSpan(in_place_momentum));
+    EXPECT_EQ(ChunkDigest(in_place, in_place_momentum), expected);
+    EXPECT_EQ(expected & 0xffffffffu, has_momentum ? Crc32c(next_momentum.data(), n * 4) : 0u);
+  }
+}
+
+TEST(ModelDigestTest, OneValueChangesTheDigest) {
+  const std::vector<float> mean = Values(1000, 0.01f);
+  std::vector<float> global = Values(1000, 1.0f);
+  const uint64_t before = NextChunkDigest(OuterOptimizer{}, mean, global, {});
+  global[999] = std::nextafter(global[999], 2.0f);
+  EXPECT_NE(NextChunkDigest(OuterOptimizer{}, mean, global, {}), before);
+}
+
+TEST(RangeDigestsTest, OrderFreeAndEveryChunkCounts) {
+  RangeDigests a(4);
+  RangeDigests b(4);
+  for (int c = 0; c < 4; ++c) a.Set(c, 100 + c);
+  for (int c = 3; c >= 0; --c) b.Set(c, 100 + c);
+  EXPECT_EQ(a.Of(0, 4), b.Of(0, 4));
+  EXPECT_EQ(a.Of(1, 3), b.Of(1, 3));
+  // Swapping two chunks' digests is a change (the index is in each term).
+  b.Set(1, 102);
+  b.Set(2, 101);
+  EXPECT_NE(a.Of(0, 4), b.Of(0, 4));
+  // A change outside the range does not touch it.
+  b.Set(1, 101);
+  b.Set(2, 102);
+  b.Set(3, 7);
+  EXPECT_EQ(a.Of(0, 3), b.Of(0, 3));
+  EXPECT_NE(a.Of(0, 4), b.Of(0, 4));
+  EXPECT_EQ(RangeDigests(2).Of(0, 0), 0u);
+}
+
+}  // namespace
+}  // namespace localsgd

@@ -86,7 +86,7 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
     } else if (request_.has_mean()) {
       status = rounds_->AddMean(session_, request_.mutable_mean());
     } else if (request_.has_delivered()) {
-      status = rounds_->Deliver(session_);
+      status = rounds_->Deliver(session_, request_.delivered());
     } else if (request_.has_unreachable()) {
       status = rounds_->Unreachable(session_, request_.unreachable());
     } else {

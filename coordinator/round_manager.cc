@@ -492,14 +492,14 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
   return status;
 }
 
-absl::Status RoundManager::Deliver(int64_t session_id) {
+absl::Status RoundManager::Deliver(int64_t session_id, const v1::Delivered& delivered) {
   absl::Status status;
   {
     MutexLock lock(&mu_);
     if (!sessions_.count(session_id) || !round_.has_value()) {
       return absl::FailedPreconditionError("delivered: not in a sharded round");
     }
-    status = round_->driver->Deliver(session_id);
+    status = round_->driver->Deliver(session_id, delivered);
     Advance();
   }
   FlushTouched();
@@ -717,7 +717,7 @@ absl::Status RoundManager::Driver::FinishMean(int64_t, int, int64_t, const MeanW
   return absl::FailedPreconditionError("mean: not in a sharded round");
 }
 
-absl::Status RoundManager::Driver::Deliver(int64_t) {
+absl::Status RoundManager::Driver::Deliver(int64_t, const v1::Delivered&) {
   return absl::FailedPreconditionError("delivered: not in a sharded round");
 }
 

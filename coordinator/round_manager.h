@@ -21,6 +21,7 @@
 #include "coordinator/suspensions.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
+#include "exchange/model_digest.h"
 #include "exchange/outer_step.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
@@ -92,11 +93,12 @@ class RoundManager {
   // The member closed its side of the stream: fine once it sent every chunk (star) or
   // delivered (sharded), else a Leave.
   void EndOfInput(int64_t session);
-  // Sharded rounds: an owner's averaged chunk, and a member's "I hold every chunk". Bad input
+  // Sharded rounds: an owner's averaged chunk, and a member's "I hold every chunk" with the
+  // digests of its copy (docs/design.md, "Digests"). Bad input
   // drops the member (and closes its stream) as for AddChunk. A chunk relayed to a member
   // moves into that member's message (no copy): `chunk` may be left empty.
   absl::Status AddMean(int64_t session, v1::Chunk* chunk);
-  absl::Status Deliver(int64_t session);
+  absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
   absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
   // Deadlines, expired leases and the run's state; the server calls it periodically.
   void Tick();
@@ -123,6 +125,8 @@ class RoundManager {
   struct NextModel {
     std::shared_ptr<std::vector<float>> global;
     std::shared_ptr<std::vector<float>> momentum;  // empty without outer momentum
+    // Each chunk's digest, taken as its mean is applied (the members' are checked against it).
+    RangeDigests digests{0};
   };
   // An owner's mean, claimed under the lock and applied outside it (ShardedDriver).
   struct MeanWork {
@@ -171,7 +175,7 @@ class RoundManager {
     virtual absl::Status FinishMean(int64_t session, int index, int64_t bytes, const MeanWork& work,
                                     absl::Status applied,
                                     std::shared_ptr<v1::SyncResponse> relayed);
-    virtual absl::Status Deliver(int64_t session);
+    virtual absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
     virtual absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
 
    protected:

@@ -15,6 +15,7 @@
 #include "coordinator/round_manager.h"
 #include "coordinator/sharded_round.h"
 #include "exchange/codec.h"
+#include "exchange/model_digest.h"
 #include "exchange/outer_step.h"
 
 namespace localsgd {
@@ -28,6 +29,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     next_ = std::make_shared<NextModel>();
     next_->global = engine.SpareBuffer(static_cast<size_t>(engine.layout().num_values));
     next_->momentum = engine.SpareBuffer(engine.momentum().size());
+    next_->digests = RangeDigests(engine.layout().num_chunks());
   }
 
   absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
@@ -123,9 +125,11 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     return absl::OkStatus();
   }
 
-  absl::Status Deliver(int64_t session) override {
+  absl::Status Deliver(int64_t session, const v1::Delivered& delivered) override {
     Session& s = m_->sessions_.at(session);
-    absl::Status status = round_.Deliver(s.member_id, m_->options_.clock());
+    absl::Status status = round_.Deliver(
+        s.member_id, {delivered.range_digests().begin(), delivered.range_digests().end()},
+        m_->options_.clock());
     if (status.ok()) {
       s.delivered = true;
     } else {
@@ -149,7 +153,16 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     } else if (round_.phase() == ShardedRound::Phase::kCommitted && m_->MayCommit() &&
                means_done_ == m_->round_->reducer->layout().num_chunks()) {
       // Every member applies the same decoded mean through the same outer step; so did this
-      // copy, chunk by chunk, into next_.
+      // copy, chunk by chunk, into next_. Nothing commits on copies that differ.
+      std::vector<uint64_t> reference;
+      for (const ShardedRound::Shard& shard : round_.shards()) {
+        reference.push_back(next_->digests.Of(shard.begin_chunk, shard.end_chunk));
+      }
+      if (!round_.Verify(reference)) {
+        SendDiverged();
+        m_->Abort(std::string(round_.abort_reason()));
+        return;
+      }
       m_->round_->reducer->InstallNext(std::move(next_->global), std::move(next_->momentum));
       const std::vector<std::string> included = round_.Included();
       const size_t owners = round_.shards().size();
@@ -250,6 +263,24 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     }
   }
 
+  // The members whose copies differ fetch the committed model: a StaleRound, then the end of
+  // their streams (FAILED_PRECONDITION), before the others' end ABORTED.
+  void SendDiverged() {
+    for (const std::string& id : round_.diverged()) {
+      auto it = m_->SessionOf(id);
+      if (it == m_->sessions_.end()) continue;
+      auto response = std::make_shared<v1::SyncResponse>();
+      response->mutable_stale()->set_committed_round(m_->model_.round());
+      response->mutable_stale()->set_global_step(m_->model_.global_step());
+      it->second.member->Enqueue(std::move(response));
+      it->second.member->Close(absl::FailedPreconditionError(
+          absl::StrCat("round ", round_.number(), " aborted: ", round_.abort_reason(),
+                       "; fetch the committed model (round ", m_->model_.round(), ")")));
+      m_->Touch(it->second.member);
+      m_->sessions_.erase(it);
+    }
+  }
+
   // The RoundHeader with the layout, to every member.
   void SendLayout() {
     const ChunkLayout& layout = m_->round_->reducer->layout();
@@ -340,14 +371,15 @@ absl::Status RoundManager::MeanWork::Apply(int index, v1::Chunk* chunk,
   if (absl::Status status = Decode(codec, chunk->data(), region); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
   }
+  const absl::Span<float> next_momentum =
+      next->momentum->empty() ? absl::Span<float>()
+                              : absl::MakeSpan(*next->momentum).subspan(begin, size);
   if (!OuterStepInto(outer, region, engine->global().subspan(begin, size),
-                     momentum.empty() ? momentum : momentum.subspan(begin, size),
-                     next->momentum->empty()
-                         ? absl::Span<float>()
-                         : absl::MakeSpan(*next->momentum).subspan(begin, size))) {
+                     momentum.empty() ? momentum : momentum.subspan(begin, size), next_momentum)) {
     return absl::OutOfRangeError(
         absl::StrCat("the update of chunk ", index, " overflows fp32 (the deltas are too large)"));
   }
+  next->digests.Set(index, ChunkDigest(region, next_momentum));
   // The member this range is relayed to gets the owner's bytes as they are (moved, not
   // copied).
   if (relay_session != -1) {

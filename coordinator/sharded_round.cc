@@ -132,14 +132,21 @@ absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::
   return absl::OkStatus();
 }
 
-absl::Status ShardedRound::Deliver(const std::string& member_id, absl::Time now) {
+absl::Status ShardedRound::Deliver(const std::string& member_id,
+                                   std::vector<uint64_t> range_digests, absl::Time now) {
   Member* member = Find(member_id);
   if (phase_ != Phase::kExchanging || member == nullptr || member->slot < 0 || member->dropped) {
     return absl::FailedPreconditionError(
         absl::StrCat(member_id, " is not exchanging in round ", options_.number));
   }
   if (member->delivered) return absl::InvalidArgumentError("delivered: sent twice");
+  if (range_digests.size() != shards_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delivered.range_digests: ", range_digests.size(), " digests for ",
+                     shards_.size(), " ranges"));
+  }
   member->delivered = true;
+  member->range_digests = std::move(range_digests);
   first_delivery_ = std::min(first_delivery_, now);
   last_delivery_ = std::max(last_delivery_, now);
   Advance(now);
@@ -247,6 +254,30 @@ void ShardedRound::Advance(absl::Time now) {
     if (member.slot >= 0 && !member.dropped && !member.delivered) return;
   }
   phase_ = Phase::kCommitted;
+}
+
+bool ShardedRound::Verify(const std::vector<uint64_t>& range_digests) {
+  if (phase_ != Phase::kCommitted) return phase_ != Phase::kAborted;
+  std::vector<std::string> named;
+  for (const Member& member : expected_) {
+    if (member.slot < 0 || member.dropped) continue;
+    std::vector<std::string> ranges;
+    for (size_t s = 0; s < shards_.size() && s < range_digests.size(); ++s) {
+      if (member.range_digests[s] != range_digests[s]) ranges.push_back(absl::StrCat(s));
+    }
+    if (ranges.empty()) continue;
+    const std::string& id = member.candidate.member_id;
+    diverged_.push_back(id);
+    blamed_.push_back(RoundFault{id, "its copy of the global model differs from the others'", ""});
+    named.push_back(absl::StrCat(id, " (range", ranges.size() == 1 ? " " : "s ",
+                                 absl::StrJoin(ranges, ", "), ")"));
+  }
+  if (named.empty()) return true;
+  AbortWith(absl::StrCat(
+      "the digests of ", absl::StrJoin(named, ", "),
+      " differ from the coordinator's: ", named.size() == 1 ? "its copy" : "their copies",
+      " of the global model would not be the others'"));
+  return false;
 }
 
 std::vector<RoundFault> ShardedRound::Faults() const {

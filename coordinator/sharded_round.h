@@ -85,8 +85,15 @@ class ShardedRound {
   // the round aborts naming both. INVALID_ARGUMENT when that member owns nothing here.
   absl::Status Unreachable(const std::string& member_id, const std::string& owner_id,
                            const std::string& reason);
-  // The member holds every averaged chunk (at `now`).
-  absl::Status Deliver(const std::string& member_id, absl::Time now);
+  // The member holds every averaged chunk (at `now`), and its copy of each range will have
+  // `range_digests` (by shard) at the commit. INVALID_ARGUMENT naming the field when there is
+  // not one digest per range.
+  absl::Status Deliver(const std::string& member_id, std::vector<uint64_t> range_digests,
+                       absl::Time now);
+  // Once complete (kCommitted): the coordinator's own digests of the ranges. Every member
+  // still in the round must have delivered the same; if one did not, the round aborts naming
+  // it (and the ranges), diverged() lists it, and false is returned.
+  bool Verify(const std::vector<uint64_t>& range_digests);
   // Deadlines.
   void Tick(absl::Time now);
 
@@ -113,6 +120,8 @@ class ShardedRound {
   int ShardOf(int chunk) const;
   // Every member dropped so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
+  // The members whose digests differed from the coordinator's (Verify), in slot order.
+  const std::vector<std::string>& diverged() const { return diverged_; }
   // From the first member's delivery to the last one's (0 before two deliveries).
   absl::Duration SlowestWait() const;
   // What the round holds against its members (Suspensions): every drop, and the owners its
@@ -125,6 +134,7 @@ class ShardedRound {
     bool arrived = false;
     bool dropped = false;
     bool delivered = false;
+    std::vector<uint64_t> range_digests;  // by shard, once delivered
     double weight = 0;
     int64_t step = 0;
     int slot = -1;  // in members_, once laid out
@@ -154,6 +164,7 @@ class ShardedRound {
   std::vector<std::pair<std::string, std::string>> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
   std::vector<RoundFault> blamed_;  // by the abort
+  std::vector<std::string> diverged_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();
 };

@@ -57,6 +57,16 @@ class ShardedRoundTest : public ::testing::Test {
     }
   }
 
+  // The member delivers digests that agree with Reference's.
+  absl::Status Deliver(ShardedRound& round, const std::string& member_id) {
+    return round.Deliver(member_id, Reference(round), clock_.Now());
+  }
+  static std::vector<uint64_t> Reference(const ShardedRound& round) {
+    std::vector<uint64_t> digests;
+    for (size_t s = 0; s < round.shards().size(); ++s) digests.push_back(1000 + s);
+    return digests;
+  }
+
   FakeClock clock_;
 };
 
@@ -171,8 +181,8 @@ TEST_F(ShardedRoundTest, AnUnusableMeanAbortsTheRoundEvenWhenEveryoneDelivered) 
   ShardedRound round = Make(2, 4);
   ArriveAll(round, 2);
   SendAllMeans(round);
-  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
-  ASSERT_THAT(round.Deliver("m1", clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  ASSERT_THAT(Deliver(round, "m1"), IsOk());
   ASSERT_EQ(round.phase(), Phase::kCommitted);  // decided, but the coordinator lacks chunk 3
   round.RefuseMean("m1", 3, "chunk data: 400 bytes");
   EXPECT_EQ(round.phase(), Phase::kAborted);
@@ -201,14 +211,55 @@ TEST_F(ShardedRoundTest, CommitsOnlyWhenEveryChunkIsInAndEveryMemberDelivered) {
   ArriveAll(round, 2);
   SendAllMeans(round);
   EXPECT_EQ(round.phase(), Phase::kExchanging);
-  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
   EXPECT_EQ(round.phase(), Phase::kExchanging);
   clock_.Advance(absl::Milliseconds(30));
-  ASSERT_THAT(round.Deliver("m1", clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m1"), IsOk());
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m1"));
   EXPECT_EQ(round.Step(0), 16);
   EXPECT_EQ(round.SlowestWait(), absl::Milliseconds(30));
+}
+
+TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
+  ShardedRound round = Make(3, 6);
+  ArriveAll(round, 3);
+  ASSERT_EQ(round.shards().size(), 3u);
+  SendAllMeans(round);
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  std::vector<uint64_t> differs = Reference(round);
+  differs[2] ^= 1;
+  ASSERT_THAT(round.Deliver("m1", differs, clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m2"), IsOk());
+  ASSERT_EQ(round.phase(), Phase::kCommitted);  // complete: the digests are checked now
+  EXPECT_FALSE(round.Verify(Reference(round)));
+  EXPECT_EQ(round.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), HasSubstr("the digests of m1 (range 2) differ"));
+  EXPECT_THAT(round.diverged(), ElementsAre("m1"));
+  // Held against m1 alone (Suspensions).
+  std::vector<std::string> blamed;
+  for (const RoundFault& fault : round.Faults()) blamed.push_back(fault.member_id);
+  EXPECT_THAT(blamed, ElementsAre("m1"));
+
+  // Agreeing copies commit.
+  ShardedRound agreed = Make(3, 6);
+  ArriveAll(agreed, 3);
+  SendAllMeans(agreed);
+  for (const char* id : {"m0", "m1", "m2"}) ASSERT_THAT(Deliver(agreed, id), IsOk());
+  EXPECT_TRUE(agreed.Verify(Reference(agreed)));
+  EXPECT_EQ(agreed.phase(), Phase::kCommitted);
+  EXPECT_THAT(agreed.diverged(), IsEmpty());
+}
+
+TEST_F(ShardedRoundTest, DigestsMustBeOnePerRange) {
+  ShardedRound round = Make(2, 4);
+  ArriveAll(round, 2);
+  EXPECT_THAT(round.Deliver("m0", {}, clock_.Now()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "delivered.range_digests: 0 digests for 2 ranges"));
+  EXPECT_THAT(round.Deliver("m0", {1, 2, 3}, clock_.Now()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "3 digests for 2 ranges"));
+  EXPECT_THAT(Deliver(round, "m0"), IsOk());
 }
 
 TEST_F(ShardedRoundTest, BadMeansAreRefused) {
@@ -220,8 +271,7 @@ TEST_F(ShardedRoundTest, BadMeansAreRefused) {
   EXPECT_THAT(round.AddMean("m0", 9), StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
   ASSERT_THAT(round.AddMean("m0", 0), IsOk());
   EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
-  EXPECT_THAT(round.Deliver("m9", clock_.Now()),
-              StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+  EXPECT_THAT(Deliver(round, "m9"), StatusIs(absl::StatusCode::kFailedPrecondition, ""));
 }
 
 TEST_F(ShardedRoundTest, LateAndUnexpectedMembersAreToldSo) {
@@ -262,11 +312,11 @@ TEST_F(ShardedRoundTest, AnOwnerLeavingAfterItsRangeIsAveragedIsOnlyDropped) {
   ShardedRound round = Make(3, 6);
   ArriveAll(round, 3);
   SendAllMeans(round);
-  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
   round.Leave("m1", "stream broke", clock_.Now());
   EXPECT_THAT(round.TakeDrops(), ElementsAre(Pair("m1", "stream broke")));
   EXPECT_EQ(round.phase(), Phase::kExchanging);
-  ASSERT_THAT(round.Deliver("m2", clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m2"), IsOk());
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m2"));
   EXPECT_EQ(round.Step(0), 24);
@@ -301,8 +351,8 @@ TEST_F(ShardedRoundTest, AMemberThatMissesTheUpdateIsDroppedAtTheDeadline) {
   ShardedRound round = Make(3, 3);
   ArriveAll(round, 3);
   SendAllMeans(round);
-  ASSERT_THAT(round.Deliver("m0", clock_.Now()), IsOk());
-  ASSERT_THAT(round.Deliver("m2", clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  ASSERT_THAT(Deliver(round, "m2"), IsOk());
   clock_.Advance(absl::Seconds(11));
   round.Tick(clock_.Now());
   EXPECT_EQ(round.phase(), Phase::kCommitted);

@@ -22,9 +22,9 @@ void RoundUploader::OnFailure(const absl::Status& status) {
   context_->TryCancel();
 }
 
-void RoundUploader::Deliver() {
+void RoundUploader::Deliver(std::vector<uint64_t> range_digests) {
   MutexLock lock(&mu_);
-  deliver_ = true;
+  deliver_ = std::move(range_digests);
 }
 
 void RoundUploader::Unreachable(const std::string& peer_id, const absl::Status& why) {
@@ -53,12 +53,13 @@ void RoundUploader::Run() {
   while (true) {
     std::shared_ptr<const OwnerMean> mean;
     bool more = false;  // another mean is queued behind this one
-    bool deliver = false;
+    std::optional<std::vector<uint64_t>> deliver;
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](RoundUploader* u) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return u->stop_ || !u->queue_.empty() || u->deliver_ || !u->reports_.empty();
+            return u->stop_ || !u->queue_.empty() || u->deliver_.has_value() ||
+                   !u->reports_.empty();
           },
           this));
       if (stop_) return;
@@ -70,8 +71,8 @@ void RoundUploader::Run() {
         queue_.pop_front();
         more = !queue_.empty();
       } else {
-        deliver = true;
-        deliver_ = false;
+        deliver = std::move(deliver_);
+        deliver_.reset();
       }
     }
     if (mean != nullptr) {
@@ -84,7 +85,9 @@ void RoundUploader::Run() {
       if (!written) return;  // the stream ended: the reader sees why
       continue;
     }
-    if (deliver) request.mutable_delivered();  // else: a report, copied above
+    if (deliver.has_value()) {
+      *request.mutable_delivered()->mutable_range_digests() = {deliver->begin(), deliver->end()};
+    }  // else: a report, copied above
     if (!stream_->Write(request)) return;
   }
 }

@@ -3,10 +3,13 @@
 
 #include <grpcpp/client_context.h>
 
+#include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/mutex.h"
@@ -31,8 +34,8 @@ class RoundUploader : public MeanSink {
   void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) override;
   // Cancels the stream: the coordinator sees this owner leave and aborts the round.
   void OnFailure(const absl::Status& status) override;
-  // Every averaged chunk is here.
-  void Deliver();
+  // Every averaged chunk is here; `range_digests` are this copy's (Delivered.range_digests).
+  void Deliver(std::vector<uint64_t> range_digests);
   // This member's exchange with `peer_id` failed (the coordinator aborts the round).
   void Unreachable(const std::string& peer_id, const absl::Status& why);
   // Sends nothing more; waits for the write in flight.
@@ -48,7 +51,7 @@ class RoundUploader : public MeanSink {
   Mutex mu_;
   std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
-  bool deliver_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::vector<uint64_t>> deliver_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   WriteBatch batch_;  // the writer thread's

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
@@ -13,6 +15,7 @@
 #include "exchange/all_to_all.h"
 #include "exchange/codec.h"
 #include "exchange/member_round.h"
+#include "exchange/model_digest.h"
 #include "exchange/owner_link.h"
 #include "exchange/received_chunk.h"
 #include "exchange/ring_member.h"
@@ -90,10 +93,12 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     owns = true;
   }
 
-  // Every averaged chunk is decoded into `averaged` as it arrives; the commit steps `global`
-  // and `momentum` by it in place (one pass, no model-sized copy).
+  // Every averaged chunk is decoded into `averaged` as it arrives, and the digest of what the
+  // chunk of global and momentum will be is taken then; the commit steps `global` and
+  // `momentum` by it in place (one pass, no model-sized copy).
   averaged_.resize(params.size());
   const absl::Span<float> averaged = absl::MakeSpan(averaged_);
+  RangeDigests digests(layout.num_chunks());
   Mutex take_mu;  // serialises the round's bookkeeping across the schedule's threads
   // Takes averaged chunk `c` of range `s`, decoded by `decode` into the chunk's values.
   auto take = [&](int s, int c, const auto& decode) -> absl::Status {
@@ -101,14 +106,26 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       MutexLock lock(&take_mu);
       LOCALSGD_RETURN_IF_ERROR(round.Expect(s, c));
     }
-    LOCALSGD_RETURN_IF_ERROR(decode(averaged.subspan(static_cast<size_t>(layout.begin(c)),
-                                                     static_cast<size_t>(layout.size(c)))));
+    const size_t begin = static_cast<size_t>(layout.begin(c));
+    const size_t size = static_cast<size_t>(layout.size(c));
+    LOCALSGD_RETURN_IF_ERROR(decode(averaged.subspan(begin, size)));
+    digests.Set(
+        c, NextChunkDigest(
+               options_.outer, averaged.subspan(begin, size), global.subspan(begin, size),
+               keeps_momentum() ? in.momentum.subspan(begin, size) : absl::Span<const float>()));
     bool last = false;
     {
       MutexLock lock(&take_mu);
       last = round.Mark(s, c);
     }
-    if (last) uploader.Deliver();
+    if (last) {
+      std::vector<uint64_t> range_digests;
+      for (int r = 0; r < round.num_ranges(); ++r) {
+        range_digests.push_back(
+            digests.Of(round.range(r).begin_chunk(), round.range(r).end_chunk()));
+      }
+      uploader.Deliver(std::move(range_digests));
+    }
     return absl::OkStatus();
   };
   auto take_mean = [&](int s, const v1::Chunk& chunk) {
@@ -196,6 +213,8 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   ExchangeResult result;
   bool committed = false;
   absl::Status relay_problem;
+  // This member's copy differs from the others' (its digests): it is to fetch the model.
+  std::optional<v1::StaleRound> stale;
   v1::SyncResponse response;
   while (stream->Read(&response)) {
     if (response.has_update()) {
@@ -214,6 +233,8 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       }
     } else if (response.has_dropped()) {
       if (owns) options_.owner->Drop(response.dropped().member_id());
+    } else if (response.has_stale()) {
+      stale = response.stale();
     } else if (response.has_commit()) {
       result.round = response.commit().round();
       result.global_step = response.commit().global_step();
@@ -225,6 +246,9 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   uploader.Stop();
   if (owns) options_.owner->Finish(member.run_id, header.round(), header.attempt());
   const absl::Status coordinator = FromGrpcStatus(stream->Finish());
+  if (stale.has_value() && absl::IsFailedPrecondition(coordinator)) {
+    return StaleRoundError(*stale, coordinator.message());
+  }
   if (absl::Status failed = uploader.failure(); !failed.ok()) {
     // This node's range could not be averaged (an update that does not fit the codec): the
     // round is over, never the run (OUT_OF_RANGE would read as the run's end).

@@ -627,6 +627,64 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   }
 }
 
+// Issue 54: every member's copy of global[r] and its momentum is checked by digest before the
+// round commits. A copy changed by one value (here one member's global, then another's
+// momentum) aborts the round naming that member, who is told to fetch the model; nothing
+// commits on unequal copies, and the next attempt commits with all of them equal.
+TEST_F(ShardedTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 3; ++i) JoinNode(i);
+  StartRun(kDiloco);
+  const int64_t values = 100'000;
+  std::vector<float> global0 = InitModel(values);
+  Vectors globals(3, global0), momenta(3, std::vector<float>(values, 0.0f));
+  for (auto& result : SyncAll({0, 1, 2}, 1, Steps(globals, 1), globals, momenta)) {
+    ASSERT_THAT(result, IsOk());
+  }
+  int64_t round = 2;
+  for (const auto& [diverging, in_momentum] : {std::pair{2, false}, std::pair{1, true}}) {
+    SCOPED_TRACE(absl::StrCat("node-", diverging, in_momentum ? "'s momentum" : "'s global"));
+    const std::string id = absl::StrCat("node-", diverging, "/0");
+    std::vector<float>& corrupt = in_momentum ? momenta[diverging] : globals[diverging];
+    corrupt[values / 2] = std::nextafter(corrupt[values / 2], 1e9f);
+    const Vectors globals_before = globals, momenta_before = momenta;
+    std::vector<absl::StatusOr<ExchangeResult>> results =
+        SyncAll({0, 1, 2}, round, Steps(globals, round), globals, momenta);
+    for (int k = 0; k < 3; ++k) {
+      if (k == diverging) {
+        // Told to fetch the committed model, as a stale member is.
+        ASSERT_THAT(results[k], StatusIs(absl::StatusCode::kFailedPrecondition, "fetch"));
+        std::optional<v1::StaleRound> stale = StaleRoundOf(results[k].status());
+        ASSERT_TRUE(stale.has_value());
+        EXPECT_EQ(stale->committed_round(), round - 1);
+      } else {
+        EXPECT_THAT(results[k], StatusIs(absl::StatusCode::kAborted, id));
+      }
+      // Nothing was applied anywhere.
+      EXPECT_EQ(globals[k], globals_before[k]);
+      EXPECT_EQ(momenta[k], momenta_before[k]);
+    }
+    v1::CoordinatorStatus status = Status();
+    const v1::RoundRecord& record = status.recent_rounds(status.recent_rounds_size() - 1);
+    EXPECT_EQ(record.outcome(), v1::ROUND_OUTCOME_ABORTED);
+    EXPECT_THAT(record.reason(), HasSubstr(absl::StrCat("the digests of ", id)));
+    EXPECT_EQ(status.run().round(), round - 1);
+    // The member takes the committed model; the round then commits with every copy equal.
+    auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
+    ASSERT_THAT(fetched, IsOk());
+    globals[diverging] = fetched->values;
+    momenta[diverging] = fetched->momentum;
+    for (auto& result : SyncAll({0, 1, 2}, round, Steps(globals, round), globals, momenta)) {
+      ASSERT_THAT(result, IsOk());
+    }
+    for (int k = 1; k < 3; ++k) {
+      EXPECT_EQ(std::memcmp(globals[k].data(), globals[0].data(), values * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(momenta[k].data(), momenta[0].data(), values * sizeof(float)), 0);
+    }
+    ++round;
+  }
+}
+
 // Issue 12, finding 2: a node still training when the run ends is told so at its next sync,
 // takes the run's final model (bit for bit what FetchModel serves) and stops, instead of
 // training on alone with syncs refused.

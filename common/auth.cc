@@ -57,7 +57,9 @@ absl::StatusOr<std::string> ResolveToken(absl::string_view token, const std::str
     return absl::InvalidArgumentError("--token and --token_file: give at most one");
   }
   if (token_file.empty()) return std::string(token);
-  absl::StatusOr<std::string> contents = ReadFile(token_file);
+  // A token is a line of text; the bound keeps a wrong path (a device, a huge file) harmless.
+  constexpr int64_t kMaxTokenFileBytes = 64 * 1024;
+  absl::StatusOr<std::string> contents = ReadFile(token_file, kMaxTokenFileBytes);
   if (!contents.ok()) {
     return absl::Status(contents.status().code(),
                         absl::StrCat("--token_file: ", contents.status().message()));

@@ -46,6 +46,12 @@ TEST(AuthTest, ResolveTokenFromFlagOrFile) {
   EXPECT_EQ(*ResolveToken("", path), "from-file");
   EXPECT_EQ(ResolveToken("abc", path).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ResolveToken("", path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  // Issue 50, finding 8: a device is refused at once, naming the flag.
+  absl::StatusOr<std::string> zero = ResolveToken("", "/dev/zero");
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("--token_file: /dev/zero is not a regular file"),
+            std::string::npos)
+      << zero.status();
   ASSERT_TRUE(WriteFileAtomically(path, " \n").ok());
   EXPECT_EQ(ResolveToken("", path).status().code(), absl::StatusCode::kInvalidArgument);
 }

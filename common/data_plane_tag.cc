@@ -6,8 +6,13 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/member_credential.h"
 
 namespace localsgd {
+
+std::string DataPlaneKey(absl::string_view member_credential) {
+  return MemberCredentialDigest(member_credential);
+}
 
 std::string DataPlaneTag(absl::string_view key, const DataPlaneStream& stream) {
   // Names joined with NUL, which no worker id or run id holds.

@@ -8,12 +8,14 @@
 
 namespace localsgd {
 
-// Who sent a data-plane stream (docs/design.md, "Security"). For each attempt at a sharded
-// round the coordinator gives every member its own random key (RoundHeader.data_key) and,
-// for each member, the tag that member's streams to this member must carry
-// (RoundHeader.peer_tags). A member tags each stream it opens with its key and the receiver's
-// id, so a receiver can tell it came from that member, and a tag seen by one receiver is no
-// use towards another.
+// Who sent a data-plane stream (docs/design.md, "Security"). Every member has a key that only
+// it and the coordinator hold: the digest of its member credential (DataPlaneKey), which the
+// coordinator keeps in place of the credential. For each attempt at a sharded round the
+// coordinator gives every member the tags of the streams it is to open
+// (RoundHeader.stream_tags), each made under the receiver's key; the receiver checks a
+// stream's tag with its own key as soon as the stream opens, whatever round or attempt it
+// names, so a stream the coordinator did not schedule is refused before anything is kept, and
+// a tag is no use towards another receiver, sender, round or attempt.
 struct DataPlaneStream {
   std::string run_id;
   int64_t round = 0;
@@ -22,7 +24,10 @@ struct DataPlaneStream {
   std::string receiver;  // worker id
 };
 
-// HMAC-SHA256 of the stream's names under `key`, as 64 hex digits.
+// The key of the member holding `member_credential`: its digest (MemberCredentialDigest).
+std::string DataPlaneKey(absl::string_view member_credential);
+
+// HMAC-SHA256 of the stream's names under `key` (the receiver's), as 64 hex digits.
 std::string DataPlaneTag(absl::string_view key, const DataPlaneStream& stream);
 
 // Whether `tag` is `expected`, in a time that does not depend on where they differ. Nothing

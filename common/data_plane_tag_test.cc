@@ -1,5 +1,6 @@
 #include "common/data_plane_tag.h"
 
+#include "common/member_credential.h"
 #include "gtest/gtest.h"
 
 namespace localsgd {
@@ -22,6 +23,12 @@ TEST(DataPlaneTagTest, ATagNamesItsKeySenderReceiverAndAttempt) {
   EXPECT_FALSE(DataPlaneTagMatches(tag.substr(1), tag));
   EXPECT_FALSE(DataPlaneTagMatches("", tag));
   EXPECT_FALSE(DataPlaneTagMatches("", ""));
+}
+
+TEST(DataPlaneTagTest, AMembersKeyIsItsCredentialsDigest) {
+  // The coordinator keeps the digest, never the credential; the member derives the same key.
+  EXPECT_EQ(DataPlaneKey("credential-1"), MemberCredentialDigest("credential-1"));
+  EXPECT_NE(DataPlaneKey("credential-1"), DataPlaneKey("credential-2"));
 }
 
 }  // namespace

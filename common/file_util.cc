@@ -5,11 +5,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -39,13 +41,51 @@ constexpr char kChecksumHeader[] = "# localsgd-checksummed v1";
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoError("cannot open", path);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return ErrnoError("cannot read", path);
-  return contents.str();
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
+  // Non-blocking, so that opening a FIFO without a writer returns at once.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    absl::Status status = ErrnoError("cannot read", path);
+    close(fd);
+    return status;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  auto too_large = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds more than ", max_bytes, " bytes, more than such a file can"));
+  };
+  if (info.st_size > max_bytes) {
+    close(fd);
+    return too_large();
+  }
+  std::string contents(static_cast<size_t>(info.st_size), '\0');
+  size_t used = 0;
+  while (true) {
+    if (used == contents.size()) {
+      // The file may have grown since fstat: read on, within the bound.
+      if (static_cast<int64_t>(used) > max_bytes) break;
+      contents.resize(
+          std::min<size_t>(std::max<size_t>(2 * used, 4096), static_cast<size_t>(max_bytes) + 1));
+    }
+    const ssize_t n = read(fd, contents.data() + used, contents.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = ErrnoError("cannot read", path);
+      close(fd);
+      return status;
+    }
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (static_cast<int64_t>(used) > max_bytes) return too_large();
+  contents.resize(used);
+  return contents;
 }
 
 namespace {
@@ -108,7 +148,8 @@ absl::Status WriteChecksummedFile(const std::string& path, absl::string_view pay
 }
 
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path) {
-  LOCALSGD_ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
+  LOCALSGD_ASSIGN_OR_RETURN(std::string contents,
+                            ReadFile(path, std::numeric_limits<int64_t>::max()));
   auto corrupt = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, " is corrupt (", why,
                                             "); it was not used. Move it away to start afresh"));

@@ -1,6 +1,7 @@
 #ifndef LOCALSGD_COMMON_FILE_UTIL_H_
 #define LOCALSGD_COMMON_FILE_UTIL_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -9,8 +10,11 @@
 
 namespace localsgd {
 
-// Reads a whole file. NOT_FOUND names the path when it does not exist.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Reads a whole regular file of at most `max_bytes`. NOT_FOUND names the path when it does
+// not exist; INVALID_ARGUMENT names it when it is not a regular file (a FIFO, a device such as
+// /dev/zero, a folder: refused at once, never read or waited on) or holds more than
+// `max_bytes`.
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes);
 
 // Replaces `path` with `contents` so that a reader (or a crash) sees either the old or the new
 // file, never a mix: writes a temporary file beside it, fsyncs it, renames it over `path` and
@@ -20,8 +24,9 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 // A file whose payload is checked when read: WriteChecksummedFile writes (atomically, as
 // above) one header line "# localsgd-checksummed v1 crc32=<8 hex digits> length=<bytes>" and
 // then the payload; ReadChecksummedFile returns the payload, or DATA_LOSS naming the path when
-// the header is missing, the file is truncated or the checksum does not match. (The header is
-// a comment line, so a text-format proto payload stays readable.)
+// the header is missing, the file is truncated or the checksum does not match (and ReadFile's
+// errors, with no bound on the size). (The header is a comment line, so a text-format proto
+// payload stays readable.)
 absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload);
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path);
 

@@ -1,5 +1,8 @@
 #include "common/file_util.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -18,15 +21,37 @@ TEST(FileUtilTest, WriteThenReadBack) {
   std::string path = TempDir() + "/atomic.bin";
   std::string payload("a\0b\nc", 5);
   ASSERT_TRUE(WriteFileAtomically(path, payload).ok());
-  auto read = ReadFile(path);
+  auto read = ReadFile(path, 100);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(*read, payload);
   ASSERT_TRUE(WriteFileAtomically(path, "second").ok());
-  EXPECT_EQ(*ReadFile(path), "second");
+  EXPECT_EQ(*ReadFile(path, 100), "second");
+}
+
+// Issue 50, finding 8: a token file named /dev/zero grew a process without bound, and a FIFO
+// with no writer blocked it for good. Only regular files are read, and only up to the bound.
+TEST(FileUtilTest, OnlyRegularFilesWithinTheBoundAreRead) {
+  for (const std::string& path : {std::string("/dev/zero"), TempDir()}) {
+    EXPECT_THAT(ReadFile(path, 100),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument, "is not a regular file"))
+        << path;
+  }
+  const std::string fifo = TempDir() + "/fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(ReadFile(fifo, 100),  // returns at once: nobody writes to it
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "fifo is not a regular file"));
+  const std::string big = TempDir() + "/big";
+  ASSERT_TRUE(WriteFileAtomically(big, std::string(101, 'x')).ok());
+  EXPECT_THAT(ReadFile(big, 100),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, "more than 100 bytes"));
+  EXPECT_EQ(ReadFile(big, 101)->size(), 101u);
+  // A file whose size fstat does not know (procfs) is read to its end.
+  EXPECT_NE(ReadFile("/proc/self/status", 1 << 20)->find("VmRSS"), std::string::npos);
 }
 
 TEST(FileUtilTest, MissingFileIsNotFoundAndNamesThePath) {
-  auto read = ReadFile(TempDir() + "/does-not-exist");
+  auto read = ReadFile(TempDir() + "/does-not-exist", 100);
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(read.status().message().find("does-not-exist"), std::string::npos);
@@ -61,7 +86,7 @@ TEST(ChecksummedFileTest, RoundTripsBinaryPayloads) {
 TEST(ChecksummedFileTest, TruncatedFlippedOrHeaderlessFilesAreDataLoss) {
   const std::string path = TempDir() + "/damaged.bin";
   ASSERT_THAT(WriteChecksummedFile(path, "run_id: \"run-1\" round: 7\n"), IsOk());
-  const std::string good = *ReadFile(path);
+  const std::string good = *ReadFile(path, 1 << 20);
 
   ASSERT_THAT(WriteFileAtomically(path, good.substr(0, good.size() - 3)), IsOk());
   EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "truncated"));

@@ -12,7 +12,8 @@ namespace {
 
 // Reads a PEM file named by `flag`.
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
-  absl::StatusOr<std::string> pem = ReadFile(path);
+  constexpr int64_t kMaxPemBytes = 1 << 20;  // a certificate chain or a key
+  absl::StatusOr<std::string> pem = ReadFile(path, kMaxPemBytes);
   if (!pem.ok())
     return absl::Status(pem.status().code(), absl::StrCat(flag, ": ", pem.status().message()));
   if (!absl::StrContains(*pem, "-----BEGIN ")) {

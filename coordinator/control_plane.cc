@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -293,6 +294,10 @@ absl::StatusOr<v1::RunInfo> ControlPlane::StartRun(const v1::StartRunRequest& re
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return history_.Find(id) != nullptr; };
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run,
                             runs_.Start(request.spec(), membership_.size(), id_taken));
+  if (run.state() == v1::RUN_STATE_WAITING_FOR_WORKERS) {
+    runs_.SetWaitingFor(WaitingFor());
+    run = runs_.info();
+  }
   // Rounds, results and series belong to one run.
   results_.clear();
   end_generations_.reset();
@@ -495,8 +500,8 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   for (const Member& member : membership_.Members()) {
     // A leader that finished training will not sync again: rounds must not wait for it.
     if (member.node_leader && !member.finished) {
-      leaders.push_back(
-          Leader{member.worker_id, member.identity.local_world_size(), member.data_address});
+      leaders.push_back(Leader{member.worker_id, member.identity.local_world_size(),
+                               member.data_address, member.credential_digest});
     }
   }
   return leaders;
@@ -590,7 +595,29 @@ void ControlPlane::RecordRound(v1::RoundRecord record) {
 void ControlPlane::UpdateRun() {
   const v1::RunState before = runs_.info().state();
   runs_.Update(membership_.size());
+  runs_.SetWaitingFor(runs_.info().state() == v1::RUN_STATE_WAITING_FOR_WORKERS ? WaitingFor()
+                                                                                : "");
   AfterRunChange(before);
+}
+
+std::string ControlPlane::WaitingFor() const {
+  std::map<std::string, std::pair<int, int>> nodes;  // joined ranks, ranks it says it has
+  for (const Member& member : membership_.Members()) {
+    std::pair<int, int>& node = nodes[member.identity.node_name()];
+    ++node.first;
+    node.second = std::max(node.second, member.identity.local_world_size());
+  }
+  std::vector<std::string> parts;
+  for (const auto& [name, ranks] : nodes) {
+    if (parts.size() == 8) {
+      parts.push_back(absl::StrCat("and ", nodes.size() - 8, " more nodes"));
+      break;
+    }
+    parts.push_back(absl::StrCat(name, ": ", ranks.first, " of ", ranks.second, " ranks"));
+  }
+  return absl::StrCat(membership_.size(), " of min_workers ", runs_.info().spec().min_workers(),
+                      " workers have joined",
+                      parts.empty() ? "" : absl::StrCat(" (", absl::StrJoin(parts, "; "), ")"));
 }
 
 void ControlPlane::RecordEvent(v1::EventSeverity severity, const std::string& kind,

@@ -93,6 +93,9 @@ class ControlPlane {
     std::string worker_id;
     int local_world_size = 1;
     std::string data_address;  // empty: it serves no sharded data plane
+    // Its data-plane key (DataPlaneKey: the digest of its latest credential), under which the
+    // tags of streams to it are made.
+    std::string data_plane_key;
   };
   std::vector<Leader> LiveLeaders() const;
 
@@ -137,6 +140,8 @@ class ControlPlane {
   // What the state file keeps, now (the state writer's source).
   StateSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
   void UpdateRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RunInfo.waiting_for: how many workers have joined, by node.
+  std::string WaitingFor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs a line and keeps it as an event of the current run.
   void Note(v1::EventSeverity severity, const std::string& kind, const std::string& worker_id,
             const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

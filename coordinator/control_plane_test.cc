@@ -126,6 +126,25 @@ TEST_F(ControlPlaneTest, RunWaitsForWorkersAndTheyLearnOfItByHeartbeat) {
   EXPECT_EQ(response->run().state(), v1::RUN_STATE_RUNNING);
 }
 
+// Issue 49: ranks sat for minutes at "waiting for a run" and nothing said who was missing.
+// The run says how many of min_workers have joined, by node, until it runs.
+TEST_F(ControlPlaneTest, AWaitingRunSaysWhoHasJoined) {
+  auto plane = Make();
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0, 2)), IsOk());
+  auto run = plane->StartRun(StartRequest(4));
+  ASSERT_THAT(run, IsOk());
+  EXPECT_EQ(run->waiting_for(), "1 of min_workers 4 workers have joined (a: 1 of 2 ranks)");
+  ASSERT_THAT(Join(*plane, JoinAs("a", 1, 2)), IsOk());
+  auto joined = Join(*plane, JoinAs("b", 0, 2));
+  ASSERT_THAT(joined, IsOk());
+  EXPECT_EQ(joined->run().waiting_for(),
+            "3 of min_workers 4 workers have joined (a: 2 of 2 ranks; b: 1 of 2 ranks)");
+  joined = Join(*plane, JoinAs("b", 1, 2));
+  ASSERT_THAT(joined, IsOk());
+  EXPECT_EQ(joined->run().state(), v1::RUN_STATE_RUNNING);
+  EXPECT_EQ(joined->run().waiting_for(), "");
+}
+
 TEST_F(ControlPlaneTest, StatusShowsMembersWithHeartbeatAge) {
   auto plane = Make();
   ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());

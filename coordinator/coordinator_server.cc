@@ -32,23 +32,24 @@ std::chrono::system_clock::time_point Deadline(absl::Duration from_now) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Options options) {
+  // Every flag is checked before anything binds a port, so that a mistake in them is what a
+  // user is told even where the port is taken.
   LOCALSGD_ASSIGN_OR_RETURN(HostPort grpc_address,
                             ParseHostPort(options.grpc_address, "--grpc_address"));
-  if (grpc_address.port != 0) {
-    // Tried first, so that a taken port is said in one line (gRPC's own refusal is a dump of
-    // its internals that never says why).
-    LOCALSGD_ASSIGN_OR_RETURN(const ListenSocket probe, Listen(grpc_address, "--grpc_address"));
-    close(probe.fd);
-  }
   if (options.lease_timeout <= absl::ZeroDuration() ||
       options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_interval >= options.lease_timeout) {
     return absl::InvalidArgumentError(
         "--lease_timeout and --heartbeat_interval: need 0 < heartbeat interval < lease timeout");
   }
-
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             MakeServerCredentials(options.tls));
+  if (grpc_address.port != 0) {
+    // Tried before gRPC's own bind, so that a taken port is said in one line (gRPC's refusal is
+    // a dump of its internals that never says why).
+    LOCALSGD_ASSIGN_OR_RETURN(const ListenSocket probe, Listen(grpc_address, "--grpc_address"));
+    close(probe.fd);
+  }
 
   std::unique_ptr<CoordinatorServer> self(new CoordinatorServer());
   if (!options.state_dir.empty()) {

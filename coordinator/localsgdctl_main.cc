@@ -104,7 +104,8 @@ class Ctl {
   int Start() {
     const std::string path = absl::GetFlag(FLAGS_spec);
     if (path.empty()) return Usage("start needs --spec=FILE");
-    absl::StatusOr<std::string> text = localsgd::ReadFile(path);
+    constexpr int64_t kMaxSpecBytes = 1 << 20;  // a run spec is a few lines of text
+    absl::StatusOr<std::string> text = localsgd::ReadFile(path, kMaxSpecBytes);
     if (!text.ok()) return Fail(text.status());
     absl::StatusOr<localsgd::v1::RunSpec> spec = localsgd::ParseRunSpecText(*text);
     if (!spec.ok())

@@ -1,5 +1,6 @@
 #include "coordinator/model_store.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,18 @@ absl::StatusOr<std::optional<ModelCheckpoint>> ModelStore::Load() const {
       saved.global_step() < 0) {
     return absl::DataLossError(
         absl::StrCat(path_, " is corrupt (not a SavedModel); move it away to start afresh"));
+  }
+  // Every saved model was finite (a commit that is not aborts): anything else was changed on
+  // disk, and training from it would spread NaN to every member.
+  for (const std::vector<float>* values : {&checkpoint.global, &checkpoint.momentum}) {
+    for (size_t i = 0; i < values->size(); ++i) {
+      if (!std::isfinite((*values)[i])) {
+        return absl::DataLossError(
+            absl::StrCat(path_, " is corrupt (value ", i,
+                         values == &checkpoint.global ? " of the model" : " of the momentum",
+                         " is ", (*values)[i], "); move it away to start afresh"));
+      }
+    }
   }
   checkpoint.run_id = saved.run_id();
   checkpoint.round = saved.round();

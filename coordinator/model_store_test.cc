@@ -1,6 +1,8 @@
 #include "coordinator/model_store.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "common/file_util.h"
 #include "gtest/gtest.h"
@@ -48,7 +50,7 @@ TEST(ModelStoreTest, TruncatedOrAlteredCheckpointIsDataLoss) {
   auto store = ModelStore::Open(Dir("damaged"));
   ASSERT_THAT(store, IsOk());
   ASSERT_THAT(store->Save("run-1", 3, 24, RandomVector(1000, 3), RandomVector(1000, 4)), IsOk());
-  const std::string good = *ReadFile(store->path());
+  const std::string good = *ReadFile(store->path(), 1 << 30);
 
   ASSERT_THAT(WriteFileAtomically(store->path(), good.substr(0, good.size() / 2)), IsOk());
   EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "model.bin"));
@@ -60,6 +62,22 @@ TEST(ModelStoreTest, TruncatedOrAlteredCheckpointIsDataLoss) {
 
   ASSERT_THAT(WriteChecksummedFile(store->path(), "\xff\xff not a proto"), IsOk());
   EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "not a SavedModel"));
+}
+
+// Issue 50, finding 8: a state folder whose model.bin holds NaN (written with a valid
+// checksum) was accepted, and every member would have trained from it.
+TEST(ModelStoreTest, ANonFiniteValueIsDataLoss) {
+  auto store = ModelStore::Open(Dir("nan"));
+  ASSERT_THAT(store, IsOk());
+  std::vector<float> global = RandomVector(1000, 3);
+  global[17] = std::nanf("");
+  ASSERT_THAT(store->Save("run-1", 3, 24, global, {}), IsOk());
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "value 17 of the model is nan"));
+  std::vector<float> momentum(1000, 0.0f);
+  momentum[5] = INFINITY;
+  ASSERT_THAT(store->Save("run-1", 3, 24, RandomVector(1000, 3), momentum), IsOk());
+  EXPECT_THAT(store->Load(),
+              StatusIs(absl::StatusCode::kDataLoss, "value 5 of the momentum is inf"));
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ class RunManager {
   // `live_workers` >= min_workers; RUNNING -> FAILED after quorum_timeout below min_workers.
   // Returns whether anything changed.
   bool Update(int live_workers);
+  // RunInfo.waiting_for (the control plane knows the members).
+  void SetWaitingFor(std::string text) { info_.set_waiting_for(std::move(text)); }
 
   // Commits sync round `round` (must be the next one) at `global_step` (must not go back).
   // `synced_step`: the least step at which every part of the model last synced (global_step

@@ -3,6 +3,7 @@
 // averaged chunks, relays a range's means to the member the layout names, and applies the
 // means through the outer optimizer into the next model exactly as the members do.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/data_plane_tag.h"
-#include "common/member_credential.h"
 #include "coordinator/round_manager.h"
 #include "coordinator/sharded_round.h"
 #include "exchange/codec.h"
@@ -24,6 +24,9 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
  public:
   ShardedDriver(RoundManager* manager, const std::vector<ControlPlane::Leader>& leaders)
       : m_(manager), round_(Options(*manager), Candidates(leaders)) {
+    for (const ControlPlane::Leader& leader : leaders) {
+      data_plane_keys_[leader.worker_id] = leader.data_plane_key;
+    }
     RangeReducer& engine = *m_->round_->reducer;
     attempt_ = m_->next_attempt_++;
     next_ = std::make_shared<NextModel>();
@@ -313,43 +316,44 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     }
     mean_bytes_.assign(round_.shards().size(), 0);
     laid_out_ = true;
-    // Each member gets its own copy: its key for this attempt, and the tags of the streams it
-    // will receive (docs/design.md, "Security").
+    // Each member gets its own copy, with the tags of the streams it is to open
+    // (docs/design.md, "Security").
     const std::vector<std::string>& members = round_.members();
-    std::vector<std::string> keys;
-    for (size_t i = 0; i < members.size(); ++i) keys.push_back(NewMemberCredential());
     for (auto& [session_id, session] : m_->sessions_) {
       const auto slot = std::find(members.begin(), members.end(), session.member_id);
       if (slot == members.end()) continue;
       auto copy = std::make_shared<v1::SyncResponse>(*response);
-      AddIdentity(static_cast<int>(slot - members.begin()), keys, copy->mutable_header());
+      AddStreamTags(static_cast<int>(slot - members.begin()), copy->mutable_header());
       session.member->Enqueue(std::move(copy));
       m_->Touch(session.member);
     }
   }
 
-  // Member `slot`'s key, and the tags of the streams it receives by position in the members
-  // (empty for a member it receives none from): an owner gets every member's Reduce stream;
-  // in a ring a member gets only its predecessor's Pass stream, and no Reduce stream.
-  void AddIdentity(int slot, const std::vector<std::string>& keys, v1::RoundHeader* header) const {
+  // By position in the members, the tag of each stream member `slot` opens, made under the
+  // receiver's key (empty where it opens none): in a ring, its Pass stream to its successor;
+  // otherwise a Reduce stream to every other owner.
+  void AddStreamTags(int slot, v1::RoundHeader* header) const {
     const std::vector<std::string>& members = round_.members();
     const int n = static_cast<int>(members.size());
-    header->set_data_key(keys[slot]);
-    const bool owner =
-        std::any_of(round_.shards().begin(), round_.shards().end(),
-                    [&](const ShardedRound::Shard& s) { return s.owner_slot == slot; });
-    for (int sender = 0; sender < n; ++sender) {
-      const bool receives = round_.ring() ? sender == (slot + n - 1) % n : owner;
-      header->add_peer_tags(
-          receives ? DataPlaneTag(keys[sender],
-                                  DataPlaneStream{m_->model_.run_id(), round_.number(), attempt_,
-                                                  members[sender], members[slot]})
-                   : std::string());
+    for (int receiver = 0; receiver < n; ++receiver) {
+      const bool owner =
+          std::any_of(round_.shards().begin(), round_.shards().end(),
+                      [&](const ShardedRound::Shard& s) { return s.owner_slot == receiver; });
+      const bool opens = round_.ring() ? receiver == (slot + 1) % n : owner && receiver != slot;
+      auto key = data_plane_keys_.find(members[receiver]);
+      header->add_stream_tags(
+          opens && key != data_plane_keys_.end()
+              ? DataPlaneTag(key->second,
+                             DataPlaneStream{m_->model_.run_id(), round_.number(), attempt_,
+                                             members[slot], members[receiver]})
+              : std::string());
     }
   }
 
   RoundManager* const m_;
   ShardedRound round_;
+  // By member: its data-plane key as of the round's opening (ControlPlane::Leader).
+  std::map<std::string, std::string> data_plane_keys_;
   uint64_t attempt_ = 0;
   bool laid_out_ = false;  // the RoundHeader went out
   // The next model, computed chunk by chunk as the means arrive, installed at the commit.

@@ -56,14 +56,14 @@ int main(int argc, char** argv) try {
     optimizer.zero_grad();
     // (2) Count the optimizer step: every local_sgd_steps of them, the replicas average.
     if (absl::Status s = local_sgd->Step(); !s.ok()) throw std::runtime_error(s.ToString());
-    local_sgd->Report(loss.item<double>());  // optional: the status page's loss
+    local_sgd->Report(loss.item<double>()).IgnoreError();  // optional: the status page's loss
   }
 
   // The run's last step synced already: every copy is the run's model.
   auto [test_x, test_y] = Samples(2048, 99);
   torch::NoGradGuard no_grad;
   const torch::Tensor correct = net->forward(test_x).argmax(1).eq(test_y).to(torch::kFloat64);
-  local_sgd->Report(loss.item<double>(), correct.mean().item<double>());
+  local_sgd->Report(loss.item<double>(), correct.mean().item<double>()).IgnoreError();
   local_sgd.reset();  // finishes: the destructor reports, syncs if needed, and leaves
   if (argc > 1) {
     std::ofstream out(argv[1], std::ios::binary);

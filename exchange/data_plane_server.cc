@@ -19,6 +19,7 @@
 #include "exchange/chunk_wire.h"
 #include "exchange/received_chunk.h"
 #include "exchange/stream_outbox.h"
+#include "exchange/stream_tag_check.h"
 #include "exchange/write_batch.h"
 
 namespace localsgd {
@@ -93,8 +94,8 @@ class ReduceStreamAdapter : public ReduceStream {
 // One member's Reduce call: the header, then the chunks, handed to the owner.
 class ReduceReactor : public ReduceReactorBase {
  public:
-  ReduceReactor(ShardOwner* owner, const absl::Status& auth)
-      : owner_(owner), stream_(std::make_shared<ReduceStreamAdapter>(this, &wire_)) {
+  ReduceReactor(ShardOwner* owner, const StreamTagCheck* tags, const absl::Status& auth)
+      : owner_(owner), tags_(tags), stream_(std::make_shared<ReduceStreamAdapter>(this, &wire_)) {
     if (!auth.ok()) {
       End(auth);
       return;
@@ -116,6 +117,10 @@ class ReduceReactor : public ReduceReactorBase {
     if (session_ == 0) {
       if (!request_.has_header()) {
         End(absl::InvalidArgumentError("the first message must be a header"));
+        return;
+      }
+      if (absl::Status s = tags_->Check(request_.header()); !s.ok()) {
+        End(s);
         return;
       }
       bool waiting = false;
@@ -156,6 +161,7 @@ class ReduceReactor : public ReduceReactorBase {
   }
 
   ShardOwner* const owner_;
+  const StreamTagCheck* const tags_;
   grpc::ByteBuffer wire_;      // the request as read
   v1::ReduceRequest request_;  // ... and parsed
   const std::shared_ptr<ReduceStreamAdapter> stream_;
@@ -169,8 +175,9 @@ class ReduceReactor : public ReduceReactorBase {
 // a typed parse (docs/design.md, "Copies").
 class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  PassReactor(RingInbox* inbox, const absl::Status& auth, grpc::ByteBuffer* response)
-      : inbox_(inbox) {
+  PassReactor(RingInbox* inbox, const StreamTagCheck* tags, const absl::Status& auth,
+              grpc::ByteBuffer* response)
+      : inbox_(inbox), tags_(tags) {
     *response = SerializedBuffer(v1::PassResponse());  // the answer, once the stream ended
     if (!auth.ok()) {
       Finish(ToGrpcStatus(auth));
@@ -216,6 +223,7 @@ class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (!request.has_header()) {
       return absl::InvalidArgumentError("the first message must be a header");
     }
+    LOCALSGD_RETURN_IF_ERROR(tags_->Check(request.header()));
     LOCALSGD_ASSIGN_OR_RETURN(id_, inbox_->Open(request.header()));
     return absl::OkStatus();
   }
@@ -248,6 +256,7 @@ class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   RingInbox* const inbox_;
+  const StreamTagCheck* const tags_;
   grpc::ByteBuffer wire_;
   int64_t id_ = 0;
 };
@@ -256,21 +265,24 @@ class DataPlaneService final
     : public v1::DataPlane::WithRawCallbackMethod_Pass<
           v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service>> {
  public:
-  DataPlaneService(ShardOwner* owner, RingInbox* inbox, std::string token)
-      : owner_(owner), inbox_(inbox), token_(std::move(token)) {}
+  DataPlaneService(ShardOwner* owner, RingInbox* inbox, const StreamTagCheck* tags,
+                   std::string token)
+      : owner_(owner), inbox_(inbox), tags_(tags), token_(std::move(token)) {}
 
   ReduceReactorBase* Reduce(grpc::CallbackServerContext* context) override {
-    return new ReduceReactor(owner_, CheckBearerToken(context->client_metadata(), token_));
+    return new ReduceReactor(owner_, tags_, CheckBearerToken(context->client_metadata(), token_));
   }
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* Pass(grpc::CallbackServerContext* context,
                                                   grpc::ByteBuffer* response) override {
-    return new PassReactor(inbox_, CheckBearerToken(context->client_metadata(), token_), response);
+    return new PassReactor(inbox_, tags_, CheckBearerToken(context->client_metadata(), token_),
+                           response);
   }
 
  private:
   ShardOwner* const owner_;
   RingInbox* const inbox_;
+  const StreamTagCheck* const tags_;
   const std::string token_;
 };
 
@@ -280,8 +292,9 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(Options 
   LOCALSGD_ASSIGN_OR_RETURN(HostPort address, ParseHostPort(options.address, "--data_address"));
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             MakeServerCredentials(options.tls));
-  std::unique_ptr<DataPlaneServer> self(new DataPlaneServer());
-  self->service_ = std::make_unique<DataPlaneService>(&self->owner_, &self->inbox_, options.token);
+  std::unique_ptr<DataPlaneServer> self(new DataPlaneServer(std::move(options.identity)));
+  self->service_ =
+      std::make_unique<DataPlaneService>(&self->owner_, &self->inbox_, &self->tags_, options.token);
   grpc::ServerBuilder builder;
   UseStreamingArguments(&builder);
   int port = 0;

@@ -3,13 +3,16 @@
 
 #include <grpcpp/server.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"
 #include "exchange/ring_inbox.h"
 #include "exchange/shard_owner.h"
+#include "exchange/stream_tag_check.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 
 namespace localsgd {
@@ -26,6 +29,9 @@ class DataPlaneServer {
     // Required of every call as "authorization: Bearer <token>"; empty: none.
     std::string token;
     ServerTls tls;
+    // The node leader this data plane is for: streams to it must carry the tags the
+    // coordinator made under its key (StreamTagCheck); without one every stream is refused.
+    std::function<StreamTagCheck::Identity()> identity;
   };
 
   static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(Options options);
@@ -40,10 +46,12 @@ class DataPlaneServer {
   void Shutdown();
 
  private:
-  DataPlaneServer() = default;
+  explicit DataPlaneServer(std::function<StreamTagCheck::Identity()> identity)
+      : tags_(std::move(identity)) {}
 
   ShardOwner owner_;
   RingInbox inbox_;
+  const StreamTagCheck tags_;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

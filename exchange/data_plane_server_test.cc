@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/auth.h"
+#include "common/data_plane_tag.h"
 #include "exchange/codec.h"
 #include "exchange/received_chunk.h"
 #include "gmock/gmock.h"
@@ -25,6 +26,17 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 constexpr char kToken[] = "data-plane-token";
+// The node leader the server is for: streams to it carry tags made under its key.
+constexpr char kSelf[] = "owner/0";
+constexpr char kSelfCredential[] = "owner-credential";
+
+// `header` with the tag the coordinator would give its sender for a stream to kSelf.
+void Tag(v1::ReduceHeader* header) {
+  header->set_member_tag(
+      DataPlaneTag(DataPlaneKey(kSelfCredential),
+                   DataPlaneStream{header->run_id(), header->round(), header->attempt(),
+                                   header->member_id(), kSelf}));
+}
 constexpr int64_t kChunkValues = 64;
 
 // The node's uploader to the coordinator is not under test here: means it would send are
@@ -42,6 +54,7 @@ v1::ReduceRequest Header(const std::string& member) {
   header->set_round(4);
   header->set_attempt(9);
   header->set_member_id(member);
+  Tag(header);
   return request;
 }
 
@@ -60,6 +73,7 @@ class DataPlaneServerTest : public ::testing::Test {
   void SetUp() override {
     DataPlaneServer::Options options;
     options.token = kToken;
+    options.identity = [] { return StreamTagCheck::Identity{kSelf, kSelfCredential}; };
     auto server = DataPlaneServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -158,6 +172,7 @@ TEST_F(DataPlaneServerTest, MalformedStreamsAreRefusedNamingWhatIsWrong) {
 
   v1::ReduceRequest over = Header("a");
   over.mutable_header()->set_attempt(8);  // an attempt that is over
+  Tag(over.mutable_header());
   status = Send({over});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
@@ -222,6 +237,7 @@ TEST_F(DataPlaneServerTest, AStreamBeforeTheLayoutWaitsAndReadsOnOnceItIsInstall
 TEST_F(DataPlaneServerTest, AStreamWaitingForAnotherRunEndsWhenThisOwnerLearnsItsRound) {
   v1::ReduceRequest other_run = Header("a");
   other_run.mutable_header()->set_run_id("run-0");
+  Tag(other_run.mutable_header());
   grpc::Status status;
   std::thread waiting([&] { status = Send({other_run, Chunk(0, 2)}); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -260,6 +276,7 @@ class PassTest : public DataPlaneServerTest {
     *request.mutable_header() = Header("a").header();
     request.mutable_header()->set_round(round);
     request.mutable_header()->set_attempt(attempt);
+    Tag(request.mutable_header());
     return request;
   }
   static v1::PassRequest Sum(int index) {
@@ -312,15 +329,65 @@ TEST_F(PassTest, RefusesAMissingOrWrongTokenAndMalformedStreams) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("header sent twice"));
   // This member follows attempt 10 by now: attempt 9's streams are over.
-  server_->inbox()->Follow("run-1", 4, 10, "a", "");
+  server_->inbox()->Follow("run-1", 4, 10, "a");
   status = Pass(Context(), {PassHeader(4, 9), Sum(0)});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   server_->inbox()->Stop();
 }
 
+// Issue 50, finding 1: header-only Pass streams in any member's name, for rounds ahead and the
+// largest attempt, filled a leader's inbox and kept its predecessor's real stream out. A
+// stream whose tag the coordinator did not make for this member is now refused as it opens,
+// before anything is kept, and the real stream still gets in.
+TEST_F(PassTest, StreamsTheCoordinatorDidNotScheduleAreRefusedAndCannotFillTheInbox) {
+  server_->inbox()->Follow("run-1", 4, 9, "a");
+  for (int i = 0; i < 2 * RingInbox::kMaxStreams; ++i) {
+    v1::PassRequest forged = PassHeader(5 + i % 2, ~uint64_t{0});
+    forged.mutable_header()->set_member_id(i % 2 ? "a" : "mallory");
+    forged.mutable_header()->set_member_tag(i % 3 ? "forged" : "");
+    grpc::Status status = Pass(Context(), {forged});
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(), HasSubstr("member_tag"));
+  }
+  // A tag made for another receiver does not open a stream here either.
+  v1::PassRequest elsewhere = PassHeader(5, 1);
+  elsewhere.mutable_header()->set_member_tag(
+      DataPlaneTag(DataPlaneKey(kSelfCredential), DataPlaneStream{"run-1", 5, 1, "a", "b/0"}));
+  EXPECT_EQ(Pass(Context(), {elsewhere}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // The predecessor's real streams, this round's and the next's (early), get in and are read.
+  ASSERT_TRUE(Pass(Context(), {PassHeader(4, 9), Sum(0)}).ok());
+  ASSERT_TRUE(Pass(Context(), {PassHeader(5, 1), Sum(1)}).ok());
+  ExpectSum(0, Sum(0).sum().data());
+  server_->inbox()->Follow("run-1", 5, 1, "a");
+  ExpectSum(1, Sum(1).sum().data());
+}
+
+// Issue 50, finding 2: a leader readmitted after a suspension follows a round far ahead of the
+// last one it followed; its predecessor's stream for that round, which may come first, waits.
+TEST_F(PassTest, AStreamForARoundFarAheadOfTheLastFollowedWaits) {
+  server_->inbox()->Follow("run-1", 30, 1, "a");
+  ASSERT_TRUE(Pass(Context(), {PassHeader(1758, 40), Sum(2)}).ok());
+  server_->inbox()->Follow("run-1", 1758, 40, "a");
+  ExpectSum(2, Sum(2).sum().data());
+}
+
+TEST_F(DataPlaneServerTest, AReduceStreamTheCoordinatorDidNotScheduleIsRefused) {
+  ASSERT_TRUE(Install().ok());
+  v1::ReduceRequest forged = Header("b");
+  forged.mutable_header()->set_member_tag("forged");
+  grpc::Status status = Send({forged, Chunk(0, 1000)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("member_tag"));
+  // Before the layout too: a forged stream never waits here.
+  v1::ReduceRequest early = Header("b");
+  early.mutable_header()->set_round(5);
+  early.mutable_header()->set_member_tag("forged");
+  EXPECT_EQ(Send({early}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 TEST_F(PassTest, AStreamBeforeTheLayoutWaitsInTheInbox) {
   ASSERT_TRUE(Pass(Context(), {PassHeader(5, 1), Sum(0), Sum(1)}).ok());
-  server_->inbox()->Follow("run-1", 5, 1, "a", "");
+  server_->inbox()->Follow("run-1", 5, 1, "a");
   for (int index : {0, 1}) ExpectSum(index, Sum(index).sum().data());
   absl::StatusOr<std::optional<ReceivedChunk>> end = server_->inbox()->Next();
   ASSERT_TRUE(end.ok()) << end.status();
@@ -342,10 +409,10 @@ TEST_F(PassTest, OtherFormsAreParsedAndMessagesWithoutAChunkRefused) {
   const std::string reordered =
       length_delimited('\x12', length_delimited('\x12', data) + std::string("\x08\x03"));
   ASSERT_TRUE(PassBytes({PassHeader(6, 1).SerializeAsString(), reordered}).ok());
-  server_->inbox()->Follow("run-1", 6, 1, "a", "");
+  server_->inbox()->Follow("run-1", 6, 1, "a");
   ExpectSum(3, data);
   server_->inbox()->Stop();
-  uint64_t attempt = 1;  // a stream of its own for each (of the next round: not too far ahead)
+  uint64_t attempt = 1;  // a stream of its own for each
   for (const std::string& bad : {std::string(), std::string("\x12\x05\x08", 3)}) {
     grpc::Status status = PassBytes({PassHeader(7, attempt++).SerializeAsString(), bad});
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

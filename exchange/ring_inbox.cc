@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/data_plane_tag.h"
 
 namespace localsgd {
 namespace {
@@ -25,34 +24,34 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
         "round ", key.round, " attempt ", key.attempt, " is over here (this member follows round ",
         followed_->round, " attempt ", followed_->attempt, ")"));
   }
-  if (followed_.has_value() && followed_->run_id == key.run_id &&
-      key.round > followed_->round + 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", key.round, " is more than one round ahead of round ",
-                     followed_->round, ", which this member follows"));
-  }
-  if (followed_.has_value() && key == *followed_ &&
-      !IsFollowed(Stream{key, header.member_id(), header.member_tag()})) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("member_tag: this round's ring stream comes from ", from_,
-                     ", and this one does not prove it"));
-  }
   for (const auto& [id, stream] : streams_) {
-    if (stream.key == key && stream.from == header.member_id() &&
-        stream.tag == header.member_tag()) {
+    if (stream.key == key && stream.from == header.member_id()) {
       return absl::AlreadyExistsError(
           absl::StrCat("a second stream for round ", key.round, " attempt ", key.attempt));
     }
   }
   if (static_cast<int>(streams_.size()) >= kMaxStreams) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(streams_.size(), " ring streams are open here already"));
+    // The oldest stream not followed gives way to a newer one: its attempt is over or will be.
+    auto oldest = streams_.end();
+    for (auto it = streams_.begin(); it != streams_.end(); ++it) {
+      if (followed_.has_value() && it->second.key == *followed_) continue;
+      if (oldest == streams_.end() ||
+          Before(it->second.key.round, it->second.key.attempt, oldest->second.key.round,
+                 oldest->second.key.attempt)) {
+        oldest = it;
+      }
+    }
+    if (oldest == streams_.end() ||
+        !Before(oldest->second.key.round, oldest->second.key.attempt, key.round, key.attempt)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(streams_.size(), " ring streams are open here already"));
+    }
+    streams_.erase(oldest);
   }
   const int64_t id = next_id_++;
   Stream& stream = streams_[id];
   stream.key = key;
   stream.from = header.member_id();
-  stream.tag = header.member_tag();
   return id;
 }
 
@@ -92,27 +91,25 @@ void RingInbox::Close(int64_t id, const absl::Status& status) {
 }
 
 void RingInbox::Follow(const std::string& run_id, int64_t round, uint64_t attempt,
-                       const std::string& from, const std::string& from_tag, int64_t stream_bytes) {
+                       const std::string& from, int64_t stream_bytes) {
   MutexLock lock(&mu_);
   followed_ = Key{run_id, round, attempt};
   from_ = from;
-  from_tag_ = from_tag;
   stream_bytes_ = stream_bytes;
   stopped_ = false;
   // Streams of this attempt (from `from`) or a newer one may already be here; the others are
-  // over, or another member's in `from`'s name.
+  // over.
   for (auto it = streams_.begin(); it != streams_.end();) {
     const Key& key = it->second.key;
     const bool kept = key.run_id == run_id && !Before(key.round, key.attempt, round, attempt) &&
-                      key.round <= round + 1 && it->second.bytes <= stream_bytes &&
+                      it->second.bytes <= stream_bytes &&
                       (!(key == *followed_) || IsFollowed(it->second));
     it = kept ? std::next(it) : streams_.erase(it);
   }
 }
 
 bool RingInbox::IsFollowed(const Stream& stream) const {
-  return followed_.has_value() && stream.key == *followed_ && stream.from == from_ &&
-         (from_tag_.empty() || DataPlaneTagMatches(stream.tag, from_tag_));
+  return followed_.has_value() && stream.key == *followed_ && stream.from == from_;
 }
 
 RingInbox::Stream* RingInbox::Followed() {

@@ -18,21 +18,24 @@ namespace localsgd {
 // What a node leader receives in a ring round (docs/design.md, "Ring rounds") from the member
 // before it, over DataPlane.Pass: the gRPC adapter hands every message here as it arrives, and
 // the leader's round takes them in order. A stream may arrive before the leader knows the
-// round's layout: its messages wait here until the leader follows that attempt, each as its
-// chunk was received (a sum or a mean, in gRPC's own buffers). What a peer can make it hold
-// is bounded (docs/design.md, "Ring rounds", bounds): at most kMaxStreams streams, none for a
-// round more than one ahead of the followed one, and no stream more than a round's bytes
-// (Follow's `stream_bytes`; kFirstStreamBytes before the first Follow). Thread-safe.
+// round's layout, for any later round (a member readmitted after a suspension follows a round
+// far ahead of its last one): its messages wait here until the leader follows that attempt,
+// each as its chunk was received (a sum or a mean, in gRPC's own buffers). Only streams whose
+// tag proves the coordinator scheduled them to this member are given to it (the data plane
+// checks them with StreamTagCheck first), so a stream here is one the coordinator made: one
+// per attempt this member is in. What they can make it hold is bounded (docs/design.md, "Ring
+// rounds", bounds): at most kMaxStreams streams, the oldest early one giving way to a newer
+// one, and no stream more than a round's bytes (Follow's `stream_bytes`; kFirstStreamBytes
+// before the first Follow). Thread-safe.
 class RingInbox {
  public:
   static constexpr int kMaxStreams = 3;  // the followed attempt's, and two that came early
   static constexpr int64_t kFirstStreamBytes = int64_t{1} << 30;
 
-  // Server side. A stream opens with its header: FAILED_PRECONDITION for an attempt older than
-  // the one followed (same run) or a round more than one ahead of it, PERMISSION_DENIED for the
-  // followed attempt when it is not from the member followed with its tag, ALREADY_EXISTS for
-  // a second stream of the same attempt, sender and tag, RESOURCE_EXHAUSTED when kMaxStreams
-  // are open.
+  // Server side. A stream opens with its header, whose tag was checked: FAILED_PRECONDITION
+  // for an attempt older than the one followed (same run), ALREADY_EXISTS for a second stream
+  // of the same attempt and sender, RESOURCE_EXHAUSTED when kMaxStreams are open and none of
+  // those not followed is older than this one (else the oldest of them is forgotten).
   absl::StatusOr<int64_t> Open(const v1::ReduceHeader& header);
   // A message of stream `id` (not a header): FAILED_PRECONDITION once its attempt is no longer
   // followed (a newer one is), RESOURCE_EXHAUSTED (the stream is forgotten) when it brings the
@@ -42,11 +45,11 @@ class RingInbox {
   void Close(int64_t id, const absl::Status& status);
 
   // Leader side. From now on the leader takes the messages of (run_id, round, attempt) from
-  // member `from`, whose stream carries `from_tag` (RoundHeader.peer_tags; empty: not checked)
-  // and who sends at most `stream_bytes` of chunk data in a round (streams are cut past it);
-  // streams of earlier attempts, and the followed attempt's from anyone else, are forgotten.
+  // member `from`, who sends at most `stream_bytes` of chunk data in a round (streams are cut
+  // past it); streams of other runs and earlier attempts, and the followed attempt's from
+  // anyone else, are forgotten.
   void Follow(const std::string& run_id, int64_t round, uint64_t attempt, const std::string& from,
-              const std::string& from_tag, int64_t stream_bytes = kFirstStreamBytes);
+              int64_t stream_bytes = kFirstStreamBytes);
   // The next message of the followed attempt, waiting for it; nullopt once its stream ended
   // OK and every message was taken. Errors: the stream's (it broke), CANCELLED (Stop).
   absl::StatusOr<std::optional<ReceivedChunk>> Next();
@@ -66,7 +69,6 @@ class RingInbox {
   struct Stream {
     Key key;
     std::string from;
-    std::string tag;  // ReduceHeader.member_tag
     std::deque<ReceivedChunk> queue;
     int64_t bytes = 0;  // chunk data received, taken or not
     bool closed = false;
@@ -82,7 +84,6 @@ class RingInbox {
   std::map<int64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
   std::optional<Key> followed_ ABSL_GUARDED_BY(mu_);
   std::string from_ ABSL_GUARDED_BY(mu_);
-  std::string from_tag_ ABSL_GUARDED_BY(mu_);
   int64_t stream_bytes_ ABSL_GUARDED_BY(mu_) = kFirstStreamBytes;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };

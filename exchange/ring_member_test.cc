@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/data_plane_tag.h"
 #include "common/mutex.h"
 #include "exchange/codec.h"
 #include "exchange/data_plane_server.h"
@@ -85,6 +86,9 @@ class RingMemberTest : public ::testing::Test {
     for (int i = 0; i < members_; ++i) {
       DataPlaneServer::Options options;
       options.token = kToken;
+      options.identity = [i] {
+        return StreamTagCheck::Identity{absl::StrCat("m", i), absl::StrCat("credential-", i)};
+      };
       auto server = DataPlaneServer::Start(options);
       ASSERT_TRUE(server.ok()) << server.status();
       servers_.push_back(*std::move(server));
@@ -106,13 +110,19 @@ class RingMemberTest : public ::testing::Test {
   }
 
   std::unique_ptr<RingMember> Start(int i) {
-    servers_[i]->inbox()->Follow("run", 5, 2, absl::StrCat("m", (i + members_ - 1) % members_), "");
+    servers_[i]->inbox()->Follow("run", 5, 2, absl::StrCat("m", (i + members_ - 1) % members_));
     RingMember::Setup setup;
     setup.header = &header_;
     setup.pass_header.set_run_id("run");
     setup.pass_header.set_round(5);
     setup.pass_header.set_attempt(2);
     setup.pass_header.set_member_id(absl::StrCat("m", i));
+    // The tag the coordinator makes for m<i>'s stream to its successor, under the successor's
+    // key.
+    const int succ = (i + 1) % members_;
+    setup.pass_header.set_member_tag(
+        DataPlaneTag(DataPlaneKey(absl::StrCat("credential-", succ)),
+                     DataPlaneStream{"run", 5, 2, absl::StrCat("m", i), absl::StrCat("m", succ)}));
     setup.layout = &layout_;
     setup.self = i;
     setup.params = params_[i];
@@ -240,7 +250,7 @@ TEST_F(RingMemberTest, ARingOfTwoCompletes) {
 TEST_F(RingMemberTest, AChainRunsOnlyALeadAheadOfWhatCameIn) {
   Lay({0, 20, 40, 61}, 61 * kChunkValues);
   RingInbox* succ_inbox = servers_[2]->inbox();
-  succ_inbox->Follow("run", 5, 2, "m1", "");
+  succ_inbox->Follow("run", 5, 2, "m1");
   std::unique_ptr<RingMember> m1 = Start(1);
   for (int k = 0; k < RingPlan::kChainLead; ++k) {
     absl::StatusOr<std::optional<ReceivedChunk>> next = succ_inbox->Next();

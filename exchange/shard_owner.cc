@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "common/data_plane_tag.h"
 #include "common/log.h"
 #include "common/status_util.h"
 #include "exchange/codec.h"
@@ -130,12 +129,6 @@ absl::Status ShardOwner::AttachLocked(int64_t session_id, Session& session) {
                                             " is not in round ", round_->assignment.round));
   }
   const int slot = static_cast<int>(it - members.begin());
-  const std::vector<std::string>& tags = round_->assignment.member_tags;
-  if (!tags.empty() && (slot >= static_cast<int>(tags.size()) ||
-                        !DataPlaneTagMatches(session.header.member_tag(), tags[slot]))) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "member_tag: this stream does not prove it comes from ", session.header.member_id()));
-  }
   if (round_->session_of_slot[slot] != -1) {
     return absl::AlreadyExistsError(
         absl::StrCat("member ", session.header.member_id(), " is already attached"));

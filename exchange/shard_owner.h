@@ -71,9 +71,6 @@ class ShardOwner {
     // The member (slot) that gets the range's means from the coordinator: its stream carries
     // none and ends once the range is averaged. -1: every member gets them from here.
     int relayed_slot = -1;
-    // By slot: the tag each member's stream must carry (RoundHeader.peer_tags; an empty tag:
-    // that member sends nothing here). No tags at all: not checked (unit tests).
-    std::vector<std::string> member_tags;
     // The run's robust aggregation over this range (RangeReducer::Options).
     double max_norm_ratio = 0;
     double trim_fraction = 0;

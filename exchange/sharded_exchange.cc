@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
-#include "common/data_plane_tag.h"
 #include "common/grpc_channel.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
@@ -78,7 +77,6 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     assignment.codec = header.codec();
     assignment.max_norm_ratio = options_.max_norm_ratio;
     assignment.trim_fraction = options_.trim_fraction;
-    assignment.member_tags.assign(header.peer_tags().begin(), header.peer_tags().end());
     const auto relayed =
         std::find(assignment.members.begin(), assignment.members.end(), range.relayed_to());
     if (!range.relayed_to().empty() && relayed != assignment.members.end()) {
@@ -135,16 +133,16 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   auto unreachable = [&uploader](const std::string& id, const absl::Status& why) {
     uploader.Unreachable(id, why);
   };
-  // This member's header for a stream to `receiver`, tagged with its key for the attempt.
+  // This member's header for a stream to `receiver`, with the tag the coordinator made for it.
   auto reduce_header = [&](const std::string& receiver) {
     v1::ReduceHeader out;
     out.set_run_id(member.run_id);
     out.set_round(header.round());
     out.set_member_id(member.member_id);
     out.set_attempt(header.attempt());
-    out.set_member_tag(DataPlaneTag(header.data_key(),
-                                    DataPlaneStream{member.run_id, header.round(), header.attempt(),
-                                                    member.member_id, receiver}));
+    const auto slot = std::find(header.members().begin(), header.members().end(), receiver);
+    const int index = static_cast<int>(slot - header.members().begin());
+    if (index < header.stream_tags_size()) out.set_member_tag(header.stream_tags(index));
     return out;
   };
 
@@ -177,7 +175,6 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     };
     const int pred = (self + n - 1) % n;
     options_.inbox->Follow(member.run_id, header.round(), header.attempt(), header.members(pred),
-                           pred < header.peer_tags_size() ? header.peer_tags(pred) : "",
                            stream_bytes);
     schedule = std::make_unique<RingMember>(std::move(setup));
   } else {
@@ -185,7 +182,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     // ring round, one ahead, is let in.
     if (options_.inbox != nullptr) {
       options_.inbox->Follow(member.run_id, header.round(), header.attempt(), /*from=*/"",
-                             /*from_tag=*/"", stream_bytes);
+                             stream_bytes);
     }
     AllToAll::Setup setup;
     setup.round = &round;

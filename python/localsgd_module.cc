@@ -68,7 +68,8 @@ SessionOptions MakeSessionOptions(const py::dict& given) {
                                              {"tls_cert", "LOCALSGD_TLS_CERT"},
                                              {"tls_key", "LOCALSGD_TLS_KEY"},
                                              {"node_name", "LOCALSGD_NODE_NAME"},
-                                             {"rendezvous_dir", "LOCALSGD_RENDEZVOUS_DIR"}};
+                                             {"rendezvous_dir", "LOCALSGD_RENDEZVOUS_DIR"},
+                                             {"connect_timeout", "LOCALSGD_CONNECT_TIMEOUT"}};
   std::map<std::string, std::string> overrides;
   for (const auto& [argument, variable] : *kVariables) {
     if (given.contains(argument) && !given[argument.c_str()].is_none()) {
@@ -236,8 +237,12 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "step", [](Replica& r) { localsgd::Check(r.Step()); },
           py::call_guard<py::gil_scoped_release>())
-      .def("report", &Replica::Report, py::arg("loss"), py::arg("accuracy") = -1.0,
-           py::arg("samples") = 0)
+      .def(
+          "report",
+          [](Replica& r, double loss, double accuracy, int64_t samples) {
+            localsgd::Check(r.Report(loss, accuracy, samples));
+          },
+          py::arg("loss"), py::arg("accuracy") = -1.0, py::arg("samples") = 0)
       .def(
           "finish",
           [](Replica& r, double wait) {

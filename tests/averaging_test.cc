@@ -671,13 +671,13 @@ TEST_F(AveragingTest, RestartedCoordinatorResumesFromTheSavedModel) {
 
   // A damaged model or state file stops the coordinator from starting, naming the file.
   const std::string model = state_dir_ + "/model.bin";
-  std::string bytes = *ReadFile(model);
+  std::string bytes = *ReadFile(model, int64_t{1} << 32);
   ASSERT_THAT(WriteFileAtomically(model, bytes.substr(0, bytes.size() - 1)), IsOk());
   EXPECT_THAT(StartServer(), StatusIs(absl::StatusCode::kDataLoss, "model.bin"));
   ASSERT_THAT(WriteFileAtomically(model, bytes), IsOk());
   const std::string state = state_dir_ + "/state.textproto";
   const std::string saved_state = *ReadChecksummedFile(state);
-  std::string text = *ReadFile(state);
+  std::string text = *ReadFile(state, 1 << 30);
   text[text.find("round: 3") + 7] = '9';
   ASSERT_THAT(WriteFileAtomically(state, text), IsOk());
   EXPECT_THAT(StartServer(), StatusIs(absl::StatusCode::kDataLoss, "state.textproto"));
@@ -785,7 +785,7 @@ TEST_F(AveragingTest, InitModelOnceAndItsErrors) {
 TEST_F(AveragingTest, AnInitModelClaimAllocatesNothingBeforeItsBytes) {
   Start(2);
   auto resident_mb = [] {
-    std::string status = *ReadFile("/proc/self/status");
+    std::string status = *ReadFile("/proc/self/status", 1 << 20);
     size_t at = status.find("VmRSS:");
     return std::atol(status.c_str() + at + 6) / 1024;
   };

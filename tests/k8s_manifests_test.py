@@ -219,7 +219,8 @@ wtext = " ".join(wcontainer["command"] + wcontainer["args"])
 check(re.search(r"exec /opt/localsgd/bin/launch-ranks \"\$LOCAL_WORLD_SIZE\"", wtext) is not None,
       "workers: the ranks are not started by launch-ranks $LOCAL_WORLD_SIZE")
 check(wflags.get("local_rank") == "{rank}", "workers: --local_rank is not the launcher's {rank}")
-check(wflags.get("device") == "cuda:{rank}", "workers: one GPU per rank (--device=cuda:{rank})")
+check(wflags.get("device") == "auto",
+      "workers: --device=auto (a GPU per rank where the pod has them, else the CPU)")
 wpod = wspec["template"]["spec"]
 wvolumes = {v["name"]: v for v in wpod["volumes"]}
 wmounts = {m["mountPath"]: wvolumes[m["name"]] for m in wcontainer["volumeMounts"]}
@@ -341,16 +342,48 @@ def selecting(kind, labels):
                                        else "podSelector"]["matchLabels"].items() <= labels.items()]
 
 
-for owner, ports_wanted in ((("Deployment", "localsgd-coordinator"), {50051, 8080}),
-                            (("Job", "localsgd-workers"), {7000})):
+# Issue 49: each port is admitted only from the pods that need it (a rule without `from`
+# admits every pod of every namespace), and no budget blocks every drain of the coordinator's
+# node (it resumes from its volume), while a training pod is not evicted voluntarily.
+operator_labels = get("Job", "localsgd-start-run")["spec"]["template"]["metadata"]["labels"]
+worker_labels = get("Job", "localsgd-workers")["spec"]["template"]["metadata"]["labels"]
+for owner, ports_wanted, callers, blocked in (
+        (("Deployment", "localsgd-coordinator"), {50051, 8080}, (worker_labels, operator_labels),
+         False),
+        (("Job", "localsgd-workers"), {7000}, (worker_labels,), True)):
     pod_labels = get(*owner)["spec"]["template"]["metadata"]["labels"]
-    check(any(d["spec"].get("maxUnavailable") == 0 for d in selecting("PodDisruptionBudget", pod_labels)),
-          f"{owner[1]}: no PodDisruptionBudget with maxUnavailable 0")
+    zero_budget = any(d["spec"].get("maxUnavailable") == 0
+                      for d in selecting("PodDisruptionBudget", pod_labels))
+    check(zero_budget == blocked, f"{owner[1]}: a PodDisruptionBudget of 0 is {zero_budget}, "
+                                  f"not {blocked}")
     policies = selecting("NetworkPolicy", pod_labels)
-    admitted = {p["port"] for pol in policies for rule in pol["spec"].get("ingress", [])
-                for p in rule.get("ports", [])}
+    rules = [rule for pol in policies for rule in pol["spec"].get("ingress", [])]
+    admitted = {p["port"] for rule in rules for p in rule.get("ports", [])}
     check(policies and admitted == ports_wanted,
           f"{owner[1]}: NetworkPolicy admits {sorted(admitted)}, not {sorted(ports_wanted)}")
+    check(all(rule.get("from") for rule in rules),
+          f"{owner[1]}: a NetworkPolicy rule without `from` admits every pod")
+    for port in ports_wanted:
+        for labels in callers:
+            check(any(port in {p["port"] for p in rule.get("ports", [])} and
+                      any(peer.get("podSelector", {}).get("matchLabels", {}).items()
+                          <= labels.items() and "namespaceSelector" not in peer
+                          for peer in rule["from"]) for rule in rules),
+                  f"{owner[1]}: port {port} is not open to pods labelled {labels}")
+# Only the run's pods and the monitoring namespace reach the coordinator.
+for rule in (r for pol in selecting("NetworkPolicy", get("Deployment", "localsgd-coordinator")
+                                    ["spec"]["template"]["metadata"]["labels"])
+             for r in pol["spec"]["ingress"]):
+    for peer in rule["from"]:
+        check(peer.get("podSelector", {}).get("matchLabels", {}).get("app") == "localsgd" or
+              peer.get("namespaceSelector", {}).get("matchLabels") ==
+              {"kubernetes.io/metadata.name": "monitoring"},
+              f"coordinator: NetworkPolicy admits {peer}")
+        if "namespaceSelector" in peer:
+            check({p["port"] for p in rule["ports"]} == {8080},
+                  "coordinator: the monitoring namespace reaches more than /metrics' port")
+check(get("Job", "localsgd-start-run")["spec"].get("ttlSecondsAfterFinished", 0) > 0,
+      "localsgd-start-run: no ttlSecondsAfterFinished (the finished Job stays forever)")
 annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
 check(annotations.get("prometheus.io/scrape") == "true" and
       annotations.get("prometheus.io/port") == str(ports["http"]) and

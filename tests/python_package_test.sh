@@ -109,6 +109,21 @@ try:
     with localsgd.LocalSGD(model=model, local_sgd_steps=4, start_run=True, total_steps=1000,
                            name="interrupted") as local_sgd:
         assert local_sgd.rank == 0 and local_sgd.world_size == 1
+        # Issue 50, finding 7: a percentage or a non-finite accuracy is refused at once, naming
+        # it (it used to pass, and every heartbeat that carried it was refused until the lease
+        # ran out); a fraction is reported.
+        for bad in (5, float("nan"), float("inf")):
+            try:
+                local_sgd.report(loss=1.0, accuracy=bad)
+                raise SystemExit(f"report(accuracy={bad}) was accepted")
+            except localsgd.InvalidArgument as error:
+                assert "accuracy:" in str(error), error
+        try:
+            local_sgd.report(loss=1.0, samples=-1)
+            raise SystemExit("report(samples=-1) was accepted")
+        except localsgd.InvalidArgument as error:
+            assert "samples:" in str(error), error
+        local_sgd.report(loss=1.0, accuracy=0.5, samples=4)
         for step in range(20):
             model(torch.randn(4, 8)).sum().backward()
             local_sgd.step()
@@ -122,6 +137,24 @@ try:
 except localsgd.Error as error:
     assert "local_sgd_steps: this program expects local_sgd_steps: 16" in str(error), error
     print("refused:", error)
+# Issue 50, finding 7: a malformed coordinator address is refused at once, naming it (it was
+# retried for the whole connect timeout).
+import time
+for bad in ("[garbage::", "127.0.0.1:99999", "no-port"):
+    began = time.monotonic()
+    try:
+        localsgd.LocalSGD(model=model, coordinator=bad)
+        raise SystemExit(f"coordinator={bad!r} was accepted")
+    except localsgd.InvalidArgument as error:
+        assert "coordinator" in str(error) and time.monotonic() - began < 5, (bad, error)
+# Issue 49: how long an absent coordinator is retried is an argument (and a variable).
+began = time.monotonic()
+try:
+    localsgd.LocalSGD(model=model, coordinator="127.0.0.1:1", connect_timeout=1.5)
+    raise SystemExit("a coordinator that is not there was reached")
+except localsgd.Error as error:
+    assert time.monotonic() - began < 10, (time.monotonic() - began, error)
+    print("gave up after", round(time.monotonic() - began, 1), "s:", error)
 PYTHON
 grep -q "interrupted at 10" "$WORK/c.out" || fail "KeyboardInterrupt was not raised at step 10"
 expect_status 'run["spec"]["name"] == "interrupted" and run["state"] == "RUN_STATE_RUNNING" and
@@ -138,4 +171,32 @@ model = client.fetch_model(run["run_id"], into=module)
 assert model["global_step"] == 8, model  # the last round of 4 steps before Ctrl-C at step 10
 assert torch.equal(torch.cat([p.reshape(-1) for p in module.parameters()]), model["values"])
 PYTHON
+
+# Issue 50, finding 7: step() from two threads counts every step (396 of 400 were counted),
+# and a second LocalSGD in the same process is refused before it joins (its Join took the
+# first one's place at the coordinator).
+LOCALSGD_NODE_NAME=threads $PY - <<'PYTHON' >"$WORK/d.out" 2>"$WORK/d.err" || fail "$(tail -5 "$WORK/d.err")"
+import threading, torch, localsgd
+model = torch.nn.Linear(8, 2)
+local_sgd = localsgd.LocalSGD(model=model, local_sgd_steps=4, start_run=True,
+                              total_steps=100000, name="threads")
+try:
+    localsgd.LocalSGD(model=torch.nn.Linear(8, 2), local_sgd_steps=4)
+    raise SystemExit("a second LocalSGD in one process was accepted")
+except localsgd.Error as error:
+    assert "open in this process already" in str(error), error
+began = local_sgd.steps
+def train():
+    for _ in range(200):
+        local_sgd.step()
+threads = [threading.Thread(target=train) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert local_sgd.steps == began + 400, (began, local_sgd.steps)
+local_sgd.close(wait=0)  # its only worker finished: the run completes
+print("two threads:", local_sgd.steps - began, "steps")
+PYTHON
+grep -q "two threads: 400 steps" "$WORK/d.out" || fail "$(cat "$WORK/d.out")"
 echo PASS

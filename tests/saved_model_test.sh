@@ -83,7 +83,7 @@ echo "PASS: node 0 saved run $second_run's final model after the run completed w
 # the run's last committed global model (what `localsgdctl fetch` returns), labelled with that
 # round, not its own weights under the round's name.
 workers=()
-start_workers 2 1 --log_every=100000 --save_model="$WORK/stopped.pt"
+start_workers 2 1 --log_every=100000 --save_model="$WORK/stopped.pt" --device=auto
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { kind: DATASET_KIND_FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }
@@ -97,6 +97,8 @@ wait_status 's["run"].get("round", 0) >= 4' "the run committed no 4 rounds" 120
 "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" stop >/dev/null \
   || fail "localsgdctl stop failed"
 for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed after the stop"; done
+# --device=auto (the Kubernetes workers' flag) trains on the CPU where there is no GPU.
+grep -q "node-0/0 trains on cpu" "$WORK/w00.err" || fail "--device=auto: $(grep trains "$WORK/w00.err")"
 third_run=$(status_value 'run["run_id"]' | tr -d '"')
 "$BIN/coordinator/localsgdctl" --coordinator="$GRPC" --token_file="$WORK/token" fetch \
   --run_id="$third_run" --out="$WORK/stopped.f32" >/dev/null || fail "localsgdctl fetch failed"

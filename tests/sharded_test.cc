@@ -92,6 +92,8 @@ class ShardedTest : public ::testing::Test {
     if (serve && leader.server == nullptr) {
       DataPlaneServer::Options options;
       options.token = kToken;
+      const std::string id = absl::StrCat("node-", i, "/0");
+      options.identity = [this, id] { return StreamTagCheck::Identity{id, credentials_.Get(id)}; };
       auto server = DataPlaneServer::Start(options);
       ASSERT_THAT(server, IsOk());
       leader.server = std::move(*server);
@@ -759,7 +761,8 @@ TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
 }
 
 // Issue 37, finding 6: the data plane checked the run token only, so any member could send
-// deltas to an owner in another member's name. Each stream now carries its sender's tag.
+// deltas to an owner in another member's name. Each stream now carries the tag the coordinator
+// made for it under the owner's key (issue 50), which no member can make.
 TEST_F(ShardedTest, AMemberCannotSendDeltasToAnOwnerInAnothersName) {
   ASSERT_THAT(StartServer(), IsOk());
   JoinNode(0);
@@ -778,9 +781,13 @@ TEST_F(ShardedTest, AMemberCannotSendDeltasToAnOwnerInAnothersName) {
     ASSERT_TRUE(sync->Read(&layout));
     ASSERT_TRUE(layout.has_header());
     const v1::RoundHeader& header = layout.header();
-    ASSERT_FALSE(header.data_key().empty());
+    ASSERT_EQ(header.stream_tags_size(), header.members_size());
     const v1::ShardRange& range = header.shards(0);
-    // In node-1's name: with no tag, with node-2's own key, and with node-2's own tag.
+    // In node-1's name: with no tag, with a tag made under node-2's own key, and with node-2's
+    // own tag for its stream to that owner.
+    const int owner_slot = static_cast<int>(
+        std::find(header.members().begin(), header.members().end(), range.owner_id()) -
+        header.members().begin());
     for (int attempt = 0; attempt < 3; ++attempt) {
       v1::ReduceRequest request;
       v1::ReduceHeader* reduce = request.mutable_header();
@@ -788,11 +795,12 @@ TEST_F(ShardedTest, AMemberCannotSendDeltasToAnOwnerInAnothersName) {
       reduce->set_round(1);
       reduce->set_attempt(header.attempt());
       reduce->set_member_id("node-1/0");
-      const std::string sender = attempt == 2 ? "node-2/0" : "node-1/0";
-      if (attempt > 0) {
+      if (attempt == 1) {
         reduce->set_member_tag(DataPlaneTag(
-            header.data_key(),
-            DataPlaneStream{run_.run_id(), 1, header.attempt(), sender, range.owner_id()}));
+            DataPlaneKey(credentials_.Get("node-2/0")),
+            DataPlaneStream{run_.run_id(), 1, header.attempt(), "node-1/0", range.owner_id()}));
+      } else if (attempt == 2) {
+        reduce->set_member_tag(header.stream_tags(owner_slot));
       }
       auto data = v1::DataPlane::NewStub(
           grpc::CreateChannel(range.address(), grpc::InsecureChannelCredentials()));

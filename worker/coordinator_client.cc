@@ -133,9 +133,23 @@ void CoordinatorClient::HeartbeatLoop() {
 }
 
 absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bool()>& stop) {
+  // What it waits for is said when it changes, and again every kWaitNoteEvery.
+  constexpr absl::Duration kWaitNoteEvery = absl::Seconds(10);
+  std::string said;
+  absl::Time next_note = absl::InfinitePast();
   while (!stop()) {
     v1::RunInfo current = run();
     if (current.state() == v1::RUN_STATE_RUNNING) return current;
+    const std::string note =
+        current.state() == v1::RUN_STATE_WAITING_FOR_WORKERS
+            ? absl::StrCat("run ", current.run_id(), " waits for workers: ", current.waiting_for())
+            : "no run is active on the coordinator: waiting for an operator to start one "
+              "(localsgdctl start)";
+    if (const absl::Time now = absl::Now(); note != said || now >= next_note) {
+      LogInfo(note);
+      said = note;
+      next_note = now + kWaitNoteEvery;
+    }
     absl::Status status = Beat();
     if (!status.ok() && !Retryable(status)) return status;
     absl::SleepFor(absl::Milliseconds(200));

@@ -86,6 +86,15 @@ absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(SessionOptions defa
   set("LOCALSGD_DATA_ADDRESS", &options.data_address);
   set("LOCALSGD_DATA_TLS_CERT", &options.data_tls_cert);
   set("LOCALSGD_DATA_TLS_KEY", &options.data_tls_key);
+  if (std::optional<std::string> timeout = environment("LOCALSGD_CONNECT_TIMEOUT");
+      timeout.has_value()) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(*timeout, &seconds) || !(seconds > 0) || seconds > 1e6) {
+      return absl::InvalidArgumentError(absl::StrCat("LOCALSGD_CONNECT_TIMEOUT: \"", *timeout,
+                                                     "\" is not a number of seconds above 0"));
+    }
+    options.connect_timeout = absl::Seconds(seconds);
+  }
   if (std::optional<std::string> file = environment("LOCALSGD_TOKEN_FILE"); file.has_value()) {
     absl::StatusOr<std::string> token = ResolveToken("", *file);
     if (!token.ok()) {

@@ -76,7 +76,7 @@ absl::Status WaitForRanks(const std::function<bool()>& ready, absl::Duration tim
 
 // The file's contents ("" when it cannot be read).
 std::string ReadSmallFile(const std::string& path) {
-  absl::StatusOr<std::string> contents = ReadFile(path);
+  absl::StatusOr<std::string> contents = ReadFile(path, 4096);  // a mark: a few numbers
   return contents.ok() ? *contents : "";
 }
 

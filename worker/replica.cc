@@ -4,6 +4,8 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/create_channel.h>
 
+#include <atomic>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -18,6 +20,9 @@
 
 namespace localsgd {
 namespace {
+
+// Whether a Replica of this process is open (Connect to Finish or Leave).
+std::atomic<bool> g_replica_open{false};
 
 // How often Step() asks whether the run ended (a copy of the run under a lock).
 constexpr absl::Duration kLookEvery = absl::Milliseconds(100);
@@ -90,6 +95,20 @@ Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tenso
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor> tensors,
                                                           Options options) {
+  // One rank per process: a second replica would join in the first one's name and take its
+  // place at the coordinator.
+  if (g_replica_open.exchange(true)) {
+    return absl::FailedPreconditionError(
+        "a localsgd replica (localsgd.LocalSGD) is open in this process already: one process is "
+        "one rank; finish or leave it (close() in Python) before connecting another");
+  }
+  absl::StatusOr<std::unique_ptr<Replica>> replica = ConnectOnce(std::move(tensors), options);
+  if (!replica.ok()) g_replica_open = false;
+  return replica;
+}
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::ConnectOnce(std::vector<at::Tensor> tensors,
+                                                              Options& options) {
   SessionOptions session_options;
   if (options.session.has_value()) {
     session_options = *std::move(options.session);
@@ -126,6 +145,7 @@ Replica::~Replica() {
 }
 
 absl::Status Replica::Step() {
+  MutexLock lock(&mu_);
   if (done_) return absl::FailedPreconditionError("Step after Finish or Leave");
   const int64_t completed = local_sgd_->rounds_completed();
   absl::Status status = local_sgd_->Step();
@@ -151,7 +171,15 @@ absl::Status Replica::Step() {
   return absl::OkStatus();
 }
 
-void Replica::Report(double loss, double test_accuracy, int64_t samples) {
+absl::Status Replica::Report(double loss, double test_accuracy, int64_t samples) {
+  MutexLock lock(&mu_);
+  if (!std::isfinite(test_accuracy) || test_accuracy > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("accuracy: ", test_accuracy, " must be a fraction in [0, 1] (or none)"));
+  }
+  if (samples < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("samples: ", samples, " must be >= 0"));
+  }
   loss_ = loss;
   if (test_accuracy >= 0) test_accuracy_ = test_accuracy;
   window_samples_ += samples;
@@ -162,11 +190,14 @@ void Replica::Report(double loss, double test_accuracy, int64_t samples) {
     window_start_ = now;
   }
   session_->coordinator().Report(steps(), loss_, samples_per_second_, false, test_accuracy_);
+  return absl::OkStatus();
 }
 
 absl::Status Replica::Finish(absl::Duration wait) {
+  MutexLock lock(&mu_);
   if (done_) return absl::OkStatus();
   done_ = true;
+  g_replica_open = false;
   absl::Status last = local_sgd_->Finish();
   for (int attempt = 1; attempt <= kLastRoundAttempts && WorthAnotherTry(last) &&
                         session_->Health().ok() && !session_->RunEnded();
@@ -184,8 +215,10 @@ absl::Status Replica::Finish(absl::Duration wait) {
 }
 
 absl::Status Replica::Leave(const std::string& reason, bool preempted) {
+  MutexLock lock(&mu_);
   if (done_) return absl::OkStatus();
   done_ = true;
+  g_replica_open = false;
   local_sgd_->Abandon();
   return session_->Leave(reason, preempted);
 }

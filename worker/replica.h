@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 #include "worker/local_sgd.h"
 #include "worker/session.h"
@@ -29,7 +30,9 @@ namespace localsgd {
 // waits for the operator's run (or starts one: Options::start), forms the node's group and
 // takes the run's model into `tensors`. Step() counts optimizer steps and averages the tensors
 // in place every local_sgd_steps, as the run says (overlap, fragments, codec). The destructor
-// finishes (Finish()) unless Leave() came first. Thread-compatible.
+// finishes (Finish()) unless Leave() came first. One replica per process at a time (Connect
+// refuses a second one while the first is open). Thread-safe: calls from several threads
+// take turns (each Step still counts one step).
 class Replica {
  public:
   struct Options {
@@ -63,8 +66,11 @@ class Replica {
   // the run's final model when it completed), or this rank's node group broke.
   absl::Status Step();
   // For the status page: the latest training loss, the test accuracy (< 0: none yet) and the
-  // samples trained since the last report.
-  void Report(double loss, double test_accuracy = -1, int64_t samples = 0);
+  // samples trained since the last report. A loss that is not finite is reported as it is
+  // (the run fails once every worker's is). INVALID_ARGUMENT naming the argument for an
+  // accuracy that is not finite or above 1 (a percentage, say) or a negative sample count;
+  // nothing is reported then (the coordinator would refuse every heartbeat that carries it).
+  absl::Status Report(double loss, double test_accuracy = -1, int64_t samples = 0);
 
   // The last sync (every fragment with steps since its previous one), the final report, at
   // most `wait` as a member until the run ends (so the coordinator sees every rank finish),
@@ -89,6 +95,8 @@ class Replica {
 
  private:
   Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors);
+  static absl::StatusOr<std::unique_ptr<Replica>> ConnectOnce(std::vector<at::Tensor> tensors,
+                                                              Options& options);
 
   std::unique_ptr<Session> session_;
   std::unique_ptr<LocalSGD> local_sgd_;
@@ -97,6 +105,7 @@ class Replica {
   double samples_per_second_ = 0;
   int64_t window_samples_ = 0;
   absl::Time window_start_;
+  Mutex mu_;                                     // one call at a time
   absl::Time next_look_ = absl::InfinitePast();  // when Step() next asks whether the run ended
   bool done_ = false;                            // finished or left
 };

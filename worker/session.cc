@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/address.h"
 #include "common/log.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
@@ -86,6 +87,13 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   }
   if (options.data_tls_cert.empty() != options.data_tls_key.empty()) {
     return absl::InvalidArgumentError("data_tls_cert and data_tls_key: give both or neither");
+  }
+  // A malformed address is refused at once, not retried until the connect timeout.
+  LOCALSGD_ASSIGN_OR_RETURN(const HostPort coordinator,
+                            ParseHostPort(options.coordinator, "coordinator"));
+  if (coordinator.port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator: \"", options.coordinator, "\" names no port"));
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -184,6 +192,9 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
       data_options.token = options_.token;
       data_options.tls.cert_file = options_.data_tls_cert;
       data_options.tls.key_file = options_.data_tls_key;
+      data_options.identity = [coordinator = coordinator_.get()] {
+        return StreamTagCheck::Identity{coordinator->worker_id(), coordinator->member_credential()};
+      };
       // With the coordinator's rules: the bearer token, and mutual TLS when this worker has
       // a client certificate.
       if (tls && !options_.tls.cert_file.empty()) {

@@ -49,7 +49,9 @@ ABSL_FLAG(bool, ranks_from_environment, false,
           "--local_world_size, --node_rank and --num_nodes: srun's (SLURM_PROCID, SLURM_NTASKS, "
           "SLURM_LOCALID, SLURM_NODEID, SLURM_TASKS_PER_NODE) or torchrun's (RANK, WORLD_SIZE, "
           "LOCAL_RANK, LOCAL_WORLD_SIZE). Nodes may then run different numbers of ranks.");
-ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu or cuda:N.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where to train: cpu, cuda:N, or auto (cuda:LOCAL_RANK when this process sees more CUDA "
+          "devices than its local rank, else cpu).");
 ABSL_FLAG(int, threads, 0,
           "Threads for one training step on the CPU (LibTorch's intra-op threads). 0: "
           "OMP_NUM_THREADS when set, else this machine's cores divided by --local_world_size "
@@ -162,11 +164,19 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   if (threads < 0) return UsageError("--threads must be 0 (automatic) or more");
   torch::set_num_threads(TrainingThreads(threads, local_world));
   torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(absl::GetFlag(FLAGS_device));
-  } catch (const c10::Error&) {
-    return UsageError(absl::StrCat("--device: \"", absl::GetFlag(FLAGS_device),
-                                   "\" is not a device (cpu, cuda:N)"));
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  if (device_flag == "auto") {
+    // One GPU per rank where the pod or host has them, the CPU where it has none.
+    if (torch::cuda::is_available() && local_rank < static_cast<int>(torch::cuda::device_count())) {
+      device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+    }
+  } else {
+    try {
+      device = torch::Device(device_flag);
+    } catch (const c10::Error&) {
+      return UsageError(
+          absl::StrCat("--device: \"", device_flag, "\" is not a device (cpu, cuda:N, auto)"));
+    }
   }
   if (device.is_cuda() && (!torch::cuda::is_available() ||
                            device.index() >= static_cast<int>(torch::cuda::device_count()))) {
@@ -255,6 +265,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
       localsgd::MakeModel(spec.model(), spec.seed());
   if (!model.ok()) return leave_and_fail(model.status().ToString());
   (*model)->To(device);
+  localsgd::LogInfo(absl::StrCat(worker_id, " trains on ", device.str()));
   absl::StatusOr<localsgd::DataSplits> data = localsgd::LoadData(spec.dataset(), spec.seed());
   if (!data.ok()) return leave_and_fail(data.status().ToString());
   // Saves the run's last committed global model (its final one once the run ended), fetched

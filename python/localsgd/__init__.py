@@ -95,7 +95,7 @@ class LocalSGD:
     def __init__(self, accelerator=None, model=None, local_sgd_steps=None, enabled=True, *,
                  average_buffers=None, coordinator=None, token_file=None, tls_ca=None,
                  tls_cert=None, tls_key=None, node_name=None, rendezvous_dir=None,
-                 start_run=False, **spec):
+                 connect_timeout=None, start_run=False, **spec):
         if model is None and isinstance(accelerator, torch.nn.Module):
             model, accelerator = accelerator, None  # LocalSGD(model, 8)
         if not isinstance(model, torch.nn.Module):
@@ -115,7 +115,8 @@ class LocalSGD:
             start = _spec_json(dict({"model": {"custom": type(model).__name__}}, **expect))
         connection = dict(coordinator=coordinator, token_file=token_file, tls_ca=tls_ca,
                           tls_cert=tls_cert, tls_key=tls_key, node_name=node_name,
-                          rendezvous_dir=rendezvous_dir)
+                          rendezvous_dir=rendezvous_dir,
+                          connect_timeout=None if connect_timeout is None else str(connect_timeout))
         params, buffers = _model_tensors(model)
         self._replica = _C.Replica.connect(params, buffers, connection, start, _spec_json(expect))
         self._closed = False
@@ -143,8 +144,10 @@ class LocalSGD:
         self._replica.step()
 
     def report(self, loss=None, accuracy=None, samples=0):
-        """For the status page: the latest training loss, a test accuracy, and how many
-        samples were trained since the last report (for samples/s)."""
+        """For the status page: the latest training loss, a test accuracy (a fraction in
+        [0, 1]), and how many samples were trained since the last report (for samples/s).
+        Raises InvalidArgument, naming it, for an accuracy outside [0, 1] or not finite and
+        for a negative `samples`."""
         if self._replica is not None:
             self._replica.report(float(loss) if loss is not None else 0.0,
                                  float(accuracy) if accuracy is not None else -1.0, int(samples))

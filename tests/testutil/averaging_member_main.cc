@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "common/auth.h"
 #include "common/grpc_channel.h"
+#include "common/mutex.h"
 #include "common/process_tuning.h"
 #include "common/status_util.h"
 #include "exchange/codec.h"
@@ -75,11 +76,18 @@ int main(int argc, char** argv) {
     return c;
   };
 
+  // Who this member is, once it joined (the data plane checks its streams' tags with it).
+  localsgd::Mutex identity_mu;
+  localsgd::StreamTagCheck::Identity identity;
   std::unique_ptr<localsgd::DataPlaneServer> data_plane;
   if (!absl::GetFlag(FLAGS_data_address).empty()) {
     localsgd::DataPlaneServer::Options options;
     options.address = absl::GetFlag(FLAGS_data_address);
     options.token = token;
+    options.identity = [&] {
+      localsgd::MutexLock lock(&identity_mu);
+      return identity;
+    };
     auto started = localsgd::DataPlaneServer::Start(options);
     if (!started.ok()) return Fail("data plane", started.status());
     data_plane = *std::move(started);
@@ -94,6 +102,10 @@ int main(int argc, char** argv) {
   localsgd::v1::JoinResponse joined;
   grpc::Status status = coordinator->Join(context().get(), join, &joined);
   if (!status.ok()) return Fail("join", localsgd::FromGrpcStatus(status));
+  {
+    localsgd::MutexLock lock(&identity_mu);
+    identity = {joined.worker_id(), joined.member_credential()};
+  }
 
   // Heartbeats keep the lease; the first RUNNING run they report is ours.
   std::atomic<bool> stop{false};

@@ -496,12 +496,17 @@ bool ControlPlane::draining() const {
 
 std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   MutexLock lock(&mu_);
+  const std::vector<Member> members = membership_.Members();
+  std::map<std::string, int> joined;  // live members by node
+  for (const Member& member : members) ++joined[member.identity.node_name()];
   std::vector<Leader> leaders;
-  for (const Member& member : membership_.Members()) {
+  for (const Member& member : members) {
     // A leader that finished training will not sync again: rounds must not wait for it.
     if (member.node_leader && !member.finished) {
-      leaders.push_back(Leader{member.worker_id, member.identity.local_world_size(),
-                               member.data_address, member.credential_digest});
+      leaders.push_back(Leader{
+          member.worker_id,
+          std::min(member.identity.local_world_size(), joined[member.identity.node_name()]),
+          member.data_address, member.credential_digest});
     }
   }
   return leaders;

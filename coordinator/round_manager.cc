@@ -265,7 +265,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       Touch(earlier);
     }
     latest = member;
-    session = JoinLocked(header, leader.local_world_size, member);
+    session = JoinLocked(header, leader.ranks, member);
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
@@ -300,11 +300,13 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
 
 absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header, int ranks,
                                                  const std::shared_ptr<RoundMember>& member) {
-  // A node leader stands for its node's live ranks: at most the local_world_size it joined with.
+  // A node leader stands for its node's live ranks as the coordinator saw them join (at most
+  // the local_world_size it joined with), not for what it declares.
   if (header.num_workers() < 1 || header.num_workers() > ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_workers: must be in [1, ", ranks,
-        "] (the local_world_size this node leader joined with), got ", header.num_workers()));
+        "] (the ranks of this node that have joined, at most its local_world_size), got ",
+        header.num_workers()));
   }
   // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
   // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them.

@@ -199,6 +199,31 @@ class RoundManagerTest : public ::testing::Test {
 
 // Saving a commit happens off the round lock: while the disk is slow, the round manager and
 // the control plane keep answering, and the members hear of the commit only once it is saved.
+// Issue 50, finding 4: a leader that joined declaring 1024 ranks could weigh 1024 alone (one
+// member's zero deltas froze the model). It weighs the ranks of its node the coordinator saw
+// join, at most what it declared.
+TEST_F(RoundManagerTest, ALeaderWeighsTheRanksOfItsNodeThatJoinedNotWhatItDeclares) {
+  Start(RoundManager::Options(), "star");
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("big");
+  join.mutable_identity()->set_local_world_size(1024);
+  JoinMember(join);
+  v1::SyncHeader claim = Header(1, "big/0");
+  claim.set_num_workers(1024);
+  claim.set_weight(1024);
+  EXPECT_THAT(rounds_->Join(claim, std::make_shared<FakeMember>()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "num_workers: must be in [1, 1] (the ranks of this node that have joined"));
+  // Once two of its ranks joined, it stands for two.
+  join.mutable_identity()->set_local_rank(1);
+  JoinMember(join);
+  claim = Header(1, "big/0");
+  claim.set_num_workers(3);
+  claim.set_weight(3);
+  EXPECT_THAT(rounds_->Join(claim, std::make_shared<FakeMember>()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "must be in [1, 2]"));
+}
+
 TEST_F(RoundManagerTest, ACommitIsSavedOffTheLockAndAnnouncedOnlyOnceOnDisk) {
   RoundManager::Options options = SlowDisk("slow-disk");
   Start(options, "star");

@@ -226,7 +226,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       const std::vector<ControlPlane::Leader>& leaders) {
     std::vector<ShardedRound::Candidate> candidates;
     for (const ControlPlane::Leader& leader : leaders) {
-      candidates.push_back({leader.worker_id, leader.local_world_size, leader.data_address});
+      candidates.push_back({leader.worker_id, leader.ranks, leader.data_address});
     }
     return candidates;
   }

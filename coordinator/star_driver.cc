@@ -150,7 +150,7 @@ class RoundManager::StarDriver : public RoundManager::Driver {
       const std::vector<ControlPlane::Leader>& leaders) {
     std::vector<StarRound::Candidate> candidates;
     for (const ControlPlane::Leader& leader : leaders) {
-      candidates.push_back({leader.worker_id, leader.local_world_size});
+      candidates.push_back({leader.worker_id, leader.ranks});
     }
     return candidates;
   }

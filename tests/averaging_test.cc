@@ -70,15 +70,18 @@ class AveragingTest : public ::testing::Test {
 
   std::unique_ptr<grpc::ClientContext> Ctx() { return AuthorizedContext(kToken, kTimeout); }
 
-  // Joins node-i's leader, of a node of `ranks` ranks.
+  // Joins node-i's `ranks` ranks, rank 0 its leader (a leader stands for the ranks of its
+  // node the coordinator saw join).
   void JoinNode(int i, int ranks = 1) {
-    v1::JoinRequest request;
-    request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
-    request.mutable_identity()->set_local_rank(0);
-    request.mutable_identity()->set_local_world_size(ranks);
-    v1::JoinResponse response;
-    ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
-    credentials_.Keep(response);
+    for (int rank = ranks - 1; rank >= 0; --rank) {
+      v1::JoinRequest request;
+      request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
+      request.mutable_identity()->set_local_rank(rank);
+      request.mutable_identity()->set_local_world_size(ranks);
+      v1::JoinResponse response;
+      ASSERT_TRUE(coordinator_->Join(Ctx().get(), request, &response).ok());
+      credentials_.Keep(response);
+    }
   }
 
   void StartRun(const std::string& extra_spec) {
@@ -497,7 +500,7 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
        },
        {},
        grpc::StatusCode::INVALID_ARGUMENT,
-       "num_workers: must be in [1, 1] (the local_world_size"},
+       "num_workers: must be in [1, 1] (the ranks of this node that have joined"},
       {"weight beyond the member's ranks",
        [](v1::SyncHeader& h) { h.set_weight(1e6); },
        {},

@@ -98,14 +98,17 @@ class ShardedTest : public ::testing::Test {
       ASSERT_THAT(server, IsOk());
       leader.server = std::move(*server);
     }
-    v1::JoinRequest request;
-    request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
-    request.mutable_identity()->set_local_rank(0);
-    request.mutable_identity()->set_local_world_size(1 + i);  // it weighs 1 + i (StartRun)
-    if (serve) request.set_data_address(leader.server->address());
-    v1::JoinResponse response;
-    grpc::Status status = Join(request, &response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
+    // The node's 1 + i ranks join (its leader weighs them: StartRun), rank 0 last.
+    for (int rank = i; rank >= 0; --rank) {
+      v1::JoinRequest request;
+      request.mutable_identity()->set_node_name(absl::StrCat("node-", i));
+      request.mutable_identity()->set_local_rank(rank);
+      request.mutable_identity()->set_local_world_size(1 + i);
+      if (serve && rank == 0) request.set_data_address(leader.server->address());
+      v1::JoinResponse response;
+      grpc::Status status = Join(request, &response);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    }
     leader.serves = serve;
     leader.client = MakeClient(serve ? leader.server.get() : nullptr);
   }

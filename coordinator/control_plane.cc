@@ -503,10 +503,10 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   for (const Member& member : members) {
     // A leader that finished training will not sync again: rounds must not wait for it.
     if (member.node_leader && !member.finished) {
-      leaders.push_back(Leader{
-          member.worker_id,
-          std::min(member.identity.local_world_size(), joined[member.identity.node_name()]),
-          member.data_address, member.credential_digest});
+      leaders.push_back(
+          Leader{member.worker_id,
+                 std::min(member.identity.local_world_size(), joined[member.identity.node_name()]),
+                 member.data_address, member.credential_digest});
     }
   }
   return leaders;

@@ -537,7 +537,7 @@ void ControlPlane::RecordRound(v1::RoundRecord record) {
   } else {
     ++rounds_aborted_total_;
     Note(v1::EVENT_SEVERITY_WARNING, "round_aborted", "",
-         absl::StrCat("round ", record.round(), " aborted: ", record.reason()));
+         absl::StrCat("round ", record.round(), " aborted: ", record.reason()), record.reason());
   }
   const std::vector<double>& bounds = RoundDurationBounds();
   const size_t bucket = static_cast<size_t>(
@@ -548,12 +548,14 @@ void ControlPlane::RecordRound(v1::RoundRecord record) {
     ++dropped_by_class_[DropReasonClass(dropped.reason())];
     Note(v1::EVENT_SEVERITY_WARNING, "member_dropped", dropped.member_id(),
          absl::StrCat("round ", record.round(), ": dropped ", dropped.member_id(), ": ",
-                      dropped.reason()));
+                      dropped.reason()),
+         dropped.reason());
   }
   for (const v1::DroppedMember& excluded : record.excluded()) {
     Note(v1::EVENT_SEVERITY_WARNING, "member_excluded", excluded.member_id(),
          absl::StrCat("round ", record.round(), ": the delta of ", excluded.member_id(),
-                      " left out: ", excluded.reason()));
+                      " left out: ", excluded.reason()),
+         excluded.reason());
   }
   // The round as a point of its run's series, with the members' latest reports.
   v1::SeriesPoint point;
@@ -633,9 +635,10 @@ void ControlPlane::RecordEvent(v1::EventSeverity severity, const std::string& ki
 }
 
 void ControlPlane::Note(v1::EventSeverity severity, const std::string& kind,
-                        const std::string& worker_id, const std::string& text) {
+                        const std::string& worker_id, const std::string& text,
+                        const std::string& cause) {
   const v1::Event& event =
-      events_.Add(options_.clock(), severity, kind, worker_id, runs_.info().run_id(), text);
+      events_.Add(options_.clock(), severity, kind, worker_id, runs_.info().run_id(), text, cause);
   switch (severity) {
     case v1::EVENT_SEVERITY_ERROR:
       LogError(event.text());

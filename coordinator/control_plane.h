@@ -145,8 +145,11 @@ class ControlPlane {
   // RunInfo.waiting_for: how many workers have joined, by node.
   std::string WaitingFor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs a line and keeps it as an event of the current run.
+  // Logs and keeps an event; one with a `cause` folds into a recent one of the same kind,
+  // worker and cause (EventLog).
   void Note(v1::EventSeverity severity, const std::string& kind, const std::string& worker_id,
-            const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+            const std::string& text, const std::string& cause = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After anything that may have moved the run's state from `before`: the event, and once
   // the run ended its results.
   void AfterRunChange(v1::RunState before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -155,8 +155,15 @@ absl::Status ShardedRound::Deliver(const std::string& member_id,
 
 void ShardedRound::Tick(absl::Time now) {
   if (phase_ == Phase::kGathering && now > options_.opened + options_.deadline) {
+    int missing = 0;
+    int arrived = 0;
+    for (const Member& member : expected_) {
+      if (member.dropped) continue;
+      ++(member.arrived ? arrived : missing);
+    }
     for (Member& member : expected_) {
       if (!member.arrived && !member.dropped) {
+        if (missing == 1 && arrived > 0) alone_ = member.candidate.member_id;
         Drop(member, absl::StrCat("did not arrive within the round deadline (",
                                   absl::FormatDuration(options_.deadline), ")"));
       }
@@ -282,7 +289,9 @@ bool ShardedRound::Verify(const std::vector<uint64_t>& range_digests) {
 
 std::vector<RoundFault> ShardedRound::Faults() const {
   std::vector<RoundFault> faults;
-  for (const auto& [id, reason] : all_drops_) faults.push_back(RoundFault{id, reason, ""});
+  for (const auto& [id, reason] : all_drops_) {
+    faults.push_back(RoundFault{id, reason, "", id == alone_});
+  }
   faults.insert(faults.end(), blamed_.begin(), blamed_.end());
   return faults;
 }

@@ -112,6 +112,7 @@ class StarRound {
   std::string abort_reason_;
   std::vector<Drop> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
+  std::string alone_;  // the one member the round waited its deadline for
   std::vector<std::pair<std::string, std::string>> excluded_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();

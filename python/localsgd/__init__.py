@@ -86,10 +86,16 @@ class LocalSGD:
     communicates. Float buffers (batch-norm statistics) are averaged too when the run says
     average_buffers (average_buffers=True expects that of the run).
 
-    step() after each optimizer.step() (with gradient accumulation: once per optimizer step);
-    it raises RunEnded once the run was stopped or ended without this rank. Leaving the
-    `with` block (or close()) syncs one last time so every copy ends equal, and leaves; an
-    exception leaves without that sync, with its name as the reason.
+    step() after each optimizer.step(); it counts optimizer steps. With an `accelerator`
+    (Accelerate's Accelerator, or an object with its `sync_gradients`), step() may be called
+    for every micro-batch inside `accelerator.accumulate(model)`, as Accelerate's own loop
+    does: only the calls where `accelerator.sync_gradients` is true (the optimizer stepped)
+    count. A model wrapped for DistributedDataParallel (accelerator.prepare) has its gradient
+    all-reduce turned off inside the `with` block (model.no_sync(), as Accelerate's LocalSGD
+    does), and the wrapped module is averaged. It raises RunEnded once the run was stopped or
+    ended without this rank. Leaving the `with` block (or close()) syncs one last time so
+    every copy ends equal, and leaves; an exception leaves without that sync, with its name as
+    the reason.
     """
 
     def __init__(self, accelerator=None, model=None, local_sgd_steps=None, enabled=True, *,
@@ -100,6 +106,18 @@ class LocalSGD:
             model, accelerator = accelerator, None  # LocalSGD(model, 8)
         if not isinstance(model, torch.nn.Module):
             raise InvalidArgument("model: a torch.nn.Module is needed")
+        if accelerator is not None and not hasattr(accelerator, "sync_gradients"):
+            raise InvalidArgument(
+                f"accelerator: a {type(accelerator).__name__} has no sync_gradients: pass "
+                "Accelerate's Accelerator (its sync_gradients says which step() calls end an "
+                "optimizer step), or leave it out and call step() once per optimizer step")
+        self._accelerator = accelerator
+        # DistributedDataParallel (what accelerator.prepare makes of a model on several
+        # processes): its per-step all-reduce is what Local SGD replaces.
+        self._ddp = model if hasattr(model, "no_sync") and hasattr(model, "module") else None
+        self._no_sync = None
+        if self._ddp is not None:
+            model = self._ddp.module
         if local_sgd_steps is not None and local_sgd_steps < 1:
             raise InvalidArgument(f"local_sgd_steps: {local_sgd_steps} must be >= 1")
         self.model = model
@@ -122,9 +140,15 @@ class LocalSGD:
         self._closed = False
 
     def __enter__(self):
+        if self._ddp is not None and self.enabled:
+            self._no_sync = self._ddp.no_sync()
+            self._no_sync.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, traceback):
+        if self._no_sync is not None:
+            self._no_sync.__exit__(exc_type, exc, traceback)
+            self._no_sync = None
         if exc_type is None:
             self.close()
         elif issubclass(exc_type, KeyboardInterrupt):
@@ -137,7 +161,10 @@ class LocalSGD:
 
     def step(self):
         """Counts one optimizer step; at the run's boundaries the copies average (the GIL is
-        released meanwhile)."""
+        released meanwhile). With an accelerator, a call inside accelerator.accumulate on a
+        micro-batch that did not step the optimizer counts nothing."""
+        if self._accelerator is not None and not self._accelerator.sync_gradients:
+            return
         if self._replica is None:
             self._steps += 1
             return

@@ -290,7 +290,13 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     // refusal kept for the next attempt would drop it there and abort that one too.
     if (!session.ok() && !absl::IsAlreadyExists(session.status()) &&
         !absl::IsAborted(session.status()) && !stale) {
-      Refuse(header.member_id(), session.status());
+      // A member a step apart brings another fragment than the round's: it sits the round
+      // out, but that is no fault of its (it goes stale, adopts the run's model and step, and
+      // is in phase again); held against it, two nodes out of phase suspended each other.
+      const bool other_fragment = round_.has_value() && header.run_id() == model_.run_id() &&
+                                  header.round() == round_->number &&
+                                  header.fragment() != round_->fragment;
+      Refuse(header.member_id(), session.status(), other_fragment);
     }
     Advance();
   }
@@ -391,7 +397,7 @@ void RoundManager::OpenRound(int64_t number, int fragment) {
                        : MakeStarDriver(this, leaders);
   // Leaders refused for this round before it opened are out from the start.
   for (const auto& [member_id, refused] : refused_) {
-    if (refused.first == number) round_->driver->Refuse(member_id, refused.second);
+    if (refused.first == number) round_->driver->Refuse(member_id, refused.second, false);
   }
   refused_.clear();
 }
@@ -400,12 +406,12 @@ bool RoundManager::Stale(const v1::SyncHeader& header) const {
   return header.run_id() == model_.run_id() && header.round() <= model_.round();
 }
 
-void RoundManager::Refuse(const std::string& member_id, const absl::Status& status) {
+void RoundManager::Refuse(const std::string& member_id, const absl::Status& status, bool excused) {
   // A suspended member is in no round, and what it sent then does not count against it later.
   if (suspensions_.Suspended(member_id, options_.clock())) return;
   const std::string reason = absl::StrCat("refused: ", status.message());
   if (round_.has_value()) {
-    round_->driver->Refuse(member_id, reason);
+    round_->driver->Refuse(member_id, reason, excused);
   } else if (model_.initialised()) {
     refused_[member_id] = {model_.round() + 1, reason};
   }

@@ -152,8 +152,9 @@ class RoundManager {
     // A header Join checked: enters the member into the round; its session id.
     virtual absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
                                            const std::shared_ptr<RoundMember>& member) = 0;
-    // A live leader whose header was refused leaves the round (if it has not joined it).
-    virtual void Refuse(const std::string& member_id, const std::string& reason) = 0;
+    // A live leader whose header was refused leaves the round (if it has not joined it);
+    // `excused`: it is not held against it (Suspensions), as for a member a fragment apart.
+    virtual void Refuse(const std::string& member_id, const std::string& reason, bool excused) = 0;
     virtual void Leave(int64_t session, const absl::Status& why) = 0;
     virtual void EndOfInput(int64_t session) = 0;
     virtual void Tick(absl::Time now, const std::vector<ControlPlane::Leader>& leaders) = 0;
@@ -248,8 +249,9 @@ class RoundManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Leaves a live leader whose header was refused out of the round (or the next one).
-  void Refuse(const std::string& member_id, const absl::Status& status)
+  // Leaves a live leader whose header was refused out of the round (or the next one);
+  // `excused` as for Driver::Refuse.
+  void Refuse(const std::string& member_id, const absl::Status& status, bool excused = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acts on the round's decisions, if a round is open.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

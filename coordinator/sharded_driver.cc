@@ -46,8 +46,8 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     return m_->AddSession(Session{-1, header.member_id(), member, header.step()});
   }
 
-  void Refuse(const std::string& member_id, const std::string& reason) override {
-    round_.Leave(member_id, reason, m_->options_.clock());
+  void Refuse(const std::string& member_id, const std::string& reason, bool excused) override {
+    round_.Leave(member_id, reason, m_->options_.clock(), excused);
   }
 
   void Leave(int64_t session, const absl::Status& why) override { DropSession(session, why); }

@@ -48,9 +48,11 @@ absl::Status ShardedRound::Arrive(const std::string& member_id, double weight, i
   return absl::OkStatus();
 }
 
-void ShardedRound::Leave(const std::string& member_id, const std::string& reason, absl::Time now) {
+void ShardedRound::Leave(const std::string& member_id, const std::string& reason, absl::Time now,
+                         bool excused) {
   Member* member = Find(member_id);
   if (member == nullptr || member->dropped) return;
+  if (excused) excused_.push_back(member_id);
   if (phase_ == Phase::kExchanging && member->slot >= 0) {
     for (size_t s = 0; s < shards_.size(); ++s) {
       const Shard& shard = shards_[s];
@@ -290,6 +292,7 @@ bool ShardedRound::Verify(const std::vector<uint64_t>& range_digests) {
 std::vector<RoundFault> ShardedRound::Faults() const {
   std::vector<RoundFault> faults;
   for (const auto& [id, reason] : all_drops_) {
+    if (std::find(excused_.begin(), excused_.end(), id) != excused_.end()) continue;
     faults.push_back(RoundFault{id, reason, "", id == alone_});
   }
   faults.insert(faults.end(), blamed_.begin(), blamed_.end());

@@ -71,8 +71,10 @@ class ShardedRound {
   // after the round opened, or was dropped), when the layout is already out, or when it came
   // twice.
   absl::Status Arrive(const std::string& member_id, double weight, int64_t step, absl::Time now);
-  // The member is gone (stream ended, lease expired, header refused).
-  void Leave(const std::string& member_id, const std::string& reason, absl::Time now);
+  // The member is gone (stream ended, lease expired, header refused); `excused`: not held
+  // against it in Faults().
+  void Leave(const std::string& member_id, const std::string& reason, absl::Time now,
+             bool excused = false);
   // An owner sent averaged chunk `chunk`. INVALID_ARGUMENT when it does not own it or sent it
   // before, FAILED_PRECONDITION outside the exchange.
   absl::Status AddMean(const std::string& member_id, int chunk);
@@ -164,8 +166,9 @@ class ShardedRound {
   int means_received_ = 0;
   std::vector<std::pair<std::string, std::string>> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
-  std::vector<RoundFault> blamed_;  // by the abort
-  std::string alone_;               // the one member the gathering waited its deadline for
+  std::vector<RoundFault> blamed_;    // by the abort
+  std::string alone_;                 // the one member the gathering waited its deadline for
+  std::vector<std::string> excused_;  // dropped, not held against them
   std::vector<std::string> diverged_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();

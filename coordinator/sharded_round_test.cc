@@ -270,6 +270,22 @@ TEST_F(ShardedRoundTest, TheOneMemberTheRoundWaitedForAloneIsMarkedSo) {
   }
 }
 
+// Issue 50, finding 3: a member refused for bringing another fragment than the round's (a
+// step apart after a failover) sits the round out but is not held against it: two nodes out
+// of phase suspended each other.
+TEST_F(ShardedRoundTest, AnExcusedMemberIsDroppedButNotHeldAgainstIt) {
+  ShardedRound round = Make(3, 6);
+  round.Leave("m2", "refused: fragment: 1, round 7 carries fragment 0", clock_.Now(),
+              /*excused=*/true);
+  round.Leave("m1", "stream ended", clock_.Now());
+  std::vector<std::string> dropped;
+  for (const auto& [id, reason] : round.dropped()) dropped.push_back(id);
+  EXPECT_THAT(dropped, ElementsAre("m2", "m1"));
+  std::vector<std::string> faulted;
+  for (const RoundFault& fault : round.Faults()) faulted.push_back(fault.member_id);
+  EXPECT_THAT(faulted, ElementsAre("m1"));
+}
+
 TEST_F(ShardedRoundTest, DigestsMustBeOnePerRange) {
   ShardedRound round = Make(2, 4);
   ArriveAll(round, 2);

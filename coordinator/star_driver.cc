@@ -48,9 +48,12 @@ class RoundManager::StarDriver : public RoundManager::Driver {
     return session;
   }
 
-  void Refuse(const std::string& member_id, const std::string& reason) override {
+  void Refuse(const std::string& member_id, const std::string& reason, bool excused) override {
     const int slot = round_.SlotOf(member_id);
-    if (slot >= 0 && !round_.arrived(slot)) Drop(slot, reason, absl::OkStatus());
+    if (slot >= 0 && !round_.arrived(slot)) {
+      round_.Leave(slot, reason, absl::OkStatus(), excused);
+      ApplyDrops();
+    }
   }
 
   void Leave(int64_t session, const absl::Status& why) override {

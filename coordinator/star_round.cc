@@ -50,9 +50,11 @@ void StarRound::Delivered(int slot, absl::Time now) {
   last_delivery_ = std::max(last_delivery_, now);
 }
 
-void StarRound::Leave(int slot, const std::string& reason, const absl::Status& status) {
+void StarRound::Leave(int slot, const std::string& reason, const absl::Status& status,
+                      bool excused) {
   Member& member = state_[slot];
   if (member.dropped || phase_ != Phase::kOpen) return;
+  if (excused) excused_.push_back(members_[slot]);
   member.dropped = true;
   drops_.push_back(Drop{slot, reason, status});
   all_drops_.emplace_back(members_[slot], reason);
@@ -106,6 +108,7 @@ void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leader
 std::vector<RoundFault> StarRound::Faults() const {
   std::vector<RoundFault> faults;
   for (const auto& [id, reason] : all_drops_) {
+    if (std::find(excused_.begin(), excused_.end(), id) != excused_.end()) continue;
     faults.push_back(RoundFault{id, reason, "", id == alone_});
   }
   return faults;

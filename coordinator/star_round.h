@@ -53,8 +53,9 @@ class StarRound {
   absl::StatusOr<int> Arrive(const std::string& member_id, int64_t step, int workers);
   // The member sent its whole delta (at `now`).
   void Delivered(int slot, absl::Time now);
-  // The member is out of the round: `reason` for the record, `status` for its stream.
-  void Leave(int slot, const std::string& reason, const absl::Status& status);
+  // The member is out of the round: `reason` for the record, `status` for its stream;
+  // `excused`: not held against it in Faults().
+  void Leave(int slot, const std::string& reason, const absl::Status& status, bool excused = false);
   // The slot of `member_id`, or -1.
   int SlotOf(const std::string& member_id) const;
   // Screening excluded the member's delta from the mean.
@@ -112,7 +113,8 @@ class StarRound {
   std::string abort_reason_;
   std::vector<Drop> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
-  std::string alone_;  // the one member the round waited its deadline for
+  std::string alone_;                 // the one member the round waited its deadline for
+  std::vector<std::string> excused_;  // dropped, not held against them
   std::vector<std::pair<std::string, std::string>> excluded_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();

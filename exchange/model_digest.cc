@@ -60,22 +60,112 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
   return ~crc;
 }
 
+namespace {
+
+// Deals the words of [p, p + n) to `lanes` from lane `*next` on (portably); `crc_word` and
+// `crc_byte` advance one lane's CRC.
+template <typename CrcWord, typename CrcByte>
+inline void DealWords(uint32_t* lanes, int* next, const unsigned char* p, size_t n,
+                      CrcWord crc_word, CrcByte crc_byte) {
+  auto word_at = [](const unsigned char* q) {
+    uint64_t word;
+    std::memcpy(&word, q, sizeof(word));
+    return word;
+  };
+  for (; n >= 8 && *next != 0; p += 8, n -= 8) {
+    lanes[*next] = crc_word(lanes[*next], word_at(p));
+    *next = (*next + 1) % 3;
+  }
+  uint32_t a = lanes[0], b = lanes[1], c = lanes[2];
+  for (; n >= 24; p += 24, n -= 24) {
+    a = crc_word(a, word_at(p));
+    b = crc_word(b, word_at(p + 8));
+    c = crc_word(c, word_at(p + 16));
+  }
+  lanes[0] = a;
+  lanes[1] = b;
+  lanes[2] = c;
+  for (; n >= 8; p += 8, n -= 8) {
+    lanes[*next] = crc_word(lanes[*next], word_at(p));
+    *next = (*next + 1) % 3;
+  }
+  for (; n > 0; ++p, --n) lanes[*next] = crc_byte(lanes[*next], *p);
+}
+
+// The same dealing with the CPU's CRC-32C instruction, written out: a generic loop compiled
+// without SSE 4.2 could not inline it.
+__attribute__((target("sse4.2"))) void DealHardware(uint32_t* lanes, int* next,
+                                                    const unsigned char* p, size_t n) {
+  auto word_at = [](const unsigned char* q) {
+    uint64_t word;
+    std::memcpy(&word, q, sizeof(word));
+    return word;
+  };
+  for (; n >= 8 && *next != 0; p += 8, n -= 8) {
+    lanes[*next] = static_cast<uint32_t>(_mm_crc32_u64(lanes[*next], word_at(p)));
+    *next = (*next + 1) % 3;
+  }
+  uint64_t a = lanes[0], b = lanes[1], c = lanes[2];
+  for (; n >= 24; p += 24, n -= 24) {
+    a = _mm_crc32_u64(a, word_at(p));
+    b = _mm_crc32_u64(b, word_at(p + 8));
+    c = _mm_crc32_u64(c, word_at(p + 16));
+  }
+  lanes[0] = static_cast<uint32_t>(a);
+  lanes[1] = static_cast<uint32_t>(b);
+  lanes[2] = static_cast<uint32_t>(c);
+  for (; n >= 8; p += 8, n -= 8) {
+    lanes[*next] = static_cast<uint32_t>(_mm_crc32_u64(lanes[*next], word_at(p)));
+    *next = (*next + 1) % 3;
+  }
+  for (; n > 0; ++p, --n) lanes[*next] = _mm_crc32_u8(lanes[*next], *p);
+}
+
+void DealPortable(uint32_t* lanes, int* next, const unsigned char* p, size_t n) {
+  DealWords(
+      lanes, next, p, n,
+      [](uint32_t crc, uint64_t word) {
+        unsigned char bytes[8];
+        std::memcpy(bytes, &word, sizeof(bytes));
+        return Portable(bytes, sizeof(bytes), crc);
+      },
+      [](uint32_t crc, unsigned char byte) { return Portable(&byte, 1, crc); });
+}
+
+}  // namespace
+
+void LaneCrc::Update(const void* data, size_t size) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (kHardware) {
+    DealHardware(lanes_, &next_, p, size);
+  } else {
+    DealPortable(lanes_, &next_, p, size);
+  }
+}
+
+uint64_t LaneCrc::Digest() const {
+  // Each step a bijection of the lane it takes in, the others fixed.
+  uint64_t digest = Mix(lanes_[0]);
+  digest = Mix(digest ^ (uint64_t{lanes_[1]} << 32));
+  return Mix(digest ^ lanes_[2]);
+}
+
 uint64_t ChunkDigest(absl::Span<const float> next_global, absl::Span<const float> next_momentum) {
-  const uint64_t global = Crc32c(next_global.data(), next_global.size() * sizeof(float));
-  const uint64_t momentum =
-      next_momentum.empty() ? 0
-                            : Crc32c(next_momentum.data(), next_momentum.size() * sizeof(float));
-  return global << 32 | momentum;
+  LaneCrc global;
+  global.Update(next_global.data(), next_global.size() * sizeof(float));
+  LaneCrc momentum;
+  momentum.Update(next_momentum.data(), next_momentum.size() * sizeof(float));
+  return Mix(global.Digest() ^ Mix(momentum.Digest()));
 }
 
 uint64_t NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
                          absl::Span<const float> global, absl::Span<const float> momentum) {
-  constexpr size_t kBlock = 1024;
+  constexpr size_t kBlock = 1024;  // whole 8-byte words, as LaneCrc's pieces must be
   std::array<float, kBlock> next;
   std::array<float, kBlock> next_momentum;
   const bool has_momentum = outer.momentum != 0;
-  uint32_t global_crc = 0;
-  uint32_t momentum_crc = 0;
+  LaneCrc global_crc;
+  LaneCrc momentum_crc;
   for (size_t begin = 0; begin < global.size(); begin += kBlock) {
     const size_t n = std::min(kBlock, global.size() - begin);
     std::memcpy(next.data(), mean.data() + begin, n * sizeof(float));
@@ -83,10 +173,10 @@ uint64_t NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> me
     OuterStepInto(outer, absl::MakeSpan(next.data(), n), global.subspan(begin, n),
                   has_momentum ? momentum.subspan(begin, n) : absl::Span<const float>(),
                   has_momentum ? absl::MakeSpan(next_momentum.data(), n) : absl::Span<float>());
-    global_crc = Crc32c(next.data(), n * sizeof(float), global_crc);
-    if (has_momentum) momentum_crc = Crc32c(next_momentum.data(), n * sizeof(float), momentum_crc);
+    global_crc.Update(next.data(), n * sizeof(float));
+    if (has_momentum) momentum_crc.Update(next_momentum.data(), n * sizeof(float));
   }
-  return uint64_t{global_crc} << 32 | momentum_crc;
+  return Mix(global_crc.Digest() ^ Mix(momentum_crc.Digest()));
 }
 
 uint64_t RangeDigests::Of(int begin, int end) const {

@@ -504,7 +504,7 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
     // A leader that finished training will not sync again: rounds must not wait for it.
     if (member.node_leader && !member.finished) {
       leaders.push_back(
-          Leader{member.worker_id,
+          Leader{member.worker_id, member.identity.local_world_size(),
                  std::min(member.identity.local_world_size(), joined[member.identity.node_name()]),
                  member.data_address, member.credential_digest});
     }

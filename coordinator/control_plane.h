@@ -91,8 +91,9 @@ class ControlPlane {
   // by worker id.
   struct Leader {
     std::string worker_id;
+    int local_world_size = 1;  // as it joined: the most ranks it may claim
     // The ranks it stands for, as the coordinator saw them: its node's live members (every
-    // rank joins), at most the local_world_size it joined with. Not what it claims.
+    // rank joins), at most local_world_size. What its delta weighs, whatever it claims.
     int ranks = 1;
     std::string data_address;  // empty: it serves no sharded data plane
     // Its data-plane key (DataPlaneKey: the digest of its latest credential), under which the

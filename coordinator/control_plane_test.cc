@@ -145,6 +145,24 @@ TEST_F(ControlPlaneTest, AWaitingRunSaysWhoHasJoined) {
   EXPECT_EQ(joined->run().waiting_for(), "");
 }
 
+// Issue 50, finding 4: a leader weighs the ranks of its node that joined and live, at most what
+// it declared; not what it declares.
+TEST_F(ControlPlaneTest, ALeaderStandsForTheRanksOfItsNodeThatJoined) {
+  auto plane = Make();
+  ASSERT_THAT(Join(*plane, JoinAs("big", 0, 1024)), IsOk());
+  auto leaders = plane->LiveLeaders();
+  ASSERT_EQ(leaders.size(), 1u);
+  EXPECT_EQ(leaders[0].local_world_size, 1024);
+  EXPECT_EQ(leaders[0].ranks, 1);
+  ASSERT_THAT(Join(*plane, JoinAs("big", 1, 1024)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("other", 0, 1)), IsOk());
+  leaders = plane->LiveLeaders();
+  ASSERT_EQ(leaders.size(), 2u);
+  for (const ControlPlane::Leader& leader : leaders) {
+    EXPECT_EQ(leader.ranks, leader.worker_id == "big/0" ? 2 : 1) << leader.worker_id;
+  }
+}
+
 TEST_F(ControlPlaneTest, StatusShowsMembersWithHeartbeatAge) {
   auto plane = Make();
   ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());

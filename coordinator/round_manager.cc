@@ -265,7 +265,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       Touch(earlier);
     }
     latest = member;
-    session = JoinLocked(header, leader.ranks, member);
+    session = JoinLocked(header, leader, member);
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
@@ -304,21 +304,29 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
   return session;
 }
 
-absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& header, int ranks,
+absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
+                                                 const ControlPlane::Leader& leader,
                                                  const std::shared_ptr<RoundMember>& member) {
-  // A node leader stands for its node's live ranks as the coordinator saw them join (at most
-  // the local_world_size it joined with), not for what it declares.
-  if (header.num_workers() < 1 || header.num_workers() > ranks) {
+  // A node leader stands for its node's live ranks: at most the local_world_size it joined
+  // with, or it is refused.
+  if (claimed.num_workers() < 1 || claimed.num_workers() > leader.local_world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "num_workers: must be in [1, ", ranks,
-        "] (the ranks of this node that have joined, at most its local_world_size), got ",
-        header.num_workers()));
+        "num_workers: must be in [1, ", leader.local_world_size,
+        "] (the local_world_size this node leader joined with), got ", claimed.num_workers()));
   }
   // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
   // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them.
-  if (header.weight() != header.num_workers()) {
+  if (claimed.weight() != claimed.num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "weight: must be num_workers (", header.num_workers(), "), got ", header.weight()));
+        "weight: must be num_workers (", claimed.num_workers(), "), got ", claimed.weight()));
+  }
+  // And it weighs no more ranks than the coordinator saw its node join (a rank that has not
+  // joined again yet after a restart counts once it has): the weight is the coordinator's,
+  // not the member's claim.
+  v1::SyncHeader header = claimed;
+  if (header.num_workers() > leader.ranks) {
+    header.set_num_workers(leader.ranks);
+    header.set_weight(leader.ranks);
   }
   if (header.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
   if (!v1::Codec_IsValid(header.codec())) {

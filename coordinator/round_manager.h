@@ -223,7 +223,8 @@ class RoundManager {
   absl::StatusOr<v1::RunInfo> RunningRun(const std::string& run_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `ranks`: the local_world_size the member joined with.
-  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& header, int ranks,
+  absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& claimed,
+                                     const ControlPlane::Leader& leader,
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound(int64_t number, int fragment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -157,15 +157,8 @@ absl::Status ShardedRound::Deliver(const std::string& member_id,
 
 void ShardedRound::Tick(absl::Time now) {
   if (phase_ == Phase::kGathering && now > options_.opened + options_.deadline) {
-    int missing = 0;
-    int arrived = 0;
-    for (const Member& member : expected_) {
-      if (member.dropped) continue;
-      ++(member.arrived ? arrived : missing);
-    }
     for (Member& member : expected_) {
       if (!member.arrived && !member.dropped) {
-        if (missing == 1 && arrived > 0) alone_ = member.candidate.member_id;
         Drop(member, absl::StrCat("did not arrive within the round deadline (",
                                   absl::FormatDuration(options_.deadline), ")"));
       }
@@ -293,7 +286,7 @@ std::vector<RoundFault> ShardedRound::Faults() const {
   std::vector<RoundFault> faults;
   for (const auto& [id, reason] : all_drops_) {
     if (std::find(excused_.begin(), excused_.end(), id) != excused_.end()) continue;
-    faults.push_back(RoundFault{id, reason, "", id == alone_});
+    faults.push_back(RoundFault{id, reason, ""});
   }
   faults.insert(faults.end(), blamed_.begin(), blamed_.end());
   return faults;

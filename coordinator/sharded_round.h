@@ -29,8 +29,7 @@ namespace localsgd {
 // still in the round has delivered. It aborts when an owner leaves before its range is
 // averaged, when the deadline passes (counted again from the layout) with chunks missing, or
 // when fewer than min_workers workers are left. A member that leaves otherwise, or has not
-// delivered by the deadline, is dropped and the round goes on without it; one that alone kept
-// the others waiting for their header's deadline is marked so in Faults() (RoundFault.alone).
+// delivered by the deadline, is dropped and the round goes on without it.
 // Thread-compatible.
 class ShardedRound {
  public:
@@ -167,7 +166,6 @@ class ShardedRound {
   std::vector<std::pair<std::string, std::string>> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
   std::vector<RoundFault> blamed_;    // by the abort
-  std::string alone_;                 // the one member the gathering waited its deadline for
   std::vector<std::string> excused_;  // dropped, not held against them
   std::vector<std::string> diverged_;
   absl::Time first_delivery_ = absl::InfiniteFuture();

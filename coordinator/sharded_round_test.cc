@@ -251,25 +251,6 @@ TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
   EXPECT_THAT(agreed.diverged(), IsEmpty());
 }
 
-// The one member the gathering waited its deadline for is marked alone (suspended at once);
-// with two missing, neither is.
-TEST_F(ShardedRoundTest, TheOneMemberTheRoundWaitedForAloneIsMarkedSo) {
-  for (int missing : {1, 2}) {
-    ShardedRound round = Make(4, 8);
-    for (int i = 0; i < 4 - missing; ++i) {
-      ASSERT_THAT(round.Arrive(absl::StrCat("m", i), 1, 8, clock_.Now()), IsOk());
-    }
-    clock_.Advance(absl::Seconds(11));
-    round.Tick(clock_.Now());
-    std::vector<std::string> alone;
-    for (const RoundFault& fault : round.Faults()) {
-      if (fault.alone) alone.push_back(fault.member_id);
-    }
-    EXPECT_EQ(round.Faults().size(), static_cast<size_t>(missing));
-    EXPECT_THAT(alone, missing == 1 ? std::vector<std::string>{"m3"} : std::vector<std::string>{});
-  }
-}
-
 // Issue 50, finding 3: a member refused for bringing another fragment than the round's (a
 // step apart after a failover) sits the round out but is not held against it: two nodes out
 // of phase suspended each other.

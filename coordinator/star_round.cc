@@ -77,19 +77,6 @@ void StarRound::Fail(const std::string& reason) {
 }
 
 void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leaders) {
-  if (now > options_.opened + options_.deadline) {
-    int late = 0;
-    int done = 0;
-    for (const Member& member : state_) {
-      if (member.dropped) continue;
-      ++(member.delivered ? done : late);
-    }
-    for (size_t slot = 0; slot < members_.size(); ++slot) {
-      if (late == 1 && done > 0 && !state_[slot].dropped && !state_[slot].delivered) {
-        alone_ = members_[slot];
-      }
-    }
-  }
   for (size_t slot = 0; slot < members_.size() && phase_ == Phase::kOpen; ++slot) {
     const Member& member = state_[slot];
     if (member.dropped) continue;
@@ -109,7 +96,7 @@ std::vector<RoundFault> StarRound::Faults() const {
   std::vector<RoundFault> faults;
   for (const auto& [id, reason] : all_drops_) {
     if (std::find(excused_.begin(), excused_.end(), id) != excused_.end()) continue;
-    faults.push_back(RoundFault{id, reason, "", id == alone_});
+    faults.push_back(RoundFault{id, reason, ""});
   }
   return faults;
 }

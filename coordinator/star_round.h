@@ -113,7 +113,6 @@ class StarRound {
   std::string abort_reason_;
   std::vector<Drop> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
-  std::string alone_;                 // the one member the round waited its deadline for
   std::vector<std::string> excused_;  // dropped, not held against them
   std::vector<std::pair<std::string, std::string>> excluded_;
   absl::Time first_delivery_ = absl::InfiniteFuture();

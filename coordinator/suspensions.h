@@ -18,16 +18,13 @@ struct RoundFault {
   std::string member_id;
   std::string reason;
   std::string reported_by;
-  // It was the one member the round waited its whole deadline for while every other one had
-  // done its part: suspended at once, not after `strikes` such rounds.
-  bool alone = false;
 };
 
 // Which members sit out rounds because they failed earlier ones (docs/design.md, "Faults"):
 // a pure decision over round outcomes and a clock the caller passes in.
 //
 // A member is suspended after `strikes` rounds in a row that it failed with no round it was
-// committed in between (at once after a round that waited its deadline for it alone), for `first`,
+// committed in between, for `first`,
 // doubling with each suspension up to `longest`. Its suspension over, it is readmitted on
 // probation: the next round it fails suspends it again at once (for the doubled time); a round
 // committed with it clears its record. A claim by one member against another (an unreachable owner)

@@ -40,18 +40,6 @@ TEST(SuspensionsTest, ThreeFailedRoundsInARowSuspendAndACommitInBetweenForgives)
   EXPECT_FALSE(s.Suspended("b", kStart + absl::Seconds(30)));
 }
 
-// Issue 50, finding 6: a member that stays silent cost three whole round deadlines before it
-// was suspended. One that alone held a round for its deadline is suspended at once.
-TEST(SuspensionsTest, AMemberTheRoundWaitedForAloneIsSuspendedAtOnce) {
-  Suspensions s(Opts());
-  RoundFault fault{"b", "did not arrive within the round deadline", "", /*alone=*/true};
-  auto verdicts = s.RoundEnded(kStart, {"a"}, {fault});
-  ASSERT_THAT(verdicts, SizeIs(1));
-  EXPECT_EQ(verdicts[0].member_id, "b");
-  EXPECT_EQ(verdicts[0].failed_rounds, 1);
-  EXPECT_TRUE(s.Suspended("b", kStart));
-}
-
 // Aborted rounds (no one committed) count against the member blamed, not its fellows.
 TEST(SuspensionsTest, AbortedRoundsStrikeOnlyTheMemberBlamed) {
   Suspensions s(Opts());

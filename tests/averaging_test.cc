@@ -500,7 +500,7 @@ TEST_F(AveragingTest, BadInputIsRefusedAndTheOthersLoseNothing) {
        },
        {},
        grpc::StatusCode::INVALID_ARGUMENT,
-       "num_workers: must be in [1, 1] (the ranks of this node that have joined"},
+       "num_workers: must be in [1, 1] (the local_world_size"},
       {"weight beyond the member's ranks",
        [](v1::SyncHeader& h) { h.set_weight(1e6); },
        {},

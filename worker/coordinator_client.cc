@@ -140,11 +140,13 @@ absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bo
   while (!stop()) {
     v1::RunInfo current = run();
     if (current.state() == v1::RUN_STATE_RUNNING) return current;
+    // (Not "run ..." at the start: that line says this worker took its run up.)
     const std::string note =
         current.state() == v1::RUN_STATE_WAITING_FOR_WORKERS
-            ? absl::StrCat("run ", current.run_id(), " waits for workers: ", current.waiting_for())
-            : "no run is active on the coordinator: waiting for an operator to start one "
-              "(localsgdctl start)";
+            ? absl::StrCat("waiting for workers to join run ", current.run_id(), ": ",
+                           current.waiting_for())
+            : "waiting for a run: none is active on the coordinator (an operator starts one "
+              "with localsgdctl start)";
     if (const absl::Time now = absl::Now(); note != said || now >= next_note) {
       LogInfo(note);
       said = note;

@@ -12,6 +12,7 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "exchange/model_digest.h"
 #include "exchange/stream_outbox.h"
 #include "exchange/write_batch.h"
 
@@ -238,12 +239,28 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     header->set_chunk_values(snapshot_.layout.chunk_values);
     include_momentum_ = include_momentum_ && snapshot_.momentum != nullptr;
     header->set_has_momentum(include_momentum_);
+    if (request.holders_only()) {  // the header alone: the caller fetches from the holders
+      header->set_digest(ModelDigest(*snapshot_.values,
+                                     include_momentum_ ? absl::Span<const float>(*snapshot_.momentum)
+                                                       : absl::Span<const float>(),
+                                     snapshot_.layout));
+      for (v1::ModelHolder& holder : rounds->Holders(snapshot_.run_id, snapshot_.round)) {
+        *header->add_holders() = std::move(holder);
+      }
+      StartWriteLast(&message_, grpc::WriteOptions());
+      headers_only_ = true;
+      return;
+    }
     StartWrite(&message_);
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
       Finish(ToGrpcStatus(absl::CancelledError("write failed")));
+      return;
+    }
+    if (headers_only_) {
+      Finish(grpc::Status::OK);
       return;
     }
     // The model's chunks, then the momentum's (when asked for).
@@ -268,6 +285,7 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
 
  private:
   bool include_momentum_;
+  bool headers_only_ = false;
   RoundManager::ModelSnapshot snapshot_;
   v1::FetchModelResponse message_;
   int next_chunk_ = 0;

@@ -118,6 +118,7 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
     model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
     refused_.clear();  // refusals, suspensions and streams belong to the run they were made in
     latest_stream_.clear();
+    holders_.clear();
     suspensions_ = SuspensionsFor(run.spec());
   }
   return run;
@@ -154,6 +155,7 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
   const ChunkLayout& layout = model_.reducer()->layout();
   LogInfo(absl::StrCat("run ", model_.run_id(), ": initial model (", layout.num_values, " values, ",
                        layout.num_chunks(), " chunks) from ", header.member_id()));
+  holders_ = {header.member_id()};
   PendingCommit initial;  // round 0: nothing to record or announce, only the save
   initial.run_id = model_.run_id();
   Save(std::move(initial));
@@ -250,6 +252,21 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
       "run_id: no model of run ", Quoted(id),
       " is kept (the coordinator keeps the final models of the last ", StateWriter::kKeptRunModels,
       " ended runs", options_.state != nullptr ? "" : " while it runs", ")"));
+}
+
+std::vector<v1::ModelHolder> RoundManager::Holders(const std::string& run_id, int64_t round) {
+  std::vector<v1::ModelHolder> holders;
+  MutexLock lock(&mu_);
+  if (run_id != model_.run_id() || round != model_.round()) return holders;
+  for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+    if (!leader.data_address.empty() &&
+        std::find(holders_.begin(), holders_.end(), leader.worker_id) != holders_.end()) {
+      v1::ModelHolder& holder = holders.emplace_back();
+      holder.set_member_id(leader.worker_id);
+      holder.set_data_address(leader.data_address);
+    }
+  }
+  return holders;
 }
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
@@ -626,6 +643,7 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
     member->Close(absl::OkStatus());
     Touch(member);
   }
+  holders_ = commit.included;
   LogInfo(commit.log);
   plane_->RecordRound(std::move(commit.record));
 }

@@ -80,6 +80,10 @@ class RoundManager {
   // commit, shared, not copied. Waits while a model is being saved, so a model handed out is
   // always on disk.
   absl::StatusOr<ModelSnapshot> FetchModel(const std::string& run_id);
+  // The node leaders that hold round `round` of run `run_id` (docs/design.md, "Where the model
+  // lives"): the live ones that were in its commit (or uploaded the initial model) and serve a
+  // data plane. None for another round or run, or before a commit since a restart.
+  std::vector<v1::ModelHolder> Holders(const std::string& run_id, int64_t round);
 
   // --- Sync ---
   // Validates the header and enters the member into the round (opening it if needed);
@@ -290,6 +294,9 @@ class RoundManager {
   std::map<std::string, std::weak_ptr<RoundMember>> latest_stream_ ABSL_GUARDED_BY(mu_);
   // Who sits out rounds for failing earlier ones (this run's, under its spec).
   Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
+  // Who holds the model's round (Holders): the members of its commit, or the initial model's
+  // uploader.
+  std::vector<std::string> holders_ ABSL_GUARDED_BY(mu_);
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
 };

@@ -261,13 +261,97 @@ class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   int64_t id_ = 0;
 };
 
+// FetchRange: the header, then the range's chunks of the model and of its momentum, each
+// copied out of the held model as it goes (one chunk in flight).
+class FetchRangeReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse> {
+ public:
+  FetchRangeReactor(const HeldModel* held, const v1::FetchRangeRequest& request,
+                    const absl::Status& auth)
+      : held_(held), request_(request) {
+    if (absl::Status s = auth.ok() ? Begin() : auth; !s.ok()) {
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    StartWrite(&message_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(ToGrpcStatus(absl::CancelledError("write failed")));
+      return;
+    }
+    const int span = request_.end_chunk() - request_.begin_chunk();
+    if (next_ == (momentum_ ? 2 * span : span)) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const bool momentum = next_ >= span;
+    const int index = request_.begin_chunk() + (momentum ? next_ - span : next_);
+    v1::Chunk* chunk = momentum ? message_.mutable_momentum() : message_.mutable_chunk();
+    chunk->set_index(index);
+    if (absl::Status s = held_->Read(request_.run_id(), request_.round(), momentum,
+                                     layout_.begin(index), layout_.size(index),
+                                     chunk->mutable_data());
+        !s.ok()) {
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    ++next_;
+    StartWrite(&message_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Checks the request against the held model and makes the header.
+  absl::Status Begin() {
+    if (held_ == nullptr) return absl::FailedPreconditionError("this node leader holds no model");
+    LOCALSGD_ASSIGN_OR_RETURN(const HeldModel::Label label,
+                              held_->Check(request_.run_id(), request_.round()));
+    if (request_.chunk_values() <= 0) {
+      return absl::InvalidArgumentError("chunk_values: must be positive");
+    }
+    layout_ = ChunkLayout{label.num_values, request_.chunk_values()};
+    if (request_.begin_chunk() < 0 || request_.end_chunk() < request_.begin_chunk() ||
+        request_.end_chunk() > layout_.num_chunks()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("begin_chunk, end_chunk: [", request_.begin_chunk(), ", ",
+                       request_.end_chunk(), ") is not a range of the model's ",
+                       layout_.num_chunks(), " chunks"));
+    }
+    momentum_ = request_.include_momentum() && label.has_momentum;
+    v1::ModelHeader* header = message_.mutable_header();
+    header->set_run_id(label.run_id);
+    header->set_round(label.round);
+    header->set_global_step(label.global_step);
+    header->set_vector_length(layout_.num_values);
+    header->set_num_chunks(layout_.num_chunks());
+    header->set_chunk_values(layout_.chunk_values);
+    header->set_has_momentum(momentum_);
+    return absl::OkStatus();
+  }
+
+  const HeldModel* const held_;
+  const v1::FetchRangeRequest request_;
+  ChunkLayout layout_;
+  bool momentum_ = false;
+  v1::FetchModelResponse message_;
+  int next_ = 0;
+};
+
 class DataPlaneService final
-    : public v1::DataPlane::WithRawCallbackMethod_Pass<
-          v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service>> {
+    : public v1::DataPlane::WithCallbackMethod_FetchRange<v1::DataPlane::WithRawCallbackMethod_Pass<
+          v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service>>> {
  public:
   DataPlaneService(ShardOwner* owner, RingInbox* inbox, const StreamTagCheck* tags,
-                   std::string token)
-      : owner_(owner), inbox_(inbox), tags_(tags), token_(std::move(token)) {}
+                   const HeldModel* held, std::string token)
+      : owner_(owner), inbox_(inbox), tags_(tags), held_(held), token_(std::move(token)) {}
+
+  grpc::ServerWriteReactor<v1::FetchModelResponse>* FetchRange(
+      grpc::CallbackServerContext* context, const v1::FetchRangeRequest* request) override {
+    return new FetchRangeReactor(held_, *request,
+                                 CheckBearerToken(context->client_metadata(), token_));
+  }
 
   ReduceReactorBase* Reduce(grpc::CallbackServerContext* context) override {
     return new ReduceReactor(owner_, tags_, CheckBearerToken(context->client_metadata(), token_));
@@ -283,6 +367,7 @@ class DataPlaneService final
   ShardOwner* const owner_;
   RingInbox* const inbox_;
   const StreamTagCheck* const tags_;
+  const HeldModel* const held_;
   const std::string token_;
 };
 
@@ -293,8 +378,8 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(Options 
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             MakeServerCredentials(options.tls));
   std::unique_ptr<DataPlaneServer> self(new DataPlaneServer(std::move(options.identity)));
-  self->service_ =
-      std::make_unique<DataPlaneService>(&self->owner_, &self->inbox_, &self->tags_, options.token);
+  self->service_ = std::make_unique<DataPlaneService>(&self->owner_, &self->inbox_, &self->tags_,
+                                                      options.held, options.token);
   grpc::ServerBuilder builder;
   UseStreamingArguments(&builder);
   int port = 0;

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"
+#include "exchange/held_model.h"
 #include "exchange/ring_inbox.h"
 #include "exchange/shard_owner.h"
 #include "exchange/stream_tag_check.h"
@@ -18,7 +19,8 @@
 namespace localsgd {
 
 // A node leader's sharded data plane (docs/design.md, "Sharded rounds"): a gRPC server on its
-// own port serving DataPlane.Reduce over a ShardOwner, with the coordinator's rules: TLS or
+// own port serving DataPlane.Reduce over a ShardOwner, Pass into a RingInbox and FetchRange
+// from the node's HeldModel, with the coordinator's rules: TLS or
 // mutual TLS when certificates are given, and the bearer token on every call. Reactors never
 // block; writes go through a StreamOutbox. Thread-safe.
 class DataPlaneServer {
@@ -32,6 +34,8 @@ class DataPlaneServer {
     // The node leader this data plane is for: streams to it must carry the tags the
     // coordinator made under its key (StreamTagCheck); without one every stream is refused.
     std::function<StreamTagCheck::Identity()> identity;
+    // The committed model FetchRange serves (it outlives the server); null: none.
+    const HeldModel* held = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(Options options);

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "exchange/held_model.h"
 #include "exchange/sync_stream.h"
 
 namespace localsgd {
@@ -26,6 +27,9 @@ struct ExchangeRound {
   // The whole model's values (0: the spans'): with fragments, what bounds a peer's stream in
   // any round (the rounds' fragments differ in size).
   int64_t model_values = 0;
+  // Where `global` and `momentum` lie, when others read them (the node's data plane serves
+  // them): the commit changes them through HeldModel::Commit. Null: in place, unguarded.
+  HeldModel* held = nullptr;
 };
 
 struct ExchangeResult {

@@ -87,4 +87,23 @@ absl::StatusOr<ModelClient::Model> ModelClient::FetchModel(const std::string& ru
   return model;
 }
 
+absl::StatusOr<v1::ModelHeader> ModelClient::FetchHolders(const std::string& run_id,
+                                                          absl::Duration timeout,
+                                                          bool include_momentum) {
+  auto context = Context(timeout);
+  v1::FetchModelRequest request;
+  request.set_run_id(run_id);
+  request.set_include_momentum(include_momentum);
+  request.set_holders_only(true);
+  auto stream = stub_->FetchModel(context.get(), request);
+  v1::FetchModelResponse response;
+  std::optional<v1::ModelHeader> header;
+  while (stream->Read(&response)) {
+    if (response.has_header() && !header.has_value()) header = response.header();
+  }
+  if (grpc::Status status = stream->Finish(); !status.ok()) return FromGrpcStatus(status);
+  if (!header.has_value()) return absl::InternalError("the coordinator sent no model header");
+  return *std::move(header);
+}
+
 }  // namespace localsgd

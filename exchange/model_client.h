@@ -42,6 +42,10 @@ class ModelClient {
   // when `include_momentum`.
   absl::StatusOr<Model> FetchModel(const std::string& run_id, absl::Duration timeout,
                                    bool include_momentum = false);
+  // The committed model's header alone, with its digest and the node leaders that hold it
+  // (FetchModelRequest.holders_only).
+  absl::StatusOr<v1::ModelHeader> FetchHolders(const std::string& run_id, absl::Duration timeout,
+                                               bool include_momentum);
 
  private:
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;

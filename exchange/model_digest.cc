@@ -187,4 +187,16 @@ uint64_t RangeDigests::Of(int begin, int end) const {
   return digest;
 }
 
+uint64_t ModelDigest(absl::Span<const float> values, absl::Span<const float> momentum,
+                     const ChunkLayout& layout) {
+  RangeDigests digests(layout.num_chunks());
+  for (int c = 0; c < layout.num_chunks(); ++c) {
+    const size_t begin = static_cast<size_t>(layout.begin(c));
+    const size_t size = static_cast<size_t>(layout.size(c));
+    digests.Set(c, ChunkDigest(values.subspan(begin, size),
+                               momentum.empty() ? momentum : momentum.subspan(begin, size)));
+  }
+  return digests.Of(0, layout.num_chunks());
+}
+
 }  // namespace localsgd

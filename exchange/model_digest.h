@@ -55,6 +55,12 @@ class RangeDigests {
   std::vector<uint64_t> chunks_;
 };
 
+// A whole model's digest (`momentum` empty without one), its chunks cut by `layout`: the
+// RangeDigests of every chunk's ChunkDigest. What a model fetched from members is checked
+// against (docs/design.md, "Where the model lives").
+uint64_t ModelDigest(absl::Span<const float> values, absl::Span<const float> momentum,
+                     const ChunkLayout& layout);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_EXCHANGE_MODEL_DIGEST_H_

@@ -115,5 +115,22 @@ TEST(RangeDigestsTest, OrderFreeAndEveryChunkCounts) {
   EXPECT_EQ(RangeDigests(2).Of(0, 0), 0u);
 }
 
+TEST(ModelDigestTest, AModelsDigestIsItsChunksAndCountsTheMomentum) {
+  const ChunkLayout layout{1000, 256};  // 4 chunks, the last short
+  std::vector<float> values = Values(1000, 1.0f);
+  std::vector<float> momentum = Values(1000, 0.5f);
+  RangeDigests chunks(layout.num_chunks());
+  for (int c = 0; c < layout.num_chunks(); ++c) {
+    chunks.Set(c, ChunkDigest(absl::MakeConstSpan(values).subspan(layout.begin(c), layout.size(c)),
+                              absl::MakeConstSpan(momentum).subspan(layout.begin(c),
+                                                                    layout.size(c))));
+  }
+  const uint64_t digest = ModelDigest(values, momentum, layout);
+  EXPECT_EQ(digest, chunks.Of(0, layout.num_chunks()));
+  EXPECT_NE(ModelDigest(values, {}, layout), digest);
+  momentum[999] = std::nextafter(momentum[999], 1.0f);
+  EXPECT_NE(ModelDigest(values, momentum, layout), digest);
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -257,7 +257,12 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       round.Verdict(committed, coordinator, !relay_problem.ok() ? relay_problem : exchanged));
   // The coordinator committed the same step computed from the same bytes (finite, or it
   // would have aborted the round).
-  OuterStepInPlace(options_.outer, averaged, global, in.momentum);
+  const auto step = [&] { OuterStepInPlace(options_.outer, averaged, global, in.momentum); };
+  if (in.held != nullptr) {
+    in.held->Commit(result.round, result.global_step, step);
+  } else {
+    step();
+  }
   return result;
 }
 

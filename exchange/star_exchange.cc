@@ -83,7 +83,14 @@ absl::StatusOr<ExchangeResult> StarExchange::Run(const SyncMember& member,
   if (!committed || received_count != layout.num_chunks()) {
     return absl::InternalError("the stream ended without a complete, committed update");
   }
-  for (size_t i = 0; i < global.size(); ++i) global[i] += update[i];
+  const auto add = [&] {
+    for (size_t i = 0; i < global.size(); ++i) global[i] += update[i];
+  };
+  if (round.held != nullptr) {
+    round.held->Commit(result.round, result.global_step, add);
+  } else {
+    add();
+  }
   return result;
 }
 

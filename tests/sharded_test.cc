@@ -23,7 +23,9 @@
 #include "coordinator/coordinator_server.h"
 #include "exchange/codec.h"
 #include "exchange/data_plane_server.h"
+#include "exchange/held_model.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 #include "exchange/sharded_exchange.h"
 #include "exchange/star_exchange.h"
 #include "gmock/gmock.h"
@@ -52,6 +54,8 @@ using Vectors = std::vector<std::vector<float>>;
 
 // One node leader: its data plane and its exchange.
 struct Leader {
+  // The model its data plane serves (when a NodeLeader keeps it there).
+  std::unique_ptr<HeldModel> held = std::make_unique<HeldModel>();
   std::unique_ptr<DataPlaneServer> server;
   bool serves = false;  // owns ranges on `server`
   std::unique_ptr<ShardedExchange> client;
@@ -94,6 +98,7 @@ class ShardedTest : public ::testing::Test {
       options.token = kToken;
       const std::string id = absl::StrCat("node-", i, "/0");
       options.identity = [this, id] { return StreamTagCheck::Identity{id, credentials_.Get(id)}; };
+      options.held = leader.held.get();
       auto server = DataPlaneServer::Start(options);
       ASSERT_THAT(server, IsOk());
       leader.server = std::move(*server);
@@ -688,6 +693,88 @@ TEST_F(ShardedTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
     }
     ++round;
   }
+}
+
+// Issue 54: the model lives with the members. A leader that joins late fetches the committed
+// model (and momentum) from the leaders that hold it, a range from each, checked against the
+// coordinator's digest; a holder whose copy differs is not believed.
+TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
+  ASSERT_THAT(StartServer(), IsOk());
+  for (int i = 0; i < 2; ++i) JoinNode(i);
+  StartRun(kDiloco);
+  const int64_t values = 100'000;  // 7 chunks
+  std::vector<float> start = RandomVector(values, 3);
+  ModelClient client = Client();
+  std::vector<std::unique_ptr<ModelFetcher>> fetchers;
+  std::vector<std::unique_ptr<NodeLeader>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    fetchers.push_back(std::make_unique<ModelFetcher>(
+        ModelFetcher::Options{&client, kToken, nullptr, absl::StrCat("node-", i, "/0")}));
+  }
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<NodeLeader>(
+        &client, leaders_[i].client.get(), leaders_[i].member, Layout(values), kTimeout,
+        FragmentPlan(), leaders_[i].held.get(), fetchers[i].get()));
+  }
+  Vectors params(3, start);
+  ASSERT_THAT(nodes[0]->Start(absl::MakeSpan(params[0])), IsOk());
+  ASSERT_THAT(nodes[1]->Start(absl::MakeSpan(params[1])), IsOk());  // from node-0's data plane
+  for (int64_t round = 1; round <= 2; ++round) {
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        params[i][static_cast<size_t>(i + round)] += 1.0f;
+        results[static_cast<size_t>(i)] =
+            nodes[static_cast<size_t>(i)]->Sync(absl::MakeSpan(params[i]), 8 * round);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const absl::Status& s : results) ASSERT_THAT(s, IsOk());
+  }
+  auto reference = client.FetchModel("", kTimeout, /*include_momentum=*/true);
+  ASSERT_THAT(reference, IsOk());
+  ASSERT_EQ(reference->round, 2);
+  ASSERT_FALSE(reference->momentum.empty());
+
+  // node-2 joins now: both others hold round 2.
+  JoinNode(2);
+  leaders_[2].member = SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(), 3.0, 3,
+                                  credentials_.Of("node-2/0")};
+  auto fetched = fetchers[2]->Fetch("", kTimeout, /*include_momentum=*/true);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->source, "node-0/0, node-1/0");
+  EXPECT_EQ(fetched->model.round, 2);
+  EXPECT_EQ(fetched->model.global_step, reference->global_step);
+  EXPECT_EQ(fetched->model.values, reference->values);
+  EXPECT_EQ(fetched->model.momentum, reference->momentum);
+
+  // A holder whose copy differs by one value (a bug, a flipped bit, a liar) is not believed:
+  // the model comes from the coordinator.
+  leaders_[1].held->Commit(2, reference->global_step,
+                           [&] { leaders_[1].held->values()[values - 1] += 1.0f; });
+  fetched = fetchers[2]->Fetch("", kTimeout, /*include_momentum=*/true);
+  ASSERT_THAT(fetched, IsOk());
+  EXPECT_EQ(fetched->source, "the coordinator");
+  EXPECT_EQ(fetched->model.values, reference->values);
+  EXPECT_EQ(fetched->model.momentum, reference->momentum);
+
+  // A holder asked for another round says so.
+  v1::FetchRangeRequest request;
+  request.set_run_id(run_.run_id());
+  request.set_round(1);
+  request.set_chunk_values(Layout(values).chunk_values);
+  request.set_end_chunk(1);
+  auto stub = v1::DataPlane::NewStub(
+      grpc::CreateChannel(leaders_[0].server->address(), grpc::InsecureChannelCredentials()));
+  auto context = Ctx();
+  auto stream = stub->FetchRange(context.get(), request);
+  v1::FetchModelResponse response;
+  while (stream->Read(&response)) {
+  }
+  grpc::Status refused = stream->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("holds round 2"));
 }
 
 // Issue 12, finding 2: a node still training when the run ends is told so at its next sync,

@@ -39,13 +39,16 @@ bool IsTransient(const absl::Status& status) {
 }  // namespace
 
 NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member,
-                       ChunkLayout layout, absl::Duration round_timeout, FragmentPlan fragments)
+                       ChunkLayout layout, absl::Duration round_timeout, FragmentPlan fragments,
+                       HeldModel* held, const ModelFetcher* fetcher)
     : models_(models),
+      fetcher_(fetcher),
       exchange_(exchange),
       member_(std::move(member)),
       layout_(layout),
       round_timeout_(round_timeout),
-      fragments_(std::move(fragments)) {}
+      fragments_(std::move(fragments)),
+      held_(held != nullptr ? held : &own_held_) {}
 
 absl::Status NodeLeader::Start(absl::Span<float> params) {
   // Transient failures are retried up to the round timeout in all (the node's other ranks wait
@@ -57,12 +60,13 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
     absl::Status status = models_->InitModel(member_.run_id, member_.member_id,
                                              member_.CurrentCredential(), params, layout_, left);
     if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(left);
-    if (status.ok() && global_.size() != params.size()) {
+    const std::vector<float>& global = held_->values();
+    if (status.ok() && global.size() != params.size()) {
       status = absl::FailedPreconditionError(absl::StrCat(
           "this worker's model has ", params.size(), " values, the run's global model has ",
-          global_.size(), ": every worker must train the same model"));
+          global.size(), ": every worker must train the same model"));
     }
-    if (status.ok()) std::copy(global_.begin(), global_.end(), params.begin());
+    if (status.ok()) std::copy(global.begin(), global.end(), params.begin());
     if (!IsTransient(status) || absl::Now() + backoff > give_up) return status;
     LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
                             absl::FormatDuration(backoff)));
@@ -73,8 +77,16 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
 
 absl::Status NodeLeader::Adopt(absl::Duration timeout) {
   const bool with_momentum = exchange_->keeps_momentum();
-  LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
-                            models_->FetchModel(member_.run_id, timeout, with_momentum));
+  ModelClient::Model model;
+  if (fetcher_ != nullptr) {
+    LOCALSGD_ASSIGN_OR_RETURN(ModelFetcher::Fetched fetched,
+                              fetcher_->Fetch(member_.run_id, timeout, with_momentum));
+    LogInfo(absl::StrCat("adopted the run's model of round ", fetched.model.round, " from ",
+                         fetched.source));
+    model = std::move(fetched.model);
+  } else {
+    LOCALSGD_ASSIGN_OR_RETURN(model, models_->FetchModel(member_.run_id, timeout, with_momentum));
+  }
   if (static_cast<int64_t>(model.values.size()) != layout_.num_values) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker's model has ", layout_.num_values, " values, the run's global model has ",
@@ -83,41 +95,41 @@ absl::Status NodeLeader::Adopt(absl::Duration timeout) {
   if (with_momentum && model.momentum.size() != model.values.size()) {
     return absl::FailedPreconditionError("the coordinator sent no outer momentum");
   }
-  global_ = std::move(model.values);
-  momentum_ = std::move(model.momentum);
-  round_ = model.round;
-  global_step_ = model.global_step;
+  held_->Install(member_.run_id, model.round, model.global_step, std::move(model.values),
+                 std::move(model.momentum));
+  adopted_ = true;
   return absl::OkStatus();
 }
 
 absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragment) {
   const size_t begin = static_cast<size_t>(fragments_.begin(fragment));
-  const auto take = [&] {  // the fragment's values of global_ into params
-    std::copy(global_.begin() + begin, global_.begin() + begin + params.size(), params.begin());
+  const auto take = [&] {  // the fragment's values of the global model into params
+    const std::vector<float>& global = held_->values();
+    std::copy(global.begin() + begin, global.begin() + begin + params.size(), params.begin());
   };
-  if (global_.empty()) {  // took over: start from the committed model
+  if (!adopted_) {  // took over: start from the committed model
     LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
     take();
     return absl::OkStatus();
   }
-  if (begin + params.size() > global_.size()) {
+  std::vector<float>& global = held_->values();
+  if (begin + params.size() > global.size()) {
     return absl::InvalidArgumentError(absl::StrCat("fragment ", fragment, ": ", params.size(),
                                                    " values from ", begin,
-                                                   " do not fit the model's ", global_.size()));
+                                                   " do not fit the model's ", global.size()));
   }
-  absl::Span<float> momentum = absl::MakeSpan(momentum_);
-  ExchangeRound round{round_ + 1,
+  absl::Span<float> momentum = absl::MakeSpan(held_->momentum());
+  ExchangeRound round{held_->round() + 1,
                       step,
                       params,
-                      absl::MakeSpan(global_).subspan(begin, params.size()),
+                      absl::MakeSpan(global).subspan(begin, params.size()),
                       momentum.empty() ? momentum : momentum.subspan(begin, params.size()),
                       round_timeout_,
                       fragment,
-                      static_cast<int64_t>(global_.size())};
+                      static_cast<int64_t>(global.size()),
+                      held_};
   absl::StatusOr<ExchangeResult> result = exchange_->Run(member_, round);
   if (result.ok()) {
-    round_ = result->round;
-    global_step_ = result->global_step;
     take();
     return absl::OkStatus();
   }
@@ -127,8 +139,9 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragme
     LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
     take();
     if (stale->run_ended()) {
-      return absl::OutOfRangeError(absl::StrCat("the run ended at round ", round_, ", global step ",
-                                                global_step_, "; this node holds its final model"));
+      return absl::OutOfRangeError(absl::StrCat("the run ended at round ", held_->round(),
+                                                ", global step ", held_->global_step(),
+                                                "; this node holds its final model"));
     }
   }
   return result.status();

@@ -10,7 +10,9 @@
 #include "exchange/chunking.h"
 #include "exchange/exchange.h"
 #include "exchange/fragment_plan.h"
+#include "exchange/held_model.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 
 namespace localsgd {
 
@@ -22,8 +24,12 @@ class NodeLeader {
  public:
   // `models` fetches and uploads the run's model, `exchange` runs the rounds; both outlive
   // the leader. `fragments`: the run's (RunSpec.fragments) over `layout`.
+  // `held`: where the leader keeps the model, which the node's data plane serves (null: a
+  // model of its own); `fetcher`: how it fetches the committed model (null: from the
+  // coordinator alone). Both outlive the leader.
   NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member, ChunkLayout layout,
-             absl::Duration round_timeout, FragmentPlan fragments = FragmentPlan());
+             absl::Duration round_timeout, FragmentPlan fragments = FragmentPlan(),
+             HeldModel* held = nullptr, const ModelFetcher* fetcher = nullptr);
 
   // Start of training: offers `params` as global[0] (the first leader's upload wins), then
   // fetches the run's current global model into `params` and keeps it. Transient failures (the
@@ -49,26 +55,26 @@ class NodeLeader {
     member_.num_workers = n;
   }
 
-  int64_t round() const { return round_; }
+  int64_t round() const { return held_->round(); }
   // global[round()], the whole model.
-  absl::Span<const float> global() const { return global_; }
+  absl::Span<const float> global() const { return held_->values(); }
   // The run's global step when global[round()] was committed (0 before any round).
-  int64_t global_step() const { return global_step_; }
+  int64_t global_step() const { return held_->global_step(); }
 
  private:
-  // Fetches the run's committed model (and momentum) into global_.
+  // Fetches the run's committed model (and momentum) into the held model.
   absl::Status Adopt(absl::Duration timeout);
 
   ModelClient* const models_;
+  const ModelFetcher* const fetcher_;
   Exchange* const exchange_;
   SyncMember member_;
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
   const FragmentPlan fragments_;
-  std::vector<float> global_;
-  std::vector<float> momentum_;  // when the exchange keeps it
-  int64_t round_ = 0;
-  int64_t global_step_ = 0;
+  HeldModel own_held_;  // when no other is given
+  HeldModel* const held_;  // the model, and the outer momentum when the exchange keeps it
+  bool adopted_ = false;   // the held model is the run's (Start or Adopt)
 };
 
 }  // namespace localsgd

@@ -13,7 +13,9 @@
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "exchange/data_plane_server.h"
+#include "exchange/held_model.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 #include "exchange/sharded_exchange.h"
 #include "exchange/star_exchange.h"
 #include "worker/flat_model.h"
@@ -192,6 +194,7 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
       data_options.token = options_.token;
       data_options.tls.cert_file = options_.data_tls_cert;
       data_options.tls.key_file = options_.data_tls_key;
+      data_options.held = held_.get();
       data_options.identity = [coordinator = coordinator_.get()] {
         return StreamTagCheck::Identity{coordinator->worker_id(), coordinator->member_credential()};
       };
@@ -235,7 +238,7 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
       models_.get(), exchange_.get(), member,
       ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
       // Sharded rounds gather, then exchange, each within the deadline.
-      absl::Seconds(2 * spec_.round_deadline_seconds() + 30), fragments_);
+      absl::Seconds(2 * spec_.round_deadline_seconds() + 30), fragments_, held_.get(), fetcher_.get());
   return leader_.get();
 }
 
@@ -251,6 +254,9 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   }
   fragments_ = *std::move(fragments);
   models_ = std::make_unique<ModelClient>(coordinator_->channel(), options_.token);
+  held_ = std::make_unique<HeldModel>();
+  fetcher_ = std::make_unique<ModelFetcher>(ModelFetcher::Options{
+      models_.get(), options_.token, credentials_, coordinator_->worker_id()});
   NodeLeader* first_leader = nullptr;
   if (spec_.enabled() && group_->members().front() == options_.local_rank) {
     LOCALSGD_ASSIGN_OR_RETURN(first_leader, TakeLead(""));

@@ -24,8 +24,10 @@ namespace localsgd {
 // The pieces a Session owns; users of this header need not see them.
 class DataPlaneServer;
 class Exchange;
+class HeldModel;
 class HierarchicalAverager;
 class ModelClient;
+class ModelFetcher;
 class NodeGroup;
 class NodeLeader;
 
@@ -162,6 +164,9 @@ class Session : public ParameterAverager {
   std::vector<at::Tensor> tensors_;
   FragmentPlan fragments_;  // the run's, over tensors_
   std::unique_ptr<ModelClient> models_;
+  std::unique_ptr<ModelFetcher> fetcher_;
+  // The node leader's model, which the data plane serves: it outlives both.
+  std::unique_ptr<HeldModel> held_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<Exchange> exchange_;  // made by the first TakeLead
   std::unique_ptr<NodeLeader> leader_;

@@ -1,0 +1,155 @@
+#include "exchange/model_fetcher.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/auth.h"
+#include "common/grpc_channel.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/status_util.h"
+#include "exchange/chunking.h"
+#include "exchange/model_digest.h"
+#include "proto/localsgd/v1/averaging.grpc.pb.h"
+
+namespace localsgd {
+namespace {
+
+// Chunks [begin, end) of the model of `header` (and of its momentum when `momentum`) from the
+// holder at `address`, into `model`'s buffers.
+absl::Status FetchRange(const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
+                        const v1::ModelHeader& header, int begin, int end, bool momentum,
+                        absl::Duration timeout, ModelClient::Model* model) {
+  const ChunkLayout layout{header.vector_length(), header.chunk_values()};
+  auto stub = v1::DataPlane::NewStub(channel);
+  auto context = AuthorizedContext(token, timeout);
+  v1::FetchRangeRequest request;
+  request.set_run_id(header.run_id());
+  request.set_round(header.round());
+  request.set_chunk_values(header.chunk_values());
+  request.set_begin_chunk(begin);
+  request.set_end_chunk(end);
+  request.set_include_momentum(momentum);
+  auto stream = stub->FetchRange(context.get(), request);
+  v1::FetchModelResponse response;
+  std::vector<bool> got(static_cast<size_t>(2 * (end - begin)), false);
+  absl::Status bad;
+  bool headed = false;
+  while (bad.ok() && stream->Read(&response)) {
+    if (response.has_header()) {
+      const v1::ModelHeader& h = response.header();
+      if (headed || h.run_id() != header.run_id() || h.round() != header.round() ||
+          h.vector_length() != header.vector_length() || h.has_momentum() != momentum) {
+        bad = absl::DataLossError("its header is not the coordinator's");
+      }
+      headed = true;
+      continue;
+    }
+    const bool is_momentum = response.has_momentum();
+    const v1::Chunk& chunk = is_momentum ? response.momentum() : response.chunk();
+    const int index = chunk.index();
+    if (!headed || (is_momentum && !momentum) || index < begin || index >= end ||
+        chunk.data().size() != static_cast<size_t>(layout.size(index)) * sizeof(float) ||
+        got[static_cast<size_t>((is_momentum ? end - begin : 0) + index - begin)]) {
+      bad = absl::DataLossError(absl::StrCat("it sent a malformed chunk (", index, ")"));
+      break;
+    }
+    got[static_cast<size_t>((is_momentum ? end - begin : 0) + index - begin)] = true;
+    std::vector<float>& into = is_momentum ? model->momentum : model->values;
+    std::memcpy(into.data() + layout.begin(index), chunk.data().data(), chunk.data().size());
+  }
+  if (!bad.ok()) {
+    context->TryCancel();
+    stream->Finish();
+    return bad;
+  }
+  if (grpc::Status status = stream->Finish(); !status.ok()) return FromGrpcStatus(status);
+  const size_t expected = static_cast<size_t>((momentum ? 2 : 1) * (end - begin));
+  if (!headed || std::count(got.begin(), got.end(), true) != static_cast<int64_t>(expected)) {
+    return absl::DataLossError("it ended before sending its range");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::Fetch(const std::string& run_id,
+                                                          absl::Duration timeout,
+                                                          bool include_momentum) const {
+  absl::StatusOr<v1::ModelHeader> header =
+      options_.coordinator->FetchHolders(run_id, timeout, include_momentum);
+  if (header.ok()) {
+    absl::StatusOr<Fetched> fetched = FromHolders(*header, timeout, include_momentum);
+    if (fetched.ok()) return fetched;
+    if (!absl::IsNotFound(fetched.status())) {
+      LogWarning(absl::StrCat("the run's model from its holders: ", fetched.status().message(),
+                              "; fetching it from the coordinator"));
+    }
+  }
+  LOCALSGD_ASSIGN_OR_RETURN(
+      ModelClient::Model model,
+      options_.coordinator->FetchModel(run_id, timeout, include_momentum));
+  return Fetched{std::move(model), "the coordinator"};
+}
+
+absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::FromHolders(const v1::ModelHeader& header,
+                                                                absl::Duration timeout,
+                                                                bool include_momentum) const {
+  std::vector<const v1::ModelHolder*> holders;
+  for (const v1::ModelHolder& holder : header.holders()) {
+    if (holder.member_id() != options_.member_id && !holder.data_address().empty()) {
+      holders.push_back(&holder);
+    }
+  }
+  const ChunkLayout layout{header.vector_length(), header.chunk_values()};
+  if (holders.empty() || layout.num_values <= 0 || layout.chunk_values <= 0) {
+    return absl::NotFoundError("no other node leader holds it");
+  }
+  const int chunks = layout.num_chunks();
+  const int sources = std::min({static_cast<int>(holders.size()), kMaxSources, chunks});
+  const bool momentum = include_momentum && header.has_momentum();
+  Fetched fetched;
+  fetched.model.run_id = header.run_id();
+  fetched.model.round = header.round();
+  fetched.model.global_step = header.global_step();
+  fetched.model.values.resize(static_cast<size_t>(layout.num_values));
+  if (momentum) fetched.model.momentum.resize(fetched.model.values.size());
+  std::vector<absl::Status> results(static_cast<size_t>(sources));
+  std::vector<std::thread> threads;
+  std::vector<std::string> names;
+  for (int i = 0; i < sources; ++i) {
+    const v1::ModelHolder& holder = *holders[static_cast<size_t>(i)];
+    names.push_back(holder.member_id());
+    const int begin = static_cast<int>(static_cast<int64_t>(chunks) * i / sources);
+    const int end = static_cast<int>(static_cast<int64_t>(chunks) * (i + 1) / sources);
+    threads.emplace_back([&, i, begin, end, address = holder.data_address()] {
+      results[static_cast<size_t>(i)] = FetchRange(
+          CreateStreamingChannel(address, options_.peer_credentials != nullptr
+                                              ? options_.peer_credentials
+                                              : grpc::InsecureChannelCredentials()),
+          options_.token, header, begin, end, momentum, timeout, &fetched.model);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < sources; ++i) {
+    const absl::Status& s = results[static_cast<size_t>(i)];
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(names[static_cast<size_t>(i)], " (",
+                                                 holders[static_cast<size_t>(i)]->data_address(),
+                                                 "): ", s.message()));
+    }
+  }
+  if (ModelDigest(fetched.model.values, fetched.model.momentum, layout) != header.digest()) {
+    return absl::DataLossError(absl::StrCat("the model from ", absl::StrJoin(names, ", "),
+                                            " does not match the coordinator's digest"));
+  }
+  fetched.source = absl::StrJoin(names, ", ");
+  return fetched;
+}
+
+}  // namespace localsgd

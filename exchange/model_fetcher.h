@@ -1,0 +1,56 @@
+#ifndef LOCALSGD_EXCHANGE_MODEL_FETCHER_H_
+#define LOCALSGD_EXCHANGE_MODEL_FETCHER_H_
+
+#include <grpcpp/security/credentials.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "exchange/model_client.h"
+
+namespace localsgd {
+
+// How a node leader gets the run's committed model (docs/design.md, "Where the model lives"):
+// the coordinator names the node leaders that hold it and its digest; the model's chunks come
+// from up to kMaxSources of them in parallel, each range from one holder (DataPlane.FetchRange),
+// and the whole is checked against the digest, so no holder is trusted. With no holder, or
+// when a holder fails or its bytes do not match, the model comes from the coordinator
+// (ModelClient::FetchModel). Thread-safe.
+class ModelFetcher {
+ public:
+  static constexpr int kMaxSources = 4;
+
+  struct Options {
+    ModelClient* coordinator = nullptr;  // outlives the fetcher
+    std::string token;
+    // For the holders' data planes (the same TLS as for the coordinator); null: plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+    // This node leader: never a source of its own fetch.
+    std::string member_id;
+  };
+  explicit ModelFetcher(Options options) : options_(std::move(options)) {}
+
+  struct Fetched {
+    ModelClient::Model model;
+    // Where it came from: the holders' member ids, or "the coordinator".
+    std::string source;
+  };
+  // The committed model of `run_id` (empty: the active run), with the outer momentum when
+  // `include_momentum`.
+  absl::StatusOr<Fetched> Fetch(const std::string& run_id, absl::Duration timeout,
+                                bool include_momentum) const;
+
+ private:
+  // The model of `header` from its holders; an error names the holder that failed, or says
+  // that the bytes do not match the digest.
+  absl::StatusOr<Fetched> FromHolders(const v1::ModelHeader& header, absl::Duration timeout,
+                                      bool include_momentum) const;
+
+  const Options options_;
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_EXCHANGE_MODEL_FETCHER_H_

@@ -241,8 +241,9 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     header->set_has_momentum(include_momentum_);
     if (request.holders_only()) {  // the header alone: the caller fetches from the holders
       header->set_digest(ModelDigest(*snapshot_.values,
-                                     include_momentum_ ? absl::Span<const float>(*snapshot_.momentum)
-                                                       : absl::Span<const float>(),
+                                     include_momentum_
+                                         ? absl::Span<const float>(*snapshot_.momentum)
+                                         : absl::Span<const float>(),
                                      snapshot_.layout));
       for (v1::ModelHolder& holder : rounds->Holders(snapshot_.run_id, snapshot_.round)) {
         *header->add_holders() = std::move(holder);

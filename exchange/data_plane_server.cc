@@ -289,9 +289,9 @@ class FetchRangeReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     const int index = request_.begin_chunk() + (momentum ? next_ - span : next_);
     v1::Chunk* chunk = momentum ? message_.mutable_momentum() : message_.mutable_chunk();
     chunk->set_index(index);
-    if (absl::Status s = held_->Read(request_.run_id(), request_.round(), momentum,
-                                     layout_.begin(index), layout_.size(index),
-                                     chunk->mutable_data());
+    if (absl::Status s =
+            held_->Read(request_.run_id(), request_.round(), momentum, layout_.begin(index),
+                        layout_.size(index), chunk->mutable_data());
         !s.ok()) {
       Finish(ToGrpcStatus(s));
       return;
@@ -314,10 +314,9 @@ class FetchRangeReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     layout_ = ChunkLayout{label.num_values, request_.chunk_values()};
     if (request_.begin_chunk() < 0 || request_.end_chunk() < request_.begin_chunk() ||
         request_.end_chunk() > layout_.num_chunks()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("begin_chunk, end_chunk: [", request_.begin_chunk(), ", ",
-                       request_.end_chunk(), ") is not a range of the model's ",
-                       layout_.num_chunks(), " chunks"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "begin_chunk, end_chunk: [", request_.begin_chunk(), ", ", request_.end_chunk(),
+          ") is not a range of the model's ", layout_.num_chunks(), " chunks"));
     }
     momentum_ = request_.include_momentum() && label.has_momentum;
     v1::ModelHeader* header = message_.mutable_header();

@@ -40,8 +40,8 @@ absl::StatusOr<HeldModel::Label> HeldModel::Check(const std::string& run_id, int
                !momentum_.empty()};
 }
 
-absl::Status HeldModel::Read(const std::string& run_id, int64_t round, bool momentum,
-                             int64_t begin, int64_t count, std::string* out) const {
+absl::Status HeldModel::Read(const std::string& run_id, int64_t round, bool momentum, int64_t begin,
+                             int64_t count, std::string* out) const {
   MutexLock lock(&mu_);
   if (absl::Status s = CheckLocked(run_id, round); !s.ok()) return s;
   const std::vector<float>& from = momentum ? momentum_ : values_;

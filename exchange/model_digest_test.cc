@@ -121,9 +121,9 @@ TEST(ModelDigestTest, AModelsDigestIsItsChunksAndCountsTheMomentum) {
   std::vector<float> momentum = Values(1000, 0.5f);
   RangeDigests chunks(layout.num_chunks());
   for (int c = 0; c < layout.num_chunks(); ++c) {
-    chunks.Set(c, ChunkDigest(absl::MakeConstSpan(values).subspan(layout.begin(c), layout.size(c)),
-                              absl::MakeConstSpan(momentum).subspan(layout.begin(c),
-                                                                    layout.size(c))));
+    chunks.Set(c,
+               ChunkDigest(absl::MakeConstSpan(values).subspan(layout.begin(c), layout.size(c)),
+                           absl::MakeConstSpan(momentum).subspan(layout.begin(c), layout.size(c))));
   }
   const uint64_t digest = ModelDigest(values, momentum, layout);
   EXPECT_EQ(digest, chunks.Of(0, layout.num_chunks()));

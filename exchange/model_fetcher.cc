@@ -91,9 +91,8 @@ absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::Fetch(const std::string& run
                               "; fetching it from the coordinator"));
     }
   }
-  LOCALSGD_ASSIGN_OR_RETURN(
-      ModelClient::Model model,
-      options_.coordinator->FetchModel(run_id, timeout, include_momentum));
+  LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
+                            options_.coordinator->FetchModel(run_id, timeout, include_momentum));
   return Fetched{std::move(model), "the coordinator"};
 }
 
@@ -128,11 +127,11 @@ absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::FromHolders(const v1::ModelH
     const int begin = static_cast<int>(static_cast<int64_t>(chunks) * i / sources);
     const int end = static_cast<int>(static_cast<int64_t>(chunks) * (i + 1) / sources);
     threads.emplace_back([&, i, begin, end, address = holder.data_address()] {
-      results[static_cast<size_t>(i)] = FetchRange(
-          CreateStreamingChannel(address, options_.peer_credentials != nullptr
-                                              ? options_.peer_credentials
-                                              : grpc::InsecureChannelCredentials()),
-          options_.token, header, begin, end, momentum, timeout, &fetched.model);
+      results[static_cast<size_t>(i)] =
+          FetchRange(CreateStreamingChannel(address, options_.peer_credentials != nullptr
+                                                         ? options_.peer_credentials
+                                                         : grpc::InsecureChannelCredentials()),
+                     options_.token, header, begin, end, momentum, timeout, &fetched.model);
     });
   }
   for (std::thread& t : threads) t.join();

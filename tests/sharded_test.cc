@@ -739,8 +739,8 @@ TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
 
   // node-2 joins now: both others hold round 2.
   JoinNode(2);
-  leaders_[2].member = SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(), 3.0, 3,
-                                  credentials_.Of("node-2/0")};
+  leaders_[2].member = SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(),
+                                  3.0,           3,          credentials_.Of("node-2/0")};
   auto fetched = fetchers[2]->Fetch("", kTimeout, /*include_momentum=*/true);
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(fetched->source, "node-0/0, node-1/0");

@@ -72,7 +72,7 @@ class NodeLeader {
   const ChunkLayout layout_;
   const absl::Duration round_timeout_;
   const FragmentPlan fragments_;
-  HeldModel own_held_;  // when no other is given
+  HeldModel own_held_;     // when no other is given
   HeldModel* const held_;  // the model, and the outer momentum when the exchange keeps it
   bool adopted_ = false;   // the held model is the run's (Start or Adopt)
 };

@@ -238,7 +238,8 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
       models_.get(), exchange_.get(), member,
       ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()),
       // Sharded rounds gather, then exchange, each within the deadline.
-      absl::Seconds(2 * spec_.round_deadline_seconds() + 30), fragments_, held_.get(), fetcher_.get());
+      absl::Seconds(2 * spec_.round_deadline_seconds() + 30), fragments_, held_.get(),
+      fetcher_.get());
   return leader_.get();
 }
 

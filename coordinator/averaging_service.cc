@@ -196,7 +196,7 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
       std::string().swap(bytes);
     }
     response_->set_vector_length(layout_->num_values);
-    return rounds_->FinishInit(header_, std::move(values));
+    return rounds_->FinishInit(header_, std::move(values), response_);
   }
 
   void End(const absl::Status& status) {

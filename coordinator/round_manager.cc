@@ -139,8 +139,8 @@ absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& h
   return ChunkLayout::ForBytes(header.vector_length(), model_.spec().chunk_bytes());
 }
 
-absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
-                                      std::vector<float> values) {
+absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
+                                      v1::InitModelResponse* response) {
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
   MutexLock lock(&mu_);
   // After a model still being saved (of an earlier run), never before it.
@@ -156,6 +156,8 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header,
   LogInfo(absl::StrCat("run ", model_.run_id(), ": initial model (", layout.num_values, " values, ",
                        layout.num_chunks(), " chunks) from ", header.member_id()));
   holders_ = {header.member_id()};
+  response->set_round(model_.round());
+  response->set_global_step(model_.global_step());
   PendingCommit initial;  // round 0: nothing to record or announce, only the save
   initial.run_id = model_.run_id();
   Save(std::move(initial));

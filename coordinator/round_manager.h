@@ -71,8 +71,10 @@ class RoundManager {
   // Checks an InitModel header: the active run is running, the member is a live node leader,
   // the model is not initialised yet. Returns the chunk layout the upload must follow.
   absl::StatusOr<ChunkLayout> BeginInit(const v1::InitModelHeader& header);
-  // Installs global[0]; ALREADY_EXISTS when another leader was first.
-  absl::Status FinishInit(const v1::InitModelHeader& header, std::vector<float> values);
+  // Installs global[0] and says in `response` which round and global step it is; ALREADY_EXISTS
+  // when another leader was first.
+  absl::Status FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
+                          v1::InitModelResponse* response);
 
   // --- Late joiners ---
   using ModelSnapshot = ::localsgd::ModelSnapshot;

@@ -112,7 +112,8 @@ class RoundManagerTest : public ::testing::Test {
     init.set_member_credential(credentials_["n/0"]);
     init.set_vector_length(kValues);
     ASSERT_THAT(rounds_->BeginInit(init), IsOk());
-    ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f)), IsOk());
+    v1::InitModelResponse response;
+    ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f), &response), IsOk());
   }
 
   v1::SyncHeader Header(int64_t round, const std::string& member_id = "n/0") {

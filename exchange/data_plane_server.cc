@@ -262,11 +262,11 @@ class PassReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 };
 
 // FetchRange: the header, then the range's chunks of the model and of its momentum, each
-// copied out of the held model as it goes (one chunk in flight).
+// copied out under a lease of the held model as it goes (one chunk in flight): the stream
+// carries the round it began with even when the node commits the next one meanwhile.
 class FetchRangeReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse> {
  public:
-  FetchRangeReactor(const HeldModel* held, const v1::FetchRangeRequest& request,
-                    const absl::Status& auth)
+  FetchRangeReactor(HeldModel* held, const v1::FetchRangeRequest& request, const absl::Status& auth)
       : held_(held), request_(request) {
     if (absl::Status s = auth.ok() ? Begin() : auth; !s.ok()) {
       Finish(ToGrpcStatus(s));
@@ -280,70 +280,67 @@ class FetchRangeReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
       Finish(ToGrpcStatus(absl::CancelledError("write failed")));
       return;
     }
-    const int span = request_.end_chunk() - request_.begin_chunk();
-    if (next_ == (momentum_ ? 2 * span : span)) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    const bool momentum = next_ >= span;
-    const int index = request_.begin_chunk() + (momentum ? next_ - span : next_);
+    // The model's chunks, then the momentum's.
+    const bool momentum = values_read_;
     v1::Chunk* chunk = momentum ? message_.mutable_momentum() : message_.mutable_chunk();
-    chunk->set_index(index);
-    if (absl::Status s =
-            held_->Read(request_.run_id(), request_.round(), momentum, layout_.begin(index),
-                        layout_.size(index), chunk->mutable_data());
-        !s.ok()) {
-      Finish(ToGrpcStatus(s));
+    absl::StatusOr<int> index = held_->Read(lease_, momentum, chunk->mutable_data());
+    if (absl::IsOutOfRange(index.status())) {
+      if (!momentum && has_momentum_) {
+        values_read_ = true;
+        OnWriteDone(true);
+      } else {
+        Finish(grpc::Status::OK);
+      }
       return;
     }
-    ++next_;
+    if (!index.ok()) {
+      Finish(ToGrpcStatus(index.status()));
+      return;
+    }
+    chunk->set_index(*index);
     StartWrite(&message_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (lease_ != 0) held_->Close(lease_);
+    delete this;
+  }
 
  private:
-  // Checks the request against the held model and makes the header.
+  // Leases the range and makes the header.
   absl::Status Begin() {
     if (held_ == nullptr) return absl::FailedPreconditionError("this node leader holds no model");
-    LOCALSGD_ASSIGN_OR_RETURN(const HeldModel::Label label,
-                              held_->Check(request_.run_id(), request_.round()));
-    if (request_.chunk_values() <= 0) {
-      return absl::InvalidArgumentError("chunk_values: must be positive");
-    }
-    layout_ = ChunkLayout{label.num_values, request_.chunk_values()};
-    if (request_.begin_chunk() < 0 || request_.end_chunk() < request_.begin_chunk() ||
-        request_.end_chunk() > layout_.num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "begin_chunk, end_chunk: [", request_.begin_chunk(), ", ", request_.end_chunk(),
-          ") is not a range of the model's ", layout_.num_chunks(), " chunks"));
-    }
-    momentum_ = request_.include_momentum() && label.has_momentum;
+    LOCALSGD_ASSIGN_OR_RETURN(
+        const HeldModel::Lease lease,
+        held_->Open(request_.run_id(), request_.round(), request_.chunk_values(),
+                    request_.begin_chunk(), request_.end_chunk(), request_.include_momentum()));
+    lease_ = lease.id;
+    has_momentum_ = lease.has_momentum;
     v1::ModelHeader* header = message_.mutable_header();
-    header->set_run_id(label.run_id);
-    header->set_round(label.round);
-    header->set_global_step(label.global_step);
-    header->set_vector_length(layout_.num_values);
-    header->set_num_chunks(layout_.num_chunks());
-    header->set_chunk_values(layout_.chunk_values);
-    header->set_has_momentum(momentum_);
+    header->set_run_id(request_.run_id());
+    header->set_round(request_.round());
+    header->set_global_step(lease.global_step);
+    header->set_vector_length(lease.layout.num_values);
+    header->set_num_chunks(lease.layout.num_chunks());
+    header->set_chunk_values(lease.layout.chunk_values);
+    header->set_has_momentum(has_momentum_);
     return absl::OkStatus();
   }
 
-  const HeldModel* const held_;
+  HeldModel* const held_;
   const v1::FetchRangeRequest request_;
-  ChunkLayout layout_;
-  bool momentum_ = false;
+  int64_t lease_ = 0;
+  bool has_momentum_ = false;
+  bool values_read_ = false;
   v1::FetchModelResponse message_;
-  int next_ = 0;
 };
 
 class DataPlaneService final
     : public v1::DataPlane::WithCallbackMethod_FetchRange<v1::DataPlane::WithRawCallbackMethod_Pass<
           v1::DataPlane::WithRawCallbackMethod_Reduce<v1::DataPlane::Service>>> {
  public:
-  DataPlaneService(ShardOwner* owner, RingInbox* inbox, const StreamTagCheck* tags,
-                   const HeldModel* held, std::string token)
+  DataPlaneService(ShardOwner* owner, RingInbox* inbox, const StreamTagCheck* tags, HeldModel* held,
+                   std::string token)
       : owner_(owner), inbox_(inbox), tags_(tags), held_(held), token_(std::move(token)) {}
 
   grpc::ServerWriteReactor<v1::FetchModelResponse>* FetchRange(
@@ -366,7 +363,7 @@ class DataPlaneService final
   ShardOwner* const owner_;
   RingInbox* const inbox_;
   const StreamTagCheck* const tags_;
-  const HeldModel* const held_;
+  HeldModel* const held_;
   const std::string token_;
 };
 

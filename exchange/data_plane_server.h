@@ -35,7 +35,7 @@ class DataPlaneServer {
     // coordinator made under its key (StreamTagCheck); without one every stream is refused.
     std::function<StreamTagCheck::Identity()> identity;
     // The committed model FetchRange serves (it outlives the server); null: none.
-    const HeldModel* held = nullptr;
+    HeldModel* held = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(Options options);

@@ -2,6 +2,7 @@
 #define LOCALSGD_EXCHANGE_HELD_MODEL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "exchange/chunking.h"
 
 namespace localsgd {
 
@@ -16,7 +18,9 @@ namespace localsgd {
 // of its run, the outer momentum when members keep it, and the round and global step it
 // belongs to; its data plane serves it to members that fetch it (DataPlane.FetchRange).
 // One writer, the node leader's thread: it reads the model without the lock and changes it only
-// through Install and Commit, which take it. Other threads read through Label and Read, under it.
+// through Install and Commit, which take it. Readers on other threads go through leases: a
+// lease reads one round of one range to its end, even when the model moves on meanwhile (the
+// commit first copies aside what the lease has yet to read). Thread-safe.
 class HeldModel {
  public:
   // Replaces the model (the initial model, an adoption); `momentum` empty without one.
@@ -32,26 +36,37 @@ class HeldModel {
   int64_t round() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return round_; }
   int64_t global_step() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return global_step_; }
 
-  // What a reader is served.
-  struct Label {
-    std::string run_id;
-    int64_t round = 0;
+  // A lease on chunks [begin_chunk, end_chunk) of round `round`, cut by ChunkLayout{size,
+  // chunk_values}.
+  struct Lease {
+    int64_t id = 0;
     int64_t global_step = 0;
-    int64_t num_values = 0;
+    ChunkLayout layout;  // the whole model's
     bool has_momentum = false;
   };
-  // The model's label when it is round `round` of run `run_id`; FAILED_PRECONDITION (saying what
-  // it holds) otherwise.
-  absl::StatusOr<Label> Check(const std::string& run_id, int64_t round) const;
-  // Copies `count` values from `begin` of the model (or of its momentum) to `out` as bytes,
-  // if it is still round `round` of `run_id`: FAILED_PRECONDITION once it moved on.
-  // INVALID_ARGUMENT for values it does not have.
-  absl::Status Read(const std::string& run_id, int64_t round, bool momentum, int64_t begin,
-                    int64_t count, std::string* out) const;
+  // A lease on chunks [begin_chunk, end_chunk) of round `round` of run `run_id` (and of its
+  // momentum, when `momentum` and the model has one): FAILED_PRECONDITION (saying what it holds)
+  // when it holds another round or run; INVALID_ARGUMENT for chunks outside the model.
+  absl::StatusOr<Lease> Open(const std::string& run_id, int64_t round, int64_t chunk_values,
+                             int begin_chunk, int end_chunk, bool momentum);
+  // Copies the lease's next chunk of the model (or of its momentum) to `out` as bytes: each of
+  // the two is read in order, from begin_chunk. Its index; OUT_OF_RANGE after the last.
+  absl::StatusOr<int> Read(int64_t lease, bool momentum, std::string* out);
+  void Close(int64_t lease);
 
  private:
-  absl::Status CheckLocked(const std::string& run_id, int64_t round) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Reader {
+    ChunkLayout layout;
+    int end_chunk = 0;
+    bool momentum = false;
+    int next[2] = {0, 0};  // by buffer (values, momentum): the next chunk to read
+    // After a commit: what was left to read, from the value aside_from[b] to the range's end.
+    bool detached = false;
+    std::vector<float> aside[2];
+    int64_t aside_from[2] = {0, 0};
+  };
+  // The model is about to change: every lease copies aside what it has yet to read.
+  void DetachReaders() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable Mutex mu_;
   std::string run_id_ ABSL_GUARDED_BY(mu_);
@@ -59,6 +74,8 @@ class HeldModel {
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<float> values_ ABSL_GUARDED_BY(mu_);
   std::vector<float> momentum_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Reader> readers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace localsgd

@@ -16,9 +16,9 @@ std::unique_ptr<grpc::ClientContext> ModelClient::Context(absl::Duration timeout
   return AuthorizedContext(token_, timeout);
 }
 
-absl::Status ModelClient::InitModel(const std::string& run_id, const std::string& member_id,
-                                    const std::string& credential, absl::Span<const float> values,
-                                    const ChunkLayout& layout, absl::Duration timeout) {
+absl::StatusOr<v1::InitModelResponse> ModelClient::InitModel(
+    const std::string& run_id, const std::string& member_id, const std::string& credential,
+    absl::Span<const float> values, const ChunkLayout& layout, absl::Duration timeout) {
   auto context = Context(timeout);
   v1::InitModelResponse response;
   auto stream = stub_->InitModel(context.get(), &response);
@@ -36,7 +36,8 @@ absl::Status ModelClient::InitModel(const std::string& run_id, const std::string
     ok = stream->Write(request);
   }
   stream->WritesDone();
-  return FromGrpcStatus(stream->Finish());
+  if (grpc::Status status = stream->Finish(); !status.ok()) return FromGrpcStatus(status);
+  return response;
 }
 
 absl::StatusOr<ModelClient::Model> ModelClient::FetchModel(const std::string& run_id,

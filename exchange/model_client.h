@@ -25,10 +25,11 @@ class ModelClient {
   ModelClient(std::shared_ptr<grpc::Channel> channel, std::string token);
 
   // Uploads global[0] in fp32 chunks of `layout`, as node leader `member_id` with its
-  // `credential`. ALREADY_EXISTS when another leader was first.
-  absl::Status InitModel(const std::string& run_id, const std::string& member_id,
-                         const std::string& credential, absl::Span<const float> values,
-                         const ChunkLayout& layout, absl::Duration timeout);
+  // `credential`: the round and global step it is the model of. ALREADY_EXISTS when another
+  // leader was first.
+  absl::StatusOr<v1::InitModelResponse> InitModel(
+      const std::string& run_id, const std::string& member_id, const std::string& credential,
+      absl::Span<const float> values, const ChunkLayout& layout, absl::Duration timeout);
 
   struct Model {
     std::string run_id;

@@ -81,24 +81,31 @@ absl::Status FetchRange(const std::shared_ptr<grpc::Channel>& channel, const std
 absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::Fetch(const std::string& run_id,
                                                           absl::Duration timeout,
                                                           bool include_momentum) const {
-  absl::StatusOr<v1::ModelHeader> header =
-      options_.coordinator->FetchHolders(run_id, timeout, include_momentum);
-  if (header.ok()) {
-    absl::StatusOr<Fetched> fetched = FromHolders(*header, timeout, include_momentum);
-    if (fetched.ok()) return fetched;
-    if (!absl::IsNotFound(fetched.status())) {
-      LogWarning(absl::StrCat("the run's model from its holders: ", fetched.status().message(),
-                              "; fetching it from the coordinator"));
+  // Holders that moved on to a newer round meanwhile: ask again for the newest (into the same
+  // buffers: allocating them takes long enough for a round to commit).
+  Fetched fetched;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    absl::StatusOr<v1::ModelHeader> header =
+        options_.coordinator->FetchHolders(run_id, timeout, include_momentum);
+    if (!header.ok()) break;
+    const absl::Status status = FromHolders(*header, timeout, include_momentum, &fetched);
+    if (status.ok()) return fetched;
+    if (absl::IsNotFound(status)) break;  // no holder but the coordinator
+    const std::string failed = absl::StrCat("the run's model of round ", header->round(),
+                                            " from its holders: ", status.message());
+    if (!absl::IsFailedPrecondition(status)) {
+      LogWarning(failed);
+      break;
     }
+    LogInfo(absl::StrCat(failed, " (asking the coordinator again)"));
   }
   LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
                             options_.coordinator->FetchModel(run_id, timeout, include_momentum));
   return Fetched{std::move(model), "the coordinator"};
 }
 
-absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::FromHolders(const v1::ModelHeader& header,
-                                                                absl::Duration timeout,
-                                                                bool include_momentum) const {
+absl::Status ModelFetcher::FromHolders(const v1::ModelHeader& header, absl::Duration timeout,
+                                       bool include_momentum, Fetched* out) const {
   std::vector<const v1::ModelHolder*> holders;
   for (const v1::ModelHolder& holder : header.holders()) {
     if (holder.member_id() != options_.member_id && !holder.data_address().empty()) {
@@ -112,43 +119,50 @@ absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::FromHolders(const v1::ModelH
   const int chunks = layout.num_chunks();
   const int sources = std::min({static_cast<int>(holders.size()), kMaxSources, chunks});
   const bool momentum = include_momentum && header.has_momentum();
-  Fetched fetched;
+  Fetched& fetched = *out;
   fetched.model.run_id = header.run_id();
   fetched.model.round = header.round();
   fetched.model.global_step = header.global_step();
   fetched.model.values.resize(static_cast<size_t>(layout.num_values));
-  if (momentum) fetched.model.momentum.resize(fetched.model.values.size());
+  fetched.model.momentum.resize(momentum ? fetched.model.values.size() : 0);
+  // Range i from holder i, or when it fails from the next holders in turn.
   std::vector<absl::Status> results(static_cast<size_t>(sources));
+  std::vector<std::string> served_by(static_cast<size_t>(sources));
   std::vector<std::thread> threads;
-  std::vector<std::string> names;
   for (int i = 0; i < sources; ++i) {
-    const v1::ModelHolder& holder = *holders[static_cast<size_t>(i)];
-    names.push_back(holder.member_id());
     const int begin = static_cast<int>(static_cast<int64_t>(chunks) * i / sources);
     const int end = static_cast<int>(static_cast<int64_t>(chunks) * (i + 1) / sources);
-    threads.emplace_back([&, i, begin, end, address = holder.data_address()] {
-      results[static_cast<size_t>(i)] =
-          FetchRange(CreateStreamingChannel(address, options_.peer_credentials != nullptr
-                                                         ? options_.peer_credentials
-                                                         : grpc::InsecureChannelCredentials()),
-                     options_.token, header, begin, end, momentum, timeout, &fetched.model);
+    threads.emplace_back([&, i, begin, end] {
+      std::string failures;
+      for (size_t k = 0; k < holders.size(); ++k) {
+        const v1::ModelHolder& from = *holders[(static_cast<size_t>(i) + k) % holders.size()];
+        const absl::Status s = FetchRange(
+            CreateStreamingChannel(from.data_address(), options_.peer_credentials != nullptr
+                                                            ? options_.peer_credentials
+                                                            : grpc::InsecureChannelCredentials()),
+            options_.token, header, begin, end, momentum, timeout, &fetched.model);
+        if (s.ok()) {
+          served_by[static_cast<size_t>(i)] = from.member_id();
+          return;
+        }
+        absl::StrAppend(&failures, failures.empty() ? "" : "; ", from.member_id(), " (",
+                        from.data_address(), "): ", s.message());
+        results[static_cast<size_t>(i)] = absl::Status(s.code(), failures);
+      }
     });
   }
   for (std::thread& t : threads) t.join();
-  for (int i = 0; i < sources; ++i) {
-    const absl::Status& s = results[static_cast<size_t>(i)];
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(names[static_cast<size_t>(i)], " (",
-                                                 holders[static_cast<size_t>(i)]->data_address(),
-                                                 "): ", s.message()));
-    }
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (served_by[i].empty()) return results[i];
   }
+  std::vector<std::string> names = served_by;
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   if (ModelDigest(fetched.model.values, fetched.model.momentum, layout) != header.digest()) {
     return absl::DataLossError(absl::StrCat("the model from ", absl::StrJoin(names, ", "),
                                             " does not match the coordinator's digest"));
   }
   fetched.source = absl::StrJoin(names, ", ");
-  return fetched;
+  return absl::OkStatus();
 }
 
 }  // namespace localsgd

@@ -14,13 +14,15 @@ namespace localsgd {
 
 // How a node leader gets the run's committed model (docs/design.md, "Where the model lives"):
 // the coordinator names the node leaders that hold it and its digest; the model's chunks come
-// from up to kMaxSources of them in parallel, each range from one holder (DataPlane.FetchRange),
-// and the whole is checked against the digest, so no holder is trusted. With no holder, or
-// when a holder fails or its bytes do not match, the model comes from the coordinator
-// (ModelClient::FetchModel). Thread-safe.
+// from up to kMaxSources of them in parallel, each range from one holder (DataPlane.FetchRange;
+// when it fails, from the next), and the whole is checked against the digest, so no holder is
+// trusted. With no holder, or when the holders cannot serve it or its bytes do not match, the
+// model comes from the coordinator (ModelClient::FetchModel). Thread-safe.
 class ModelFetcher {
  public:
   static constexpr int kMaxSources = 4;
+  // Tries from the holders, asking the coordinator anew each time (they move on to newer rounds).
+  static constexpr int kAttempts = 3;
 
   struct Options {
     ModelClient* coordinator = nullptr;  // outlives the fetcher
@@ -43,10 +45,10 @@ class ModelFetcher {
                                 bool include_momentum) const;
 
  private:
-  // The model of `header` from its holders; an error names the holder that failed, or says
-  // that the bytes do not match the digest.
-  absl::StatusOr<Fetched> FromHolders(const v1::ModelHeader& header, absl::Duration timeout,
-                                      bool include_momentum) const;
+  // The model of `header` from its holders into `out` (its buffers reused); an error names the
+  // holders that failed, or says that the bytes do not match the digest.
+  absl::Status FromHolders(const v1::ModelHeader& header, absl::Duration timeout,
+                           bool include_momentum, Fetched* out) const;
 
   const Options options_;
 };

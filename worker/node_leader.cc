@@ -57,9 +57,17 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
-    absl::Status status = models_->InitModel(member_.run_id, member_.member_id,
-                                             member_.CurrentCredential(), params, layout_, left);
-    if (status.ok() || absl::IsAlreadyExists(status)) status = Adopt(left);
+    absl::StatusOr<v1::InitModelResponse> init = models_->InitModel(
+        member_.run_id, member_.member_id, member_.CurrentCredential(), params, layout_, left);
+    absl::Status status = init.status();
+    if (init.ok()) {  // the run's model is this node's: no need to fetch it back
+      held_->Install(member_.run_id, init->round(), init->global_step(),
+                     std::vector<float>(params.begin(), params.end()),
+                     std::vector<float>(exchange_->keeps_momentum() ? params.size() : 0, 0.0f));
+      adopted_ = true;
+    } else if (absl::IsAlreadyExists(status)) {
+      status = Adopt(left);
+    }
     const std::vector<float>& global = held_->values();
     if (status.ok() && global.size() != params.size()) {
       status = absl::FailedPreconditionError(absl::StrCat(

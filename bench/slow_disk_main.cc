@@ -120,8 +120,10 @@ int Main() {
   ModelClient models(channel, "");
   std::vector<float> initial(static_cast<size_t>(n), 0.0f);
   const ChunkLayout layout = ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
-  if (absl::Status s = models.InitModel(run.run_id(), members[0], credentials[0], initial, layout,
-                                        absl::Seconds(30));
+  if (absl::Status s = models
+                           .InitModel(run.run_id(), members[0], credentials[0], initial, layout,
+                                      absl::Seconds(30))
+                           .status();
       !s.ok()) {
     std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
     return 1;

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "coordinator/round_refusal.h"
+#include "coordinator/sync_admission.h"
 #include "exchange/codec.h"
 
 namespace localsgd {
@@ -62,9 +63,17 @@ RoundManager::RoundManager(ControlPlane* plane, Options options)
 
 RoundManager::~RoundManager() {
   MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
-      this));
+  AwaitNoSave();
+}
+
+void RoundManager::AwaitNoSave(bool nor_stop) {
+  bool (*idle)(RoundManager*) =
+      nor_stop ? +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !m->pending_.has_value() && !m->stopping_run_;
+      }
+               : +[](RoundManager* m)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); };
+  mu_.Await(absl::Condition(idle, this));
 }
 
 void RoundManager::Save(PendingCommit commit) {
@@ -144,9 +153,7 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::ve
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
   MutexLock lock(&mu_);
   // After a model still being saved (of an earlier run), never before it.
-  mu_.Await(absl::Condition(
-      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
-      this));
+  AwaitNoSave();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   if (model_.initialised()) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
@@ -216,9 +223,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
   std::string id;
   {
     MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
-        this));
+    AwaitNoSave();
     v1::RunInfo run = plane_->Run();
     id = run_id.empty() ? run.run_id() : run_id;
     if (id.empty()) return absl::NotFoundError("run_id: no run has started");
@@ -273,6 +278,7 @@ std::vector<v1::ModelHolder> RoundManager::Holders(const std::string& run_id, in
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> member) {
+  const FlushWhenDone flush(this);
   LOCALSGD_ASSIGN_OR_RETURN(const ControlPlane::Leader leader,
                             CheckMember(*plane_, header.member_id(), header.member_credential()));
   absl::StatusOr<int64_t> session;
@@ -319,81 +325,24 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     }
     Advance();
   }
-  FlushTouched();
   return session;
 }
 
 absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
                                                  const ControlPlane::Leader& leader,
                                                  const std::shared_ptr<RoundMember>& member) {
-  // A node leader stands for its node's live ranks: at most the local_world_size it joined
-  // with, or it is refused.
-  if (claimed.num_workers() < 1 || claimed.num_workers() > leader.local_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_workers: must be in [1, ", leader.local_world_size,
-        "] (the local_world_size this node leader joined with), got ", claimed.num_workers()));
-  }
-  // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
-  // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them.
-  if (claimed.weight() != claimed.num_workers()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight: must be num_workers (", claimed.num_workers(), "), got ", claimed.weight()));
-  }
-  // And it weighs no more ranks than the coordinator saw its node join (a rank that has not
-  // joined again yet after a restart counts once it has): the weight is the coordinator's,
-  // not the member's claim.
-  v1::SyncHeader header = claimed;
-  if (header.num_workers() > leader.ranks) {
-    header.set_num_workers(leader.ranks);
-    header.set_weight(leader.ranks);
-  }
-  if (header.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
-  if (!v1::Codec_IsValid(header.codec())) {
-    return absl::InvalidArgumentError(absl::StrCat("codec: unknown codec ", header.codec()));
-  }
-  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  if (!model_.initialised()) {
-    return absl::FailedPreconditionError("the run's model is not initialised (InitModel first)");
-  }
-  const FragmentPlan& fragments = model_.fragments();
-  if (header.fragment() < 0 || header.fragment() >= fragments.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fragment: ", header.fragment(), " is not in [0, fragments = ", fragments.size(), ")"));
-  }
-  if (const int64_t values = fragments.values(header.fragment());
-      header.vector_length() != values) {
-    return absl::InvalidArgumentError(fragments.size() == 1
-                                          ? absl::StrCat("vector_length: ", header.vector_length(),
-                                                         ", the run's model has ", values)
-                                          : absl::StrCat("vector_length: ", header.vector_length(),
-                                                         ", fragment ", header.fragment(),
-                                                         " of the run's model has ", values));
-  }
-  if (header.codec() != model_.spec().codec()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "codec: ", CodecName(header.codec()), ", the run uses ", CodecName(model_.spec().codec())));
-  }
-  if (std::string why; suspensions_.Suspended(header.member_id(), options_.clock(), &why)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("member_id: ", Quoted(header.member_id()), " is ", why));
-  }
-  const int64_t next = model_.round() + 1;
-  if (Stale(header)) {
-    return absl::FailedPreconditionError(absl::StrCat("round: ", header.round(),
-                                                      " is stale; round ", model_.round(),
-                                                      " is committed (fetch the model and go on)"));
-  }
-  if (header.round() > next) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round: ", header.round(), " is in the future; the next round is ", next));
-  }
-  if (!round_.has_value()) OpenRound(next, header.fragment());
-  if (header.fragment() != round_->fragment) {
-    // A member a step apart from the round's (at the run's end, one that syncs its fragments
-    // in another order): it sits this round out and tries again.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "fragment: ", header.fragment(), ", round ", next, " carries fragment ", round_->fragment));
-  }
+  LOCALSGD_RETURN_IF_ERROR(RunningRun(claimed.run_id()).status());
+  SyncAdmission at;
+  at.local_world_size = leader.local_world_size;
+  at.ranks = leader.ranks;
+  at.initialised = model_.initialised();
+  at.fragments = model_.fragments();
+  at.codec = model_.spec().codec();
+  at.committed_round = model_.round();
+  if (round_.has_value()) at.open_fragment = round_->fragment;
+  suspensions_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
+  LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
+  if (!round_.has_value()) OpenRound(model_.round() + 1, header.fragment());
   return round_->driver->Arrive(header, member);
 }
 
@@ -445,6 +394,7 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
 }
 
 absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
+  const FlushWhenDone flush(this);
   absl::StatusOr<std::shared_ptr<RangeReducer>> engine;
   std::shared_ptr<std::vector<float>> scratch;
   {
@@ -456,10 +406,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     scratch = it->second.scratch;
     engine = round_->driver->ChunkReducer(session_id);
   }
-  if (!engine.ok()) {
-    FlushTouched();
-    return engine.status();
-  }
+  if (!engine.ok()) return engine.status();
   // Checked and decoded outside the lock, so members' chunks are decoded in parallel.
   std::vector<float>& decoded = *scratch;
   absl::Status checked = (*engine)->Check(chunk.index(), chunk.data(), &decoded);
@@ -472,31 +419,31 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
     status = round_->driver->AddChunk(session_id, chunk, std::move(checked), decoded);
     Advance();
   }
-  FlushTouched();
   return status;
 }
 
 void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
+  const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
     if (!sessions_.count(session_id) || !round_.has_value()) return;
     round_->driver->Leave(session_id, why);
     Advance();
   }
-  FlushTouched();
 }
 
 void RoundManager::EndOfInput(int64_t session_id) {
+  const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
     if (!sessions_.count(session_id) || !round_.has_value()) return;
     round_->driver->EndOfInput(session_id);
     Advance();
   }
-  FlushTouched();
 }
 
 absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
+  const FlushWhenDone flush(this);
   const int index = chunk->index();
   const int64_t bytes = static_cast<int64_t>(chunk->data().size());
   absl::StatusOr<MeanWork> work;
@@ -509,10 +456,7 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
     work = round_->driver->ClaimMean(session_id, index);
     if (!work.ok()) Advance();
   }
-  if (!work.ok()) {
-    FlushTouched();
-    return work.status();
-  }
+  if (!work.ok()) return work.status();
   // Outside the lock: decoded and stepped into the next model as the chunks arrive.
   std::shared_ptr<v1::SyncResponse> relayed;
   absl::Status status = work->Apply(index, chunk, &relayed);
@@ -523,11 +467,11 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
                                         std::move(relayed));
     Advance();
   }
-  FlushTouched();
   return status;
 }
 
 absl::Status RoundManager::Deliver(int64_t session_id, const v1::Delivered& delivered) {
+  const FlushWhenDone flush(this);
   absl::Status status;
   {
     MutexLock lock(&mu_);
@@ -537,12 +481,12 @@ absl::Status RoundManager::Deliver(int64_t session_id, const v1::Delivered& deli
     status = round_->driver->Deliver(session_id, delivered);
     Advance();
   }
-  FlushTouched();
   return status;
 }
 
 absl::Status RoundManager::Unreachable(int64_t session_id,
                                        const v1::OwnerUnreachable& unreachable) {
+  const FlushWhenDone flush(this);
   absl::Status status;
   {
     MutexLock lock(&mu_);
@@ -552,11 +496,11 @@ absl::Status RoundManager::Unreachable(int64_t session_id,
     status = round_->driver->Unreachable(session_id, unreachable);
     Advance();
   }
-  FlushTouched();
   return status;
 }
 
 void RoundManager::Tick() {
+  const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
     for (const std::string& id : suspensions_.TakeReadmitted(options_.clock())) {
@@ -574,17 +518,13 @@ void RoundManager::Tick() {
       Advance();
     }
   }
-  FlushTouched();
 }
 
 absl::StatusOr<v1::RunInfo> RoundManager::StopRun(const v1::StopRunRequest& request) {
+  const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return !m->pending_.has_value() && !m->stopping_run_;
-        },
-        this));
+    AwaitNoSave(/*nor_stop=*/true);
     stopping_run_ = true;
   }
   // Off the lock: the stop waits for the run record to be on disk.
@@ -598,7 +538,6 @@ absl::StatusOr<v1::RunInfo> RoundManager::StopRun(const v1::StopRunRequest& requ
       Advance();  // a round that was ready to commit
     }
   }
-  FlushTouched();
   return run;
 }
 

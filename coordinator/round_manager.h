@@ -241,6 +241,8 @@ class RoundManager {
   // round's streams. `log` describes the round.
   void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no model is being saved (and, when `nor_stop`, no stop either).
+  void AwaitNoSave(bool nor_stop = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a decided commit may go ahead now (no model being saved, no stop being saved).
   bool MayCommit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !pending_.has_value() && !stopping_run_;
@@ -271,6 +273,18 @@ class RoundManager {
   void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes the members touched under the lock; call after releasing it.
   void FlushTouched() ABSL_LOCKS_EXCLUDED(mu_);
+  // Flushes the members touched when it goes out of scope: the first statement of every call
+  // that takes the lock, so the flush comes after the lock is released on every path.
+  class FlushWhenDone {
+   public:
+    explicit FlushWhenDone(RoundManager* manager) : manager_(manager) {}
+    ~FlushWhenDone() { manager_->FlushTouched(); }
+    FlushWhenDone(const FlushWhenDone&) = delete;
+    FlushWhenDone& operator=(const FlushWhenDone&) = delete;
+
+   private:
+    RoundManager* const manager_;
+  };
 
   ControlPlane* const plane_;
   const Options options_;

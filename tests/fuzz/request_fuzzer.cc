@@ -93,7 +93,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         r.set_vector_length(r.vector_length() % 100000);
         Authenticate(r.member_id(), r);
         if (rounds.BeginInit(r).ok()) {
-          rounds.FinishInit(r, std::vector<float>(r.vector_length(), 0.25f)).IgnoreError();
+          localsgd::v1::InitModelResponse response;
+          rounds.FinishInit(r, std::vector<float>(r.vector_length(), 0.25f), &response)
+              .IgnoreError();
         }
         break;
       }

@@ -145,8 +145,10 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (float& x : global) x = dist(rng);
     localsgd::ChunkLayout layout = localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes());
-    absl::Status s = client.InitModel(run.run_id(), joined.worker_id(), joined.member_credential(),
-                                      global, layout, absl::Seconds(120));
+    absl::Status s = client
+                         .InitModel(run.run_id(), joined.worker_id(), joined.member_credential(),
+                                    global, layout, absl::Seconds(120))
+                         .status();
     if (!s.ok()) return Fail("init model", s);
   } else {
     while (true) {

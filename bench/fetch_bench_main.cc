@@ -78,8 +78,7 @@ int Main() {
     join.mutable_identity()->set_local_world_size(1);
     join.set_data_address(planes.back()->address());
     v1::JoinResponse joined;
-    if (grpc::Status s =
-            call([&](grpc::ClientContext* c) { return stub->Join(c, join, &joined); });
+    if (grpc::Status s = call([&](grpc::ClientContext* c) { return stub->Join(c, join, &joined); });
         !s.ok()) {
       std::fprintf(stderr, "join: %s\n", s.error_message().c_str());
       return 1;
@@ -115,8 +114,8 @@ int Main() {
       sharded.inbox = planes[i]->inbox();
       ShardedExchange exchange(sharded);
       ModelFetcher fetcher({&models, "", nullptr, members[i]});
-      SyncMember member{run.run_id(), members[i], v1::CODEC_FP32, 1, 1,
-                        [&, i] { return credentials[i]; }};
+      SyncMember member{
+          run.run_id(), members[i], v1::CODEC_FP32, 1, 1, [&, i] { return credentials[i]; }};
       NodeLeader leader(&models, &exchange, member, layout, absl::Seconds(600), FragmentPlan(),
                         held[i].get(), &fetcher);
       std::vector<float> params(static_cast<size_t>(n), 0.0f);

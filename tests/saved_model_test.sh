@@ -116,3 +116,17 @@ print(f"saved {saved.numel()} values; largest difference from the run's model "
 sys.exit(0 if torch.equal(saved, fetched) else 1)
 PY
 echo "PASS: node 0 saved round $saved_round of the stopped run $third_run, the run's own model"
+
+# The run's model as a TorchScript file from the coordinator, without --save_model: the same
+# values, and the README's snippet loads and scores it.
+"$BIN/worker/export_model" --coordinator="$GRPC" --token_file="$WORK/token" \
+  --run_id="$third_run" --out="$WORK/exported.pt" || fail "export_model failed"
+/usr/bin/python3 - "$WORK/exported.pt" "$WORK/stopped.pt" <<'PY' || fail "the exported model is not the run's"
+import sys, torch
+exported, saved = (torch.jit.load(p) for p in sys.argv[1:3])
+same = all(torch.equal(a, b) for a, b in zip(exported.parameters(), saved.parameters()))
+sys.exit(0 if same and len(list(exported.parameters())) == len(list(saved.parameters())) else 1)
+PY
+out=$(cd "$WORK" && /usr/bin/python3 load.py "$WORK/exported.pt") || fail "the snippet failed: $out"
+grep -q "^run_id: \"$third_run\"" <<<"$out" || fail "the exported model is not run $third_run's: $out"
+echo "PASS: export_model wrote run $third_run's model as TorchScript"

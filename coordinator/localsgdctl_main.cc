@@ -26,7 +26,8 @@
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
-ABSL_FLAG(std::string, token, "", "Bearer token: start, stop and fetch need it (status and runs do not).");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token: start, stop and fetch need it (status and runs do not).");
 ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call.");
 ABSL_FLAG(std::string, spec, "", "start: the run spec, a text-format RunSpec file.");

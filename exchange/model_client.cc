@@ -8,6 +8,18 @@
 #include "common/status_util.h"
 
 namespace localsgd {
+namespace {
+
+v1::FetchModelRequest FetchRequest(const std::string& run_id, bool include_momentum,
+                                   bool holders_only) {
+  v1::FetchModelRequest request;
+  request.set_run_id(run_id);
+  request.set_include_momentum(include_momentum);
+  request.set_holders_only(holders_only);
+  return request;
+}
+
+}  // namespace
 
 ModelClient::ModelClient(std::shared_ptr<grpc::Channel> channel, std::string token)
     : stub_(v1::Averaging::NewStub(std::move(channel))), token_(std::move(token)) {}
@@ -44,10 +56,7 @@ absl::StatusOr<ModelClient::Model> ModelClient::FetchModel(const std::string& ru
                                                            absl::Duration timeout,
                                                            bool include_momentum) {
   auto context = Context(timeout);
-  v1::FetchModelRequest request;
-  request.set_run_id(run_id);
-  request.set_include_momentum(include_momentum);
-  auto stream = stub_->FetchModel(context.get(), request);
+  auto stream = stub_->FetchModel(context.get(), FetchRequest(run_id, include_momentum, false));
   v1::FetchModelResponse response;
   Model model;
   std::optional<ChunkLayout> layout;
@@ -92,11 +101,7 @@ absl::StatusOr<v1::ModelHeader> ModelClient::FetchHolders(const std::string& run
                                                           absl::Duration timeout,
                                                           bool include_momentum) {
   auto context = Context(timeout);
-  v1::FetchModelRequest request;
-  request.set_run_id(run_id);
-  request.set_include_momentum(include_momentum);
-  request.set_holders_only(true);
-  auto stream = stub_->FetchModel(context.get(), request);
+  auto stream = stub_->FetchModel(context.get(), FetchRequest(run_id, include_momentum, true));
   v1::FetchModelResponse response;
   std::optional<v1::ModelHeader> header;
   while (stream->Read(&response)) {

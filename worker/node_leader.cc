@@ -115,10 +115,15 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragme
     const std::vector<float>& global = held_->values();
     std::copy(global.begin() + begin, global.begin() + begin + params.size(), params.begin());
   };
-  if (!adopted_) {  // took over: start from the committed model
+  if (!adopted_) {  // took over: start from the committed model, as a stale member does
     LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
     take();
-    return absl::OkStatus();
+    v1::StaleRound adopted;
+    adopted.set_committed_round(held_->round());
+    adopted.set_global_step(held_->global_step());
+    return StaleRoundError(adopted, absl::StrCat("this rank took over the node's lead and adopted "
+                                                 "the run's model of round ",
+                                                 held_->round(), "; sync again"));
   }
   std::vector<float>& global = held_->values();
   if (begin + params.size() > global.size()) {

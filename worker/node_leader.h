@@ -40,12 +40,14 @@ class NodeLeader {
 
   // One round of fragment `fragment` (0 without fragments), `params` being its values: on
   // success they become global[r]'s. A leader that took over from one that died (no Start)
-  // first adopts the run's committed model into `params` instead, and returns OK: the node
-  // goes on from there. When this leader missed a round (stale) it adopts the current global
-  // model and returns the error; when the run has ended it adopts the run's final model and
-  // returns OUT_OF_RANGE (stop training: no more rounds); in both cases global() holds the
-  // whole model. On other errors (round aborted, coordinator unreachable) `params` keeps the
-  // node's own values. global_step() then says where the run is.
+  // adopts the run's committed model into `params` instead and returns a StaleRound error, as
+  // for a stale member: the node goes on from there, and the fragment is still to sync (at the
+  // run's last step the sync is tried again, so the node ends on the run's final model). When this
+  // leader missed a round (stale) it adopts the current global model and returns the error; when
+  // the run has ended it adopts the run's final model and returns OUT_OF_RANGE (stop training: no
+  // more rounds); in both cases global() holds the whole model. On other errors (round aborted,
+  // coordinator unreachable) `params` keeps the node's own values. global_step() then says where
+  // the run is.
   absl::Status Sync(absl::Span<float> params, int64_t step, int fragment = 0);
 
   // The node now has `n` ranks (it re-formed after a rank died): later rounds weigh its

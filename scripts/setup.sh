@@ -26,6 +26,8 @@ PACKAGES=(
   # Deployment tests: a real single-node Slurm cluster; container images built from Debian's
   # packages and run (podman with runc, which also runs on cgroup v1 hosts).
   slurm-wlm munge iproute2 mmdebstrap podman runc
+  # Round trips in the network-namespace harness (deploy/netns/hosts.sh): its delay line.
+  iptables
   # The status page test (headless Chromium) and `promtool check metrics` on /metrics.
   chromium prometheus
   # Real data.

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.request
 

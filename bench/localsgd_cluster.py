@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-TARGETS = ["//coordinator", "//coordinator:localsgdctl", "//worker"]
+TARGETS = ["//coordinator", "//coordinator:localsgdctl", "//worker", "//deploy:delay_line"]
 
 
 def build(targets=TARGETS):
@@ -18,6 +18,28 @@ def build(targets=TARGETS):
                    stderr=subprocess.DEVNULL)
     return subprocess.run(["bazel", "info", "-c", "opt", "bazel-bin"], check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+class Hosts:
+    """with Hosts("lsgdx", 5, "200mbit", "25ms", bin_dir): ... -- deploy/netns/hosts.sh's hosts
+    PREFIX-h0 .. h{n-1} (10.77.0.{i+1}), every link at `rate`, each host's ingress holding
+    `delay` (one value, or one per host comma-separated; "" for none) in the delay line built
+    with the binaries in `bin_dir` (//deploy:delay_line); taken down, with every process in
+    them, at exit."""
+
+    def __init__(self, prefix, hosts, rate, delay="", bin_dir=None):
+        self.prefix, self.hosts = prefix, hosts
+        self.up = ["deploy/netns/hosts.sh", "up", prefix, str(hosts), rate] + ([delay] if delay else [])
+        self.env = dict(os.environ)
+        if bin_dir:
+            self.env["DELAY_LINE"] = f"{bin_dir}/deploy/delay_line"
+
+    def __enter__(self):
+        subprocess.run(self.up, check=True, env=self.env)
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["deploy/netns/hosts.sh", "down", self.prefix, str(self.hosts)], check=False)
 
 
 def start_coordinator(bin_dir, work, flags=(), prefix=(), listen="127.0.0.1:0",

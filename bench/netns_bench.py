@@ -12,18 +12,16 @@ Usage (root): /usr/bin/python3 bench/netns_bench.py [--rate 100mbit] [--target 0
 """
 import argparse
 import re
-import subprocess
 import tempfile
 
-from localsgd_cluster import Cluster, build, done_line
+from localsgd_cluster import Cluster, Hosts, build, done_line
 
 PREFIX = "lsgdb"
 
 
 def time_to_target(bin_dir, work, k, args):
     hosts = args.nodes + 1
-    subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(hosts), args.rate], check=True)
-    try:
+    with Hosts(PREFIX, hosts, args.rate):
         with Cluster(bin_dir, work, host=lambda i: ["ip", "netns", "exec", f"{PREFIX}-h{i}"],
                      listen="10.77.0.1:50051") as cluster:
             cluster.workers(args.nodes)
@@ -33,8 +31,6 @@ def time_to_target(bin_dir, work, k, args):
                           f'min_workers: {args.nodes} optimizer {{ lr: 0.05 momentum: 0.9 }} '
                           f'round_deadline_seconds: 600')
             out = cluster.wait()[0]
-    finally:
-        subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
     evals = [(int(s), float(a), float(t)) for s, a, t in re.findall(
         r"step (\d+): test accuracy ([\d.]+), test loss [\d.]+ after ([\d.]+) s of training", out)]
     hit = next(((s, a, t) for s, a, t in evals if a >= args.target), None)

@@ -19,7 +19,7 @@ last rank's end, syncs included, setup not), the ratio to the peer at the same K
 cluster's samples/s against `disabled` (how much communication is left unhidden), and the
 final test accuracy (node 0's final model; every copy is equal after the last sync).
 
-Usage (root): /usr/bin/python3 bench/overlap_bench.py [--nodes 4] [--rate 100mbit]
+Usage (root): /usr/bin/python3 bench/overlap_bench.py [--nodes 4] [--rate 100mbit] [--delay 25ms]
               [--steps 640] [--ks 8 32] [--codecs CODEC_INT8] [--fragments 4]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from localsgd_cluster import Cluster, build, done_line, timed_outputs
+from localsgd_cluster import Cluster, Hosts, build, done_line, timed_outputs
 from worker_throughput_bench import script_mlp, train_steps
 
 PREFIX = "lsgdo"
@@ -142,6 +142,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--rate", default="100mbit")
+    parser.add_argument("--delay", default="",
+                        help="held at each host's ingress (hosts.sh's DELAY): 25ms, 50 ms round trips")
     parser.add_argument("--steps", type=int, default=640)
     parser.add_argument("--ks", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--codecs", nargs="+", default=["CODEC_BF16", "CODEC_INT8"],
@@ -155,8 +157,7 @@ def main():
         os.chmod(work, 0o755)
         model_path = os.path.join(work, "mlp_784_1024_1024_10.pt")
         script_mlp(model_path)
-        subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(hosts), args.rate], check=True)
-        try:
+        with Hosts(PREFIX, hosts, args.rate, args.delay, bin_dir):
             base_s, base_acc, base_rate = run_localsgd(bin_dir, work, args.nodes, 8, args.steps,
                                                        model_path, 0, "CODEC_FP32", False)
             print(f"N = {args.nodes}, {args.rate}, {args.steps} steps; disabled: {base_s:.1f} s, "
@@ -168,8 +169,8 @@ def main():
                 print(f"{k:>3} {'peer (Accelerate, Gloo)':<24} {peer_s:>8.1f} {1:>6.2f} "
                       f"{args.steps * BATCH * args.nodes / peer_s / base_rate:>14.2f} "
                       f"{peer_acc:>8.4f}", flush=True)
-                rows = [(0, "CODEC_FP32", 1), (k - 1, "CODEC_FP32", 1)]
-                rows += [(k - 1, codec, 1) for codec in args.codecs]
+                rows = [(overlap, codec, 1) for codec in ["CODEC_FP32"] + args.codecs
+                        for overlap in (0, k - 1)]
                 if args.fragments > 1:
                     rows += [(k // args.fragments - 1, codec, args.fragments)
                              for codec in args.codecs]
@@ -180,8 +181,6 @@ def main():
                         f", P {fragments}" if fragments > 1 else "")
                     print(f"{k:>3} {label:<24} {s:>8.1f} {s / peer_s:>6.2f} "
                           f"{rate / base_rate:>14.2f} {acc:>8.4f}", flush=True)
-        finally:
-            subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
     return 0
 
 

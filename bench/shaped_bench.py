@@ -13,8 +13,11 @@ return, which is how the Gloo figure is timed (after a barrier). `bound` is the 
 bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and round time / Gloo.
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
-              [--rate 200mbit] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
+              [--rate 200mbit] [--delay 25ms] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
               [--codecs fp32 bf16 int8]
+(--delay: held at each host's ingress, as hosts.sh's DELAY: 25ms makes every round trip 50 ms;
+one value per host, comma-separated, puts hosts at different distances; host 0 is the
+coordinator's.)
 (--chunk_kb: the run spec's chunk_bytes, one sharded row per size, by default the run's own;
 --codecs: the run spec's codec, one sharded row per codec, `@ready/fp32` the round's time
 against the fp32 round's at the same chunk size (the bound and Gloo are fp32's);
@@ -30,8 +33,8 @@ import subprocess
 import sys
 import tempfile
 
-from localsgd_cluster import (RoundTimes, build, gloo_worker, member_round_times, outputs_of,
-                             start_coordinator)
+from localsgd_cluster import (Hosts, RoundTimes, build, gloo_worker, member_round_times,
+                             outputs_of, start_coordinator)
 
 PREFIX = "lsgds"
 
@@ -107,13 +110,15 @@ def main():
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--size_mb", type=float, default=25)
     parser.add_argument("--rate", default="200mbit")
+    parser.add_argument("--delay", default="")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--chunk_kb", type=int, nargs="+", default=[None])
     parser.add_argument("--no_star", action="store_true")
     parser.add_argument("--codecs", nargs="+", default=["fp32"],
                         choices=["fp32", "bf16", "fp16", "int8"])
     args = parser.parse_args()
-    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member"])
+    bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member",
+                     "//deploy:delay_line"])
     bandwidth = rate_bytes_per_second(args.rate)
     print(f"{'N':>2} {'codec':>5} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'star@ready s':>12} "
           f"{'sharded s':>9} {'sharded@ready s':>15} {'gloo s':>8} {'sharded/bound':>13} "
@@ -122,9 +127,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             hosts = nodes + 1
-            subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(hosts), args.rate],
-                           check=True)
-            try:
+            with Hosts(PREFIX, hosts, args.rate, args.delay, bin_dir):
                 nan = float("nan")
                 star = (RoundTimes(nan, nan) if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
@@ -134,8 +137,6 @@ def main():
                                                               codec))
                            for kb in args.chunk_kb for codec in args.codecs]
                 gloo = gloo_round_seconds(work, nodes, args.size_mb, args.rounds)
-            finally:
-                subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(hosts)], check=False)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
             fp32 = {kb: times.ready for codec, kb, (times, _) in sharded if codec == "fp32"}
             for codec, kb, (times, aborts) in sharded:

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 
+from localsgd_cluster import Hosts
 from shaped_bench import PREFIX, address, host, rate_bytes_per_second
 
 PORT = 7100
@@ -121,14 +122,9 @@ def main():
         per_round = int(2 * (nodes - 1) / nodes * args.size_mb * 1e6)
         bound = per_round / bandwidth
         period = 3 * bound + 1.0
-        subprocess.run(["deploy/netns/hosts.sh", "up", PREFIX, str(nodes + 1), args.rate],
-                       check=True)
-        try:
+        with Hosts(PREFIX, nodes + 1, args.rate):
             ring = schedule_seconds(nodes, "ring", per_round, args.rounds, period)
             all_to_all = schedule_seconds(nodes, "all-to-all", per_round, args.rounds, period)
-        finally:
-            subprocess.run(["deploy/netns/hosts.sh", "down", PREFIX, str(nodes + 1)],
-                           check=False)
         print(f"{nodes:>2} {bound:>8.3f} {ring:>8.3f} {all_to_all:>12.3f} {ring / bound:>10.2f} "
               f"{all_to_all / bound:>16.2f} {all_to_all / ring:>15.2f}", flush=True)
     return 0

@@ -14,10 +14,10 @@ bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and round time / Gl
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--delay 25ms] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
-              [--codecs fp32 bf16 int8]
+              [--codecs fp32 bf16 int8] [--ring_streams 1 2]
 (--delay: held at each host's ingress, as hosts.sh's DELAY: 25ms makes every round trip 50 ms;
 one value per host, comma-separated, puts hosts at different distances; host 0 is the
-coordinator's.)
+coordinator's. --ring_streams: the run spec's ring_streams, one sharded row per value.)
 (--chunk_kb: the run spec's chunk_bytes, one sharded row per size, by default the run's own;
 --codecs: the run spec's codec, one sharded row per codec, `@ready/fp32` the round's time
 against the fp32 round's at the same chunk size (the bound and Gloo are fp32's);
@@ -48,7 +48,7 @@ def address(i):
 
 
 def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chunk_kb=None,
-                           codec="fp32"):
+                           codec="fp32", ring_streams=1):
     coordinator, _ = start_coordinator(bin_dir, work, prefix=host(0),
                                        listen=f"{address(0)}:50051",
                                        log=open(os.path.join(work, "coordinator.log"), "w"))
@@ -65,7 +65,8 @@ def exchange_round_seconds(bin_dir, work, nodes, size_mb, exchange, rounds, chun
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} round_deadline_seconds: 600 '
                     f'total_steps: 1000000000 exchange: {exchange} codec: CODEC_{codec.upper()}'
-                    + (f' chunk_bytes: {chunk_kb * 1024}' if chunk_kb else '') + '\n')
+                    + (f' chunk_bytes: {chunk_kb * 1024}' if chunk_kb else '')
+                    + f' ring_streams: {ring_streams}\n')
         subprocess.run(host(0) + [f"{bin_dir}/coordinator/localsgdctl",
                                   f"--coordinator={address(0)}:50051",
                                   f"--token_file={token_file}", "start", f"--spec={spec}"],
@@ -111,6 +112,7 @@ def main():
     parser.add_argument("--size_mb", type=float, default=25)
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--delay", default="")
+    parser.add_argument("--ring_streams", type=int, nargs="+", default=[1])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--chunk_kb", type=int, nargs="+", default=[None])
     parser.add_argument("--no_star", action="store_true")
@@ -120,7 +122,7 @@ def main():
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl", "//tests/testutil:averaging_member",
                      "//deploy:delay_line"])
     bandwidth = rate_bytes_per_second(args.rate)
-    print(f"{'N':>2} {'codec':>5} {'chunk KiB':>9} {'bound s':>8} {'star s':>8} {'star@ready s':>12} "
+    print(f"{'N':>2} {'codec':>5} {'chunk KiB':>9} {'streams':>7} {'bound s':>8} {'star s':>8} {'star@ready s':>12} "
           f"{'sharded s':>9} {'sharded@ready s':>15} {'gloo s':>8} {'sharded/bound':>13} "
           f"{'@ready/bound':>12} {'sharded/gloo':>12} {'@ready/gloo':>11} "
           f"{'star@ready/gloo':>15} {'@ready/fp32':>11} {'aborts':>6}")
@@ -132,15 +134,19 @@ def main():
                 star = (RoundTimes(nan, nan) if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
                                                "EXCHANGE_STAR", args.rounds)[0])
-                sharded = [(codec, kb, exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
-                                                              "EXCHANGE_SHARDED", args.rounds, kb,
-                                                              codec))
-                           for kb in args.chunk_kb for codec in args.codecs]
+                sharded = [(codec, kb, streams,
+                            exchange_round_seconds(bin_dir, work, nodes, args.size_mb,
+                                                   "EXCHANGE_SHARDED", args.rounds, kb, codec,
+                                                   streams))
+                           for kb in args.chunk_kb for codec in args.codecs
+                           for streams in args.ring_streams]
                 gloo = gloo_round_seconds(work, nodes, args.size_mb, args.rounds)
             bound = 2 * (nodes - 1) / nodes * args.size_mb * 1e6 / bandwidth
-            fp32 = {kb: times.ready for codec, kb, (times, _) in sharded if codec == "fp32"}
-            for codec, kb, (times, aborts) in sharded:
-                print(f"{nodes:>2} {codec:>5} {kb or 'default':>9} {bound:>8.3f} {star.slowest:>8.3f} "
+            fp32 = {kb: times.ready for codec, kb, streams, (times, _) in sharded
+                    if codec == "fp32" and streams == args.ring_streams[0]}
+            for codec, kb, streams, (times, aborts) in sharded:
+                print(f"{nodes:>2} {codec:>5} {kb or 'default':>9} {streams:>7} {bound:>8.3f} "
+                      f"{star.slowest:>8.3f} "
                       f"{star.ready:>12.3f} {times.slowest:>9.3f} {times.ready:>15.3f} "
                       f"{gloo:>8.3f} {times.slowest / bound:>13.2f} {times.ready / bound:>12.2f} "
                       f"{times.slowest / gloo:>12.2f} {times.ready / gloo:>11.2f} "

@@ -49,8 +49,12 @@ void UseStreamingArguments(grpc::ServerBuilder* builder) {
 }
 
 std::shared_ptr<grpc::Channel> CreateStreamingChannel(
-    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  return grpc::CreateCustomChannel(address, std::move(credentials), StreamingChannelArguments());
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+    int connection) {
+  grpc::ChannelArguments args = StreamingChannelArguments();
+  // gRPC shares a connection between channels whose arguments are equal.
+  if (connection != 0) args.SetInt("localsgd.connection", connection);
+  return grpc::CreateCustomChannel(address, std::move(credentials), args);
 }
 
 }  // namespace localsgd

@@ -20,14 +20,16 @@ inline constexpr int kMaxMessageBytes = 32 << 20;
 // default while BDP probing ramps up) and large TCP reads.
 grpc::ChannelArguments StreamingChannelArguments();
 
-// A channel to `address` with StreamingChannelArguments (plaintext unless `credentials` say
-// otherwise; see common/tls.h).
 // Applies StreamingChannelArguments to the server side of every connection of `builder`.
 void UseStreamingArguments(grpc::ServerBuilder* builder);
 
+// A channel to `address` with StreamingChannelArguments (plaintext unless `credentials` say
+// otherwise; see common/tls.h). Channels to one address share a TCP connection unless their
+// `connection` numbers differ (each number, a connection of its own).
 std::shared_ptr<grpc::Channel> CreateStreamingChannel(
     const std::string& address,
-    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials());
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials(),
+    int connection = 0);
 
 }  // namespace localsgd
 

@@ -277,6 +277,9 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("chunk_bytes", spec.chunk_bytes(), kMinChunkBytes, kMaxChunkBytes));
   }
+  if (spec.ring_streams() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(CheckInt("ring_streams", spec.ring_streams(), 1, kMaxRingStreams));
+  }
   if (spec.has_min_shard_bytes()) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("min_shard_bytes", spec.min_shard_bytes(), 0, kMaxMinShardBytes));
@@ -340,6 +343,7 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   }
   if (!out.has_min_shard_bytes()) out.set_min_shard_bytes(kDefaultMinShardBytes);
   if (out.fragments() == 0) out.set_fragments(1);
+  if (out.ring_streams() == 0) out.set_ring_streams(1);
   if (!out.has_suspend_after_failed_rounds()) {
     out.set_suspend_after_failed_rounds(kDefaultSuspendAfterFailedRounds);
   }

@@ -16,6 +16,8 @@ namespace localsgd {
 inline constexpr int kMaxRanksPerNode = 1024;
 // RunSpec.fragments at most.
 inline constexpr int kMaxFragments = 64;
+// RunSpec.ring_streams at most.
+inline constexpr int kMaxRingStreams = 8;
 
 // Samples of the synthetic dataset when the spec does not say.
 inline constexpr int64_t kDefaultSyntheticSamples = 8192;

@@ -167,6 +167,8 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } overlap_steps: 8", "spec.overlap_steps:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 4 overlap_steps: 4", "spec.overlap_steps:"},
       {"model { builtin: \"mlp\" } fragments: -1", "spec.fragments:"},
+      {"model { builtin: \"mlp\" } ring_streams: 9", "spec.ring_streams:"},
+      {"model { builtin: \"mlp\" } ring_streams: -1", "spec.ring_streams:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 128 fragments: 65", "spec.fragments:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 8 fragments: 3", "spec.fragments:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 8 fragments: 4 overlap_steps: 2",

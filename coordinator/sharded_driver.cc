@@ -298,6 +298,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     header->set_exchange(v1::EXCHANGE_SHARDED);
     header->set_attempt(attempt_);
     header->set_ring(round_.ring());
+    if (round_.ring()) header->set_ring_streams(m_->model_.spec().ring_streams());
     header->set_fragment(m_->round_->fragment);
     relay_session_.assign(round_.shards().size(), -1);
     for (size_t s = 0; s < round_.shards().size(); ++s) {

@@ -1,5 +1,6 @@
 #include "exchange/ring_inbox.h"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
@@ -16,6 +17,13 @@ bool Before(int64_t round, uint64_t attempt, int64_t other_round, uint64_t other
 }  // namespace
 
 absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
+  const uint32_t stripes = std::max<uint32_t>(header.stripes(), 1);
+  if (stripes > static_cast<uint32_t>(kMaxRingStreams) || header.stripe() >= stripes) {
+    return absl::InvalidArgumentError(absl::StrCat("header.stripe: ", header.stripe(), " of ",
+                                                   header.stripes(), " stripes (at most ",
+                                                   kMaxRingStreams, ")"));
+  }
+  const uint32_t bit = uint32_t{1} << header.stripe();
   MutexLock lock(&mu_);
   const Key key{header.run_id(), header.round(), header.attempt()};
   if (followed_.has_value() && followed_->run_id == key.run_id &&
@@ -24,11 +32,19 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
         "round ", key.round, " attempt ", key.attempt, " is over here (this member follows round ",
         followed_->round, " attempt ", followed_->attempt, ")"));
   }
-  for (const auto& [id, stream] : streams_) {
-    if (stream.key == key && stream.from == header.member_id()) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("a second stream for round ", key.round, " attempt ", key.attempt));
+  for (auto& [id, stream] : streams_) {
+    if (!(stream.key == key && stream.from == header.member_id())) continue;
+    if (stream.stripes != stripes) {
+      return absl::InvalidArgumentError(absl::StrCat("header.stripes: ", stripes, ", where the ",
+                                                     "stream's other stripes said ", stream.stripes));
     }
+    if ((stream.opened & bit) != 0) {
+      return absl::AlreadyExistsError(absl::StrCat("a second stream for round ", key.round,
+                                                   " attempt ", key.attempt, " (stripe ",
+                                                   header.stripe(), ")"));
+    }
+    stream.opened |= bit;
+    return id * kMaxRingStreams + header.stripe();
   }
   if (static_cast<int>(streams_.size()) >= kMaxStreams) {
     // The oldest stream not followed gives way to a newer one: its attempt is over or will be.
@@ -52,12 +68,14 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
   Stream& stream = streams_[id];
   stream.key = key;
   stream.from = header.member_id();
-  return id;
+  stream.stripes = stripes;
+  stream.opened = bit;
+  return id * kMaxRingStreams + header.stripe();
 }
 
 absl::Status RingInbox::Add(int64_t id, ReceivedChunk message) {
   MutexLock lock(&mu_);
-  auto it = streams_.find(id);
+  auto it = streams_.find(StreamOf(id));
   if (it == streams_.end()) {
     return absl::FailedPreconditionError("this member follows a newer attempt");
   }
@@ -84,10 +102,16 @@ absl::Status RingInbox::Add(int64_t id, ReceivedChunk message) {
 
 void RingInbox::Close(int64_t id, const absl::Status& status) {
   MutexLock lock(&mu_);
-  auto it = streams_.find(id);
+  auto it = streams_.find(StreamOf(id));
   if (it == streams_.end() || it->second.closed) return;
-  it->second.closed = true;
-  it->second.status = status;
+  Stream& stream = it->second;
+  if (!status.ok()) {
+    stream.closed = true;
+    stream.status = status;
+    return;
+  }
+  stream.ended |= uint32_t{1} << (id % kMaxRingStreams);
+  stream.closed = stream.ended == (uint32_t{1} << stream.stripes) - 1;
 }
 
 void RingInbox::Follow(const std::string& run_id, int64_t round, uint64_t attempt,

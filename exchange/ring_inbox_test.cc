@@ -3,6 +3,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
@@ -199,6 +200,74 @@ TEST(RingInboxTest, TheOldestEarlyStreamGivesWayToANewerOne) {
   inbox.Follow("run", 4, 7, "m0");
   EXPECT_THAT(inbox.Open(Header(5, 1)).status(), IsOk());
   EXPECT_THAT(inbox.Open(Header(5, 2)).status(), IsOk());
+}
+
+v1::ReduceHeader Stripe(uint32_t stripe, uint32_t stripes, const std::string& from = "m0") {
+  v1::ReduceHeader header = Header(3, 1, from);
+  header.set_stripe(stripe);
+  header.set_stripes(stripes);
+  return header;
+}
+
+// A sender's stripes are one stream: their messages in the order they came, ending once every
+// stripe has.
+TEST(RingInboxTest, StripesAreTakenAsOneStreamThatEndsWithTheLast) {
+  RingInbox inbox;
+  inbox.Follow("run", 3, 1, "m0");
+  absl::StatusOr<int64_t> a = inbox.Open(Stripe(0, 2));
+  absl::StatusOr<int64_t> b = inbox.Open(Stripe(1, 2));
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  ASSERT_THAT(inbox.Add(*b, Sum(7)), IsOk());
+  ASSERT_THAT(inbox.Add(*a, Sum(2)), IsOk());
+  inbox.Close(*a, absl::OkStatus());
+  for (int chunk : {7, 2}) {
+    absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();
+    ASSERT_THAT(next.status(), IsOk());
+    ASSERT_TRUE(next->has_value());
+    EXPECT_EQ((*next)->index(), chunk);
+  }
+  std::thread last([&inbox, b] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_THAT(inbox.Add(*b, Sum(9)), IsOk());
+    inbox.Close(*b, absl::OkStatus());
+  });
+  absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();  // stripe 1 still open
+  ASSERT_THAT(next.status(), IsOk());
+  ASSERT_TRUE(next->has_value());
+  EXPECT_EQ((*next)->index(), 9);
+  last.join();
+  absl::StatusOr<std::optional<ReceivedChunk>> end = inbox.Next();
+  ASSERT_THAT(end.status(), IsOk());
+  EXPECT_FALSE(end->has_value());
+}
+
+TEST(RingInboxTest, AStripeThatBreaksBreaksTheStream) {
+  RingInbox inbox;
+  inbox.Follow("run", 3, 1, "m0");
+  absl::StatusOr<int64_t> a = inbox.Open(Stripe(0, 2));
+  absl::StatusOr<int64_t> b = inbox.Open(Stripe(1, 2));
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  inbox.Close(*a, absl::OkStatus());
+  inbox.Close(*b, absl::UnavailableError("the member before this one left"));
+  EXPECT_THAT(inbox.Next().status(), StatusIs(absl::StatusCode::kUnavailable, "left"));
+}
+
+TEST(RingInboxTest, StripesOutOfRangeTwiceOrUnlikeTheirStreamsAreRefused) {
+  RingInbox inbox;
+  EXPECT_THAT(inbox.Open(Stripe(2, 2)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "header.stripe: 2 of 2"));
+  EXPECT_THAT(inbox.Open(Stripe(0, kMaxRingStreams + 1)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "header.stripe"));
+  ASSERT_THAT(inbox.Open(Stripe(0, 2)).status(), IsOk());
+  EXPECT_THAT(inbox.Open(Stripe(0, 2)).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, "(stripe 0)"));
+  EXPECT_THAT(inbox.Open(Stripe(1, 3)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "header.stripes: 3"));
+  EXPECT_THAT(inbox.Open(Stripe(1, 2)).status(), IsOk());
+  // Another sender's stripes are a stream of their own.
+  EXPECT_THAT(inbox.Open(Stripe(0, 2, "m5")).status(), IsOk());
 }
 
 }  // namespace

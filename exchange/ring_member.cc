@@ -22,7 +22,9 @@ namespace localsgd {
 RingMember::RingMember(Setup setup)
     : setup_(std::move(setup)), plan_(*setup_.header, *setup_.layout, setup_.self) {
   chain_next_ = plan_.chain_begin();
-  writer_ = std::thread([this] { Write(); });
+  for (int stripe = 0; stripe < static_cast<int>(setup_.succ_channels.size()); ++stripe) {
+    writers_.emplace_back([this, stripe] { Write(stripe); });
+  }
   reader_ = std::thread([this] { Read(); });
 }
 
@@ -41,9 +43,11 @@ absl::Status RingMember::Stop(bool) {
     MutexLock lock(&mu_);
     stopped_ = true;
   }
-  setup_.context->TryCancel();
+  for (const auto& context : setup_.contexts) context->TryCancel();
   setup_.inbox->Stop();
-  if (writer_.joinable()) writer_.join();
+  for (std::thread& writer : writers_) {
+    if (writer.joinable()) writer.join();
+  }
   if (reader_.joinable()) reader_.join();
   MutexLock lock(&mu_);
   return failure_;
@@ -65,7 +69,7 @@ void RingMember::Queue(int field, grpc::ByteBuffer message) {
 }
 
 bool RingMember::ReadyToWrite() const {
-  if (stopped_ || !means_out_.empty() || !sums_out_.empty()) return true;
+  if (stopped_ || AllTaken() || !means_out_.empty() || !sums_out_.empty()) return true;
   return plan_.MayStartChain(chain_next_, sums_in_);
 }
 
@@ -141,20 +145,23 @@ bool RingMember::AddOwnDelta(int c, const ReceivedChunk& sum, float scale, char*
   return bad == 0;
 }
 
-void RingMember::Write() {
+void RingMember::Write(int stripe) {
   // A Pass stream of raw buffers (see Send): the same call the generated stub makes.
-  const grpc::internal::RpcMethod pass(
-      kDataPlanePassMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, setup_.succ_channel);
+  const std::shared_ptr<grpc::Channel>& channel = setup_.succ_channels[stripe];
+  const grpc::internal::RpcMethod pass(kDataPlanePassMethod,
+                                       grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
   grpc::ByteBuffer response;
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> stream(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          setup_.succ_channel.get(), pass, setup_.context.get(), &response));
+          channel.get(), pass, setup_.contexts[stripe].get(), &response));
   v1::PassRequest first;
   *first.mutable_header() = setup_.pass_header;
+  first.mutable_header()->set_stripe(static_cast<uint32_t>(stripe));
+  first.mutable_header()->set_stripes(static_cast<uint32_t>(setup_.succ_channels.size()));
   bool ok = stream->Write(SerializedBuffer(first));
-  int sent = 0;
+  bool done = false;  // every message of the round went to some stripe
   WriteBatch batch;
-  while (ok && sent < plan_.expected_out()) {
+  while (ok) {
     grpc::ByteBuffer message;
     int start = -1;     // a chunk of pred's range whose chain starts with this message
     bool more = false;  // another message is queued behind this one
@@ -162,6 +169,10 @@ void RingMember::Write() {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &RingMember::ReadyToWrite));
       if (stopped_) break;
+      if (AllTaken()) {
+        done = true;
+        break;
+      }
       std::deque<grpc::ByteBuffer>& queue = means_out_.empty() ? sums_out_ : means_out_;
       if (!queue.empty()) {
         message = std::move(queue.front());
@@ -169,16 +180,15 @@ void RingMember::Write() {
       } else {
         start = chain_next_++;
       }
-      more = !means_out_.empty() || !sums_out_.empty();
+      ++taken_;
+      more = (!means_out_.empty() || !sums_out_.empty()) && !AllTaken();
     }
     if (start >= 0) {
       message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, start, OwnDelta(start));
     }
-    ++sent;
-    ok = stream->Write(message, batch.Next(static_cast<int64_t>(message.Length()),
-                                           more && sent < plan_.expected_out()));
+    ok = stream->Write(message, batch.Next(static_cast<int64_t>(message.Length()), more));
   }
-  if (ok && sent == plan_.expected_out()) stream->WritesDone();
+  if (ok && done) stream->WritesDone();
   const grpc::Status status = stream->Finish();
   if (!status.ok() || !ok) {
     Fail(plan_.succ(),

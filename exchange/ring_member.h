@@ -27,12 +27,13 @@
 namespace localsgd {
 
 // A node leader's part of a ring round (docs/design.md, "Ring rounds"), on flat float vectors
-// (no LibTorch), as RingPlan lays it out: it passes to succ over one DataPlane.Pass stream the
+// (no LibTorch), as RingPlan lays it out: it passes to succ over DataPlane.Pass streams the
 // running sums (in the round's codec, added to in fp32) (its own weighted delta starts pred's
 // chain; every other sum but its own range's goes on with its delta added) and the averaged chunks
 // it gets. A sum of its own range that arrives is complete: its mean goes to the sink (the uploader
-// to the coordinator, which relays it to succ) and into this member's update. A writer thread owns
-// the outgoing stream and a reader thread takes pred's stream from the inbox, from construction
+// to the coordinator, which relays it to succ) and into this member's update. A writer thread per
+// stripe (RoundHeader.ring_streams: one stream each, on a connection of its own) sends whatever
+// is next when its stream has room, and a reader thread takes pred's stream from the inbox, from construction
 // until Stop; the caller hands in pred's range as the coordinator relays it (Relayed). Errors name
 // the neighbour through `unreachable`. The writer sends means first, then sums to pass on, and
 // starts a chain only within RingPlan's lead. Thread-safe.
@@ -46,8 +47,9 @@ class RingMember : public RangeSchedule {
     const ChunkLayout* layout = nullptr;
     int self = 0;  // this member's slot
     absl::Span<const float> params, global;
-    std::shared_ptr<grpc::Channel> succ_channel;
-    std::unique_ptr<grpc::ClientContext> context;  // the Pass stream's
+    // One per stripe, each channel on a connection of its own, and its Pass stream's context.
+    std::vector<std::shared_ptr<grpc::Channel>> succ_channels;
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
     RingInbox* inbox = nullptr;                    // this node's; followed by the caller
     MeanSink* sink = nullptr;                      // where this member's own means go
     TakeMean take_mean;
@@ -72,6 +74,10 @@ class RingMember : public RangeSchedule {
   // Whether the writer has something to send: a queued message, or the start of the next
   // chunk of pred's chain within its allowance.
   bool ReadyToWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every message of the round went to a writer.
+  bool AllTaken() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return taken_ >= plan_.expected_out();
+  }
   // This member's weighted delta over chunk `c` (a sum's start), in the round's codec, in a
   // slice of its own.
   grpc::Slice OwnDelta(int c) const;
@@ -88,7 +94,7 @@ class RingMember : public RangeSchedule {
     return setup_.header->codec() != v1::CODEC_FP32 &&
            setup_.header->codec() != v1::CODEC_UNSPECIFIED;
   }
-  void Write();
+  void Write(int stripe);
   void Read();
   // One message from pred, read where it was received: a sum goes on with this member's delta
   // added (or becomes a mean), and a mean is taken and passed on in the message it came in.
@@ -102,9 +108,11 @@ class RingMember : public RangeSchedule {
   std::deque<grpc::ByteBuffer> sums_out_ ABSL_GUARDED_BY(mu_);
   int chain_next_ ABSL_GUARDED_BY(mu_) = 0;  // the next chunk of pred's range to start
   int sums_in_ ABSL_GUARDED_BY(mu_) = 0;     // sums that came from pred
+  int taken_ ABSL_GUARDED_BY(mu_) = 0;       // messages to succ the writers took
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the first, before Stop
-  std::thread writer_, reader_;
+  std::vector<std::thread> writers_;
+  std::thread reader_;
 };
 
 }  // namespace localsgd

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/auth.h"
 #include "common/data_plane_tag.h"
+#include "common/grpc_channel.h"
 #include "common/mutex.h"
 #include "exchange/codec.h"
 #include "exchange/data_plane_server.h"
@@ -127,9 +128,11 @@ class RingMemberTest : public ::testing::Test {
     setup.self = i;
     setup.params = params_[i];
     setup.global = global_;
-    setup.succ_channel = grpc::CreateChannel(servers_[(i + 1) % members_]->address(),
-                                             grpc::InsecureChannelCredentials());
-    setup.context = AuthorizedContext(kToken, absl::Seconds(30));
+    for (int stripe = 0; stripe < stripes_; ++stripe) {
+      setup.succ_channels.push_back(CreateStreamingChannel(
+          servers_[(i + 1) % members_]->address(), grpc::InsecureChannelCredentials(), stripe));
+      setup.contexts.push_back(AuthorizedContext(kToken, absl::Seconds(30)));
+    }
     setup.inbox = servers_[i]->inbox();
     setup.sink = &sink_;
     Received* received = received_[i].get();
@@ -152,6 +155,7 @@ class RingMemberTest : public ::testing::Test {
   void RunRound(double tolerance = 1e-6);
 
   int members_ = 0;
+  int stripes_ = 1;  // Pass streams from each member to the next
   ChunkLayout layout_;
   v1::RoundHeader header_;
   std::vector<std::unique_ptr<DataPlaneServer>> servers_;
@@ -235,6 +239,14 @@ TEST_F(RingMemberTest, LossyCodecsGoRoundTheRingBitForBitAlike) {
 // at a time, as sums come in, and every one completes.
 TEST_F(RingMemberTest, LongRangesOfUnequalSizesComplete) {
   Lay({0, 15, 30, 45, 61}, 61 * kChunkValues - 7);
+  RunRound();
+}
+
+// Each member's messages spread over several streams to the next, each on a connection of its
+// own, arriving in any order: every chunk's mean is the same, bit for bit, on every member.
+TEST_F(RingMemberTest, StripesOverSeveralConnectionsCarryTheSameRound) {
+  Lay({0, 15, 30, 45, 61}, 61 * kChunkValues - 7);
+  stripes_ = 3;
   RunRound();
 }
 

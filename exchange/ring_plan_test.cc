@@ -62,7 +62,7 @@ TEST(RingPlanTest, ASumIsTheChunksSizeInTheRoundsCodec) {
 }
 
 TEST(RingPlanTest, TheChainLeadsTheSumsThatCameByAtMostKChainLead) {
-  const RingPlan plan(Ring(3, 10), ChunkLayout{60, 2}, 1);
+  const RingPlan plan(Ring(3, 40), ChunkLayout{240, 2}, 1);
   const int begin = plan.chain_begin();
   EXPECT_TRUE(plan.MayStartChain(begin, 0));
   EXPECT_TRUE(plan.MayStartChain(begin + RingPlan::kChainLead - 1, 0));

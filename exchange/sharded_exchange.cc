@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/grpc_channel.h"
+#include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "exchange/all_to_all.h"
@@ -25,13 +26,16 @@ namespace localsgd {
 ShardedExchange::ShardedExchange(Options options)
     : options_(std::move(options)), stub_(v1::Averaging::NewStub(options_.coordinator)) {}
 
-std::shared_ptr<grpc::Channel> ShardedExchange::PeerChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> ShardedExchange::PeerChannel(const std::string& address,
+                                                            int connection) {
   MutexLock lock(&mu_);
-  std::shared_ptr<grpc::Channel>& channel = peers_[address];
+  std::shared_ptr<grpc::Channel>& channel = peers_[{address, connection}];
   if (channel == nullptr) {
-    channel = CreateStreamingChannel(address, options_.peer_credentials != nullptr
-                                                  ? options_.peer_credentials
-                                                  : grpc::InsecureChannelCredentials());
+    channel = CreateStreamingChannel(address,
+                                     options_.peer_credentials != nullptr
+                                         ? options_.peer_credentials
+                                         : grpc::InsecureChannelCredentials(),
+                                     connection);
   }
   return channel;
 }
@@ -163,8 +167,11 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     setup.self = self;
     setup.params = params;
     setup.global = global;
-    setup.succ_channel = PeerChannel(round.range((self + 1) % n).address());
-    setup.context = AuthorizedContext(options_.token, in.timeout);
+    const int stripes = std::clamp(header.ring_streams(), 1, kMaxRingStreams);
+    for (int stripe = 0; stripe < stripes; ++stripe) {
+      setup.succ_channels.push_back(PeerChannel(round.range((self + 1) % n).address(), stripe));
+      setup.contexts.push_back(AuthorizedContext(options_.token, in.timeout));
+    }
     setup.inbox = options_.inbox;
     setup.sink = &uploader;
     setup.unreachable = unreachable;

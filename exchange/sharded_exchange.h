@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -50,14 +51,17 @@ class ShardedExchange : public Exchange {
   bool keeps_momentum() const override { return options_.outer.momentum != 0; }
 
  private:
-  std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address);
+  // The channel to the data plane at `address` (kept); `connection` > 0: another TCP
+  // connection to it (a ring's stripes).
+  std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int connection = 0);
 
   const Options options_;
   std::unique_ptr<v1::Averaging::Stub> stub_;
   // The averaged update until the commit; sized on the first round.
   std::vector<float> averaged_;
   Mutex mu_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, std::shared_ptr<grpc::Channel>> peers_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace localsgd

@@ -36,7 +36,8 @@ absl::StatusOr<int64_t> RingInbox::Open(const v1::ReduceHeader& header) {
     if (!(stream.key == key && stream.from == header.member_id())) continue;
     if (stream.stripes != stripes) {
       return absl::InvalidArgumentError(absl::StrCat("header.stripes: ", stripes, ", where the ",
-                                                     "stream's other stripes said ", stream.stripes));
+                                                     "stream's other stripes said ",
+                                                     stream.stripes));
     }
     if ((stream.opened & bit) != 0) {
       return absl::AlreadyExistsError(absl::StrCat("a second stream for round ", key.round,

@@ -80,7 +80,7 @@ class RingInbox {
     uint32_t opened = 0;  // bit s: stripe s opened
     uint32_t ended = 0;   // bit s: stripe s ended OK
     std::deque<ReceivedChunk> queue;
-    int64_t bytes = 0;  // chunk data received, taken or not
+    int64_t bytes = 0;    // chunk data received, taken or not
     bool closed = false;  // every stripe ended OK, or one broke (status)
     absl::Status status;
   };

@@ -33,10 +33,10 @@ namespace localsgd {
 // it gets. A sum of its own range that arrives is complete: its mean goes to the sink (the uploader
 // to the coordinator, which relays it to succ) and into this member's update. A writer thread per
 // stripe (RoundHeader.ring_streams: one stream each, on a connection of its own) sends whatever
-// is next when its stream has room, and a reader thread takes pred's stream from the inbox, from construction
-// until Stop; the caller hands in pred's range as the coordinator relays it (Relayed). Errors name
-// the neighbour through `unreachable`. The writer sends means first, then sums to pass on, and
-// starts a chain only within RingPlan's lead. Thread-safe.
+// is next when its stream has room, and a reader thread takes pred's stream from the inbox, from
+// construction until Stop; the caller hands in pred's range as the coordinator relays it (Relayed).
+// Errors name the neighbour through `unreachable`. The writer sends means first, then sums to pass
+// on, and starts a chain only within RingPlan's lead. Thread-safe.
 class RingMember : public RangeSchedule {
  public:
   // Takes averaged chunk `mean` of range `shard` into the member's update.
@@ -50,8 +50,8 @@ class RingMember : public RangeSchedule {
     // One per stripe, each channel on a connection of its own, and its Pass stream's context.
     std::vector<std::shared_ptr<grpc::Channel>> succ_channels;
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-    RingInbox* inbox = nullptr;                    // this node's; followed by the caller
-    MeanSink* sink = nullptr;                      // where this member's own means go
+    RingInbox* inbox = nullptr;  // this node's; followed by the caller
+    MeanSink* sink = nullptr;    // where this member's own means go
     TakeMean take_mean;
     // The round cannot complete: the neighbour `member_id` broke its stream or sent what the
     // ring does not expect. Not called once Stop began.

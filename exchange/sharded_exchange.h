@@ -60,8 +60,7 @@ class ShardedExchange : public Exchange {
   // The averaged update until the commit; sized on the first round.
   std::vector<float> averaged_;
   Mutex mu_;
-  std::map<std::pair<std::string, int>, std::shared_ptr<grpc::Channel>> peers_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace localsgd

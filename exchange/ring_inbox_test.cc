@@ -30,6 +30,22 @@ ReceivedChunk Sum(int chunk, size_t bytes = 0) {
   return ReceivedChunk::Of(v1::PassRequest::kSumFieldNumber, std::move(sum));
 }
 
+// Takes the followed stream's next message and expects the sum of chunk `chunk`.
+void ExpectSum(RingInbox& inbox, int chunk) {
+  absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();
+  ASSERT_THAT(next.status(), IsOk());
+  ASSERT_TRUE(next->has_value());
+  EXPECT_EQ((*next)->field(), v1::PassRequest::kSumFieldNumber);
+  EXPECT_EQ((*next)->index(), chunk);
+}
+
+// Expects the followed stream to have ended OK with every message taken.
+void ExpectEnd(RingInbox& inbox) {
+  absl::StatusOr<std::optional<ReceivedChunk>> end = inbox.Next();
+  ASSERT_THAT(end.status(), IsOk());
+  EXPECT_FALSE(end->has_value());
+}
+
 TEST(RingInboxTest, AStreamThatCameBeforeTheLayoutWaitsAndIsTakenInOrder) {
   RingInbox inbox;
   absl::StatusOr<int64_t> id = inbox.Open(Header(3, 1));
@@ -38,16 +54,9 @@ TEST(RingInboxTest, AStreamThatCameBeforeTheLayoutWaitsAndIsTakenInOrder) {
   ASSERT_THAT(inbox.Add(*id, Sum(6)), IsOk());
   inbox.Close(*id, absl::OkStatus());
   inbox.Follow("run", 3, 1, "m0");
-  for (int chunk : {5, 6}) {
-    absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();
-    ASSERT_THAT(next.status(), IsOk());
-    ASSERT_TRUE(next->has_value());
-    EXPECT_EQ((*next)->field(), v1::PassRequest::kSumFieldNumber);
-    EXPECT_EQ((*next)->index(), chunk);
-  }
-  absl::StatusOr<std::optional<ReceivedChunk>> end = inbox.Next();
-  ASSERT_THAT(end.status(), IsOk());
-  EXPECT_FALSE(end->has_value());
+  ExpectSum(inbox, 5);
+  ExpectSum(inbox, 6);
+  ExpectEnd(inbox);
 }
 
 TEST(RingInboxTest, NextWaitsForTheFollowedStream) {
@@ -221,25 +230,16 @@ TEST(RingInboxTest, StripesAreTakenAsOneStreamThatEndsWithTheLast) {
   ASSERT_THAT(inbox.Add(*b, Sum(7)), IsOk());
   ASSERT_THAT(inbox.Add(*a, Sum(2)), IsOk());
   inbox.Close(*a, absl::OkStatus());
-  for (int chunk : {7, 2}) {
-    absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();
-    ASSERT_THAT(next.status(), IsOk());
-    ASSERT_TRUE(next->has_value());
-    EXPECT_EQ((*next)->index(), chunk);
-  }
+  ExpectSum(inbox, 7);
+  ExpectSum(inbox, 2);
   std::thread last([&inbox, b] {
     absl::SleepFor(absl::Milliseconds(50));
     ASSERT_THAT(inbox.Add(*b, Sum(9)), IsOk());
     inbox.Close(*b, absl::OkStatus());
   });
-  absl::StatusOr<std::optional<ReceivedChunk>> next = inbox.Next();  // stripe 1 still open
-  ASSERT_THAT(next.status(), IsOk());
-  ASSERT_TRUE(next->has_value());
-  EXPECT_EQ((*next)->index(), 9);
+  ExpectSum(inbox, 9);  // waited for: stripe 1 was still open
   last.join();
-  absl::StatusOr<std::optional<ReceivedChunk>> end = inbox.Next();
-  ASSERT_THAT(end.status(), IsOk());
-  EXPECT_FALSE(end->has_value());
+  ExpectEnd(inbox);
 }
 
 TEST(RingInboxTest, AStripeThatBreaksBreaksTheStream) {

@@ -26,6 +26,9 @@ probe() {  # FROM TO MB
     --mb "$3" || fail "probe from host $1 to host $2"
   kill "$server" 2>/dev/null || true
 }
+field() {  # NAME LINE: the value of NAME=... in a probe's line
+  sed "s/.*$1=\([0-9.]*\).*/\1/" <<<"$2"
+}
 near() {  # VALUE TARGET: within 10 %
   /usr/bin/python3 -c "import sys; v, t = map(float, sys.argv[1:]); sys.exit(abs(v - t) > 0.1 * t)" "$1" "$2"
 }
@@ -39,8 +42,8 @@ if ! "$HOSTS" up "$PREFIX" 2 400mbit 25ms 2>"$WORK/up.err"; then
 fi
 line=$(probe 0 1 100)
 echo "25 ms each way, 400 Mbit/s: $line"
-rtt=$(sed 's/.*rtt_ms=\([0-9.]*\).*/\1/' <<<"$line")
-rate=$(sed 's/.*mbit_s=\([0-9.]*\).*/\1/' <<<"$line")
+rtt=$(field rtt_ms "$line")
+rate=$(field mbit_s "$line")
 near "$rtt" 50 || fail "round trip $rtt ms, not 50 ms within 10 %"
 /usr/bin/python3 -c "import sys; sys.exit(float(sys.argv[1]) < 50)" "$rate" ||
   fail "one stream carried only $rate Mbit/s"
@@ -50,8 +53,8 @@ near "$rtt" 50 || fail "round trip $rtt ms, not 50 ms within 10 %"
 far=$(probe 0 2 10)
 close=$(probe 0 1 10)
 echo "far host: $far; near hosts: $close"
-far_rtt=$(sed 's/.*rtt_ms=\([0-9.]*\).*/\1/' <<<"$far")
-close_rtt=$(sed 's/.*rtt_ms=\([0-9.]*\).*/\1/' <<<"$close")
+far_rtt=$(field rtt_ms "$far")
+close_rtt=$(field rtt_ms "$close")
 near "$far_rtt" 100 || fail "far round trip $far_rtt ms, not 100 ms within 10 %"
 /usr/bin/python3 -c "import sys; sys.exit(float(sys.argv[1]) > 15)" "$close_rtt" ||
   fail "near round trip $close_rtt ms, not about 5 ms"

@@ -35,7 +35,7 @@ namespace localsgd {
 // stripe (RoundHeader.ring_streams: one stream each, on a connection of its own) sends whatever
 // is next when its stream has room, and a reader thread takes pred's stream from the inbox, from
 // construction until Stop; the caller hands in pred's range as the coordinator relays it (Relayed).
-// Errors name the neighbour through `unreachable`. The writer sends means first, then sums to pass
+// Errors name the neighbour through `unreachable`. Each writer sends means first, then sums to pass
 // on, and starts a chain only within RingPlan's lead. Thread-safe.
 class RingMember : public RangeSchedule {
  public:

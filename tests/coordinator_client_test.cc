@@ -1,14 +1,20 @@
 // The worker's CoordinatorClient against a real coordinator in this process (gRPC on a free
 // port): joining, heartbeats carrying progress, waiting for a run, claiming a node's lead,
 // rejoining a coordinator that forgot it, leaving; and the failures: a wrong token, an
-// unreachable address, a stop while retrying.
+// unreachable address, a stop while retrying. One test uses a fake coordinator whose
+// heartbeats are slow: a periodic heartbeat must not overtake the final report.
 #include "worker/coordinator_client.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "coordinator/coordinator_server.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
@@ -176,6 +182,70 @@ TEST_F(CoordinatorClientTest, GivesUpOnAnUnreachableCoordinatorAtItsTimeoutOrWhe
   const absl::Time start = absl::Now();
   EXPECT_THAT(CoordinatorClient::Connect(options), StatusIs(absl::StatusCode::kCancelled, ""));
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+// Answers Join and Heartbeat only; a heartbeat that is not the final one takes 500 ms, and what
+// each heartbeat carried is kept in the order their handlers end (as a coordinator applies them).
+class SlowHeartbeatCoordinator final : public v1::Coordinator::Service {
+ public:
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
+                    v1::JoinResponse* response) override {
+    response->set_worker_id("node-a/0");
+    response->set_heartbeat_interval_seconds(0.1);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse*) override {
+    if (!request->finished()) {
+      ++slow_;
+      absl::SleepFor(absl::Milliseconds(500));
+    }
+    MutexLock lock(&mu_);
+    applied_.push_back(*request);
+    return grpc::Status::OK;
+  }
+  int slow() const { return slow_.load(); }
+  std::vector<v1::HeartbeatRequest> applied() const {
+    MutexLock lock(&mu_);
+    return applied_;
+  }
+
+ private:
+  std::atomic<int> slow_{0};
+  mutable Mutex mu_;
+  std::vector<v1::HeartbeatRequest> applied_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(CoordinatorClientOrderTest, APeriodicHeartbeatDoesNotOvertakeTheFinalReport) {
+  SlowHeartbeatCoordinator fake;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&fake);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  CoordinatorClient::Options options;
+  options.address = absl::StrCat("127.0.0.1:", port);
+  options.identity.set_node_name("node-a");
+  options.identity.set_local_world_size(1);
+  options.connect_timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(options);
+  ASSERT_THAT(client, IsOk());
+  (*client)->Report(/*step=*/7, /*loss=*/0.5, /*samples_per_second=*/10, /*finished=*/false, 0);
+  // A periodic heartbeat is in the coordinator's hands (slow) when the final report is sent.
+  ASSERT_TRUE(WaitFor([&] { return fake.slow() > 0; }, absl::Seconds(10)));
+  (*client)->Report(/*step=*/8, /*loss=*/0.25, /*samples_per_second=*/10, /*finished=*/true,
+                    /*test_accuracy=*/0.8);
+  ASSERT_THAT((*client)->Flush(), IsOk());
+  (*client)->Leave("finished").IgnoreError();
+  server->Shutdown();
+
+  const std::vector<v1::HeartbeatRequest> applied = fake.applied();
+  ASSERT_FALSE(applied.empty());
+  EXPECT_TRUE(applied.back().finished());
+  EXPECT_EQ(applied.back().step(), 8);
+  EXPECT_DOUBLE_EQ(applied.back().test_accuracy(), 0.8);
 }
 
 }  // namespace

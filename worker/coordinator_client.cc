@@ -98,6 +98,7 @@ absl::Status CoordinatorClient::ClaimNodeLead(const std::string& replaces,
 }
 
 absl::Status CoordinatorClient::Beat() {
+  MutexLock beating(&beat_mu_);
   v1::HeartbeatRequest request;
   bool claim_pending;
   {

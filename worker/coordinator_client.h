@@ -85,13 +85,16 @@ class CoordinatorClient {
  private:
   explicit CoordinatorClient(Options options);
   absl::Status Join(absl::Duration deadline = absl::Seconds(10));
-  absl::Status Beat();
+  // Sends the latest progress. One heartbeat at a time (beat_mu_): the coordinator keeps what
+  // arrives last, so a periodic beat must not overtake the final report (Flush).
+  absl::Status Beat() ABSL_LOCKS_EXCLUDED(beat_mu_);
   void HeartbeatLoop();
   std::unique_ptr<grpc::ClientContext> Context() const;
 
   Options options_;  // data_address changes under mu_ (ClaimNodeLead)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  Mutex beat_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   std::string credential_ ABSL_GUARDED_BY(mu_);

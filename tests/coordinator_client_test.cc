@@ -13,10 +13,10 @@
 #include "absl/time/clock.h"
 #include "common/mutex.h"
 #include "coordinator/coordinator_server.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/wait_for.h"
 

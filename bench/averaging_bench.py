@@ -32,10 +32,12 @@ from localsgd_cluster import (build, cpu_per_round, gloo_worker, member_round_ti
 CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
 
-def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb):
+def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb,
+                   coordinator_flags=(), peaks=None):
     """(RoundTimes, the members' CPU seconds per round together and the coordinator's, both
-    over the rounds after the first)."""
-    coordinator, address = start_coordinator(bin_dir, work,
+    over the rounds after the first). `peaks`, a dict, gets each process's peak RSS in MB
+    ("coordinator", "node-0", ...)."""
+    coordinator, address = start_coordinator(bin_dir, work, flags=coordinator_flags,
                                               log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
     coordinator_cpu = CpuSampler(coordinator.pid)
@@ -46,6 +48,8 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
              "--token=bench-token", f"--node=node-{i}", f"--values={values}",
              f"--rounds={rounds}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nodes)]
+        coordinator_cpu.watch_peaks({"coordinator": coordinator.pid,
+                                     **{f"node-{i}": m.pid for i, m in enumerate(members)}})
         spec = os.path.join(work, "spec.textproto")
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} codec: {codec} '
@@ -65,20 +69,28 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
                 coordinator_cpu.between(*window) / len({m[0] for m in measured}))
     finally:
         coordinator_cpu.stop()
+        if peaks is not None:
+            peaks.update(coordinator_cpu.peaks)
         coordinator.terminate()
         coordinator.wait()
 
 
 class CpuSampler:
     """Samples a process's user + system seconds (/proc/PID/stat) every 20 ms on a thread of
-    its own, for the CPU it used between two moments (Unix seconds)."""
+    its own, for the CPU it used between two moments (Unix seconds); and, for the processes
+    given to watch_peaks, their peak RSS in MB (VmHWM) as last seen alive (`peaks`)."""
 
     def __init__(self, pid):
         self._path = f"/proc/{pid}/stat"
         self._samples = []
+        self._watched = {}
+        self.peaks = {}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def watch_peaks(self, pids):
+        self._watched = dict(pids)
 
     def _run(self):
         tick = os.sysconf("SC_CLK_TCK")
@@ -86,6 +98,14 @@ class CpuSampler:
             with open(self._path) as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             self._samples.append((time.time(), (int(fields[11]) + int(fields[12])) / tick))
+            for name, pid in list(self._watched.items()):
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        m = re.search(r"VmHWM:\s+(\d+) kB", f.read())
+                except OSError:
+                    continue  # it ended: its last figure stands
+                if m:
+                    self.peaks[name] = int(m.group(1)) / 1024
 
     def stop(self):
         self._done.set()

@@ -513,13 +513,13 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
 }
 
 absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
-                                       int64_t global_step, int64_t synced_step) {
+                                       int64_t global_step, int64_t synced_step, bool restored) {
   MutexLock lock(&mu_);
   if (run_id != runs_.info().run_id()) {
     return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is not the current run"));
   }
   v1::RunState before = runs_.info().state();
-  LOCALSGD_RETURN_IF_ERROR(runs_.CommitRound(round, global_step, synced_step));
+  LOCALSGD_RETURN_IF_ERROR(runs_.CommitRound(round, global_step, synced_step, restored));
   last_commit_ = options_.clock();
   AfterRunChange(before);
   Changed(Persist::kRun);

@@ -107,10 +107,10 @@ class ControlPlane {
 
   // Commits sync round `round` of run `run_id` at `global_step`, every fragment of the model
   // synced at `synced_step` or later (see RunManager::CommitRound).
-  // Queues the record and returns: the caller has the round's model on disk already (and may
+  // `restored`: as for RunManager::CommitRound. Queues the record and returns (the caller may
   // be the state writer's thread).
   absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step,
-                           int64_t synced_step);
+                           int64_t synced_step, bool restored = false);
 
   // Keeps a finished round's record for status and metrics, and counts its bytes.
   void RecordRound(v1::RoundRecord record);

@@ -66,14 +66,31 @@ RoundManager::~RoundManager() {
   AwaitNoSave();
 }
 
-void RoundManager::AwaitNoSave(bool nor_stop) {
-  bool (*idle)(RoundManager*) =
-      nor_stop ? +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return !m->pending_.has_value() && !m->stopping_run_;
-      }
-               : +[](RoundManager* m)
-                     ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); };
-  mu_.Await(absl::Condition(idle, this));
+void RoundManager::AwaitNoSave() {
+  mu_.Await(absl::Condition(
+      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !m->pending_.has_value() && m->saves_in_flight_ == 0;
+      },
+      this));
+}
+
+void RoundManager::AwaitNoPendingCommit() {
+  mu_.Await(absl::Condition(
+      +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->pending_.has_value(); },
+      this));
+}
+
+void RoundManager::SaveBehind() {
+  if (options_.state == nullptr) return;
+  ++saves_in_flight_;
+  options_.state->SaveModel(model_.snapshot(), [this](const absl::Status& saved) {
+    MutexLock lock(&mu_);
+    if (!saved.ok()) {
+      LogError(absl::StrCat("run ", model_.run_id(),
+                            ": the global model is not on disk: ", saved.ToString()));
+    }
+    --saves_in_flight_;
+  });
 }
 
 void RoundManager::Save(PendingCommit commit) {
@@ -191,9 +208,9 @@ absl::Status RoundManager::Restore() {
                      " (global step ", run.global_step(), "): ", why,
                      ". Move model.bin away to let the node leaders upload their model again"));
   };
-  if (saved.round < run.round() || saved.round > run.round() + 1) {
-    return disagree("they are more than one commit apart");
-  }
+  if (saved.round > run.round() + 1) return disagree("the model is more than one commit ahead");
+  std::string note;                               // what the restore changed, for its event
+  const bool behind = saved.round < run.round();  // rounds were lost
   if (saved.round == run.round() + 1) {
     // The model was saved, then the coordinator stopped before the run record followed.
     if (absl::Status s =
@@ -201,8 +218,26 @@ absl::Status RoundManager::Restore() {
         !s.ok()) {
       return disagree(s.message());
     }
-    LogInfo(absl::StrCat("run ", run.run_id(), ": round ", saved.round,
-                         " was saved but not recorded; recorded it now"));
+    note = absl::StrCat("; round ", saved.round, " was saved but not recorded: recorded it now");
+  } else if (saved.round < run.round() && run.state() == v1::RUN_STATE_RUNNING) {
+    // Commits are announced before their model is on disk: the members went on past the
+    // saved model. It is committed again, as the round after the record's (rounds only move
+    // forward), at its own global step; members adopt it as the committed model, as stale
+    // members do, and train the lost rounds' steps again.
+    const int64_t again = run.round() + 1;
+    if (absl::Status s = plane_->CommitRound(run.run_id(), again, saved.global_step,
+                                             saved.global_step, /*restored=*/true);
+        !s.ok()) {
+      return disagree(s.message());
+    }
+    note = absl::StrCat("; rounds ", saved.round + 1, " to ", run.round(),
+                        " were committed but their model was not on disk yet: the run goes on "
+                        "from the saved model as round ",
+                        again, " at global step ", saved.global_step);
+    saved.round = again;
+  } else if (saved.round < run.round()) {
+    note = absl::StrCat("; the run ended at round ", run.round(),
+                        ", whose model was not on disk yet: this is its latest saved model");
   }
   model_.Reset(run.run_id(), run.spec(), saved.round, saved.global_step);
   suspensions_ = SuspensionsFor(run.spec());
@@ -212,10 +247,11 @@ absl::Status RoundManager::Restore() {
     model_.Reset("", v1::RunSpec(), 0, 0);
     return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
   }
-  plane_->RecordEvent(
-      v1::EVENT_SEVERITY_INFO, "model_restored",
-      absl::StrCat("run ", run.run_id(), ": restored the global model of round ", model_.round(),
-                   " (global step ", model_.global_step(), ", ", values, " values) from ", path));
+  plane_->RecordEvent(behind ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
+                      "model_restored",
+                      absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
+                                   model_.round(), " (global step ", model_.global_step(), ", ",
+                                   values, " values) from ", path, note));
   return absl::OkStatus();
 }
 
@@ -223,7 +259,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
   std::string id;
   {
     MutexLock lock(&mu_);
-    AwaitNoSave();
+    AwaitNoPendingCommit();
     v1::RunInfo run = plane_->Run();
     id = run_id.empty() ? run.run_id() : run_id;
     if (id.empty()) return absl::NotFoundError("run_id: no run has started");
@@ -524,8 +560,10 @@ absl::StatusOr<v1::RunInfo> RoundManager::StopRun(const v1::StopRunRequest& requ
   const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
-    AwaitNoSave(/*nor_stop=*/true);
-    stopping_run_ = true;
+    mu_.Await(absl::Condition(
+        +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !m->stopping_run_; }, this));
+    stopping_run_ = true;  // no commit from here on
+    AwaitNoSave();         // the last commit's model on disk before the stop is recorded
   }
   // Off the lock: the stop waits for the run record to be on disk.
   absl::StatusOr<v1::RunInfo> run = plane_->StopRun(request);
@@ -563,13 +601,19 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
   Judge(included);
   round_.reset();
-  Save(std::move(commit));
+  const v1::RunSpec& spec = model_.spec();
+  if (spec.duration_case() == v1::RunSpec::kTotalSteps &&
+      commit.synced_step >= spec.total_steps()) {
+    Save(std::move(commit));  // the run's final model: on disk before the run ends
+    return;
+  }
+  FinishCommit(commit);
+  SaveBehind();
 }
 
 void RoundManager::FinishCommit(PendingCommit& commit) {
   if (commit.round == 0) return;  // the initial model
-  // The model is on disk (or there is no disk): the run record follows, then the members hear
-  // of the commit. A crash between the two saves is finished by Restore.
+  // The run record, then the members hear of the commit.
   if (absl::Status s =
           plane_->CommitRound(commit.run_id, commit.round, commit.global_step, commit.synced_step);
       !s.ok()) {

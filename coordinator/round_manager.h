@@ -52,7 +52,7 @@ class RoundManager {
   struct Options {
     std::function<absl::Time()> clock = [] { return absl::Now(); };
     // Where the global model and outer optimizer state are saved after the initial model and
-    // every committed round (model.bin; it outlives the manager); null keeps nothing.
+    // committed rounds (model.bin; it outlives the manager); null keeps nothing.
     StateWriter* state = nullptr;
   };
 
@@ -61,10 +61,12 @@ class RoundManager {
   ~RoundManager();
 
   // Loads the saved model of the control plane's (restored) run, so that a restarted
-  // coordinator resumes from the last committed round. A model saved just before a crash
-  // that kept the run record from following is committed to the run now. DATA_LOSS (naming
-  // the file) for a corrupt file or one that disagrees with the run record by more than that.
-  // Call once, before serving.
+  // coordinator resumes from it. A model saved just before a crash that kept the run record
+  // from following is committed to the run now. A model older than the record (commits are
+  // announced before their model is on disk) is committed again as the round after the
+  // record's, at its own global step, so the members adopt it as stale members do
+  // (docs/design.md, "Persistence"). DATA_LOSS (naming the file) for a corrupt file or one
+  // more than one commit ahead of the record. Call once, before serving.
   absl::Status Restore();
 
   // --- Initial model (global[0]) ---
@@ -79,8 +81,8 @@ class RoundManager {
   // --- Late joiners ---
   using ModelSnapshot = ::localsgd::ModelSnapshot;
   // The committed global model of `run_id` (empty: the active run): the snapshot made at its
-  // commit, shared, not copied. Waits while a model is being saved, so a model handed out is
-  // always on disk.
+  // commit, shared, not copied. Waits while a commit waits for the disk (the initial model, a
+  // run's final commit), so that what it hands out is a recorded commit.
   absl::StatusOr<ModelSnapshot> FetchModel(const std::string& run_id);
   // The node leaders that hold round `round` of run `run_id` (docs/design.md, "Where the model
   // lives"): the live ones that were in its commit (or uploaded the initial model) and serve a
@@ -109,10 +111,10 @@ class RoundManager {
   // Deadlines, expired leases and the run's state; the server calls it periodically.
   void Tick();
 
-  // Stops the active run (ControlPlane::StopRun) with no commit in between: a commit being
-  // saved is finished and recorded before the stop, no round commits while the stop is being
-  // saved (off this manager's lock), and a round still open is aborted. So the saved model and
-  // the run record never disagree about the last committed round.
+  // Stops the active run (ControlPlane::StopRun) with no commit in between: no round commits
+  // from the call on, the last commit's model is on disk before the stop is saved (off this
+  // manager's lock), and a round still open is aborted. So a stopped run's saved model and its
+  // record agree about the last committed round.
   absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
 
  private:
@@ -241,15 +243,20 @@ class RoundManager {
   // round's streams. `log` describes the round.
   void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until no model is being saved (and, when `nor_stop`, no stop either).
-  void AwaitNoSave(bool nor_stop = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no model is being saved: neither a pending commit nor one saved behind.
+  void AwaitNoSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no commit waits for its model to be on disk (pending_).
+  void AwaitNoPendingCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a decided commit may go ahead now (no model being saved, no stop being saved).
   bool MayCommit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !pending_.has_value() && !stopping_run_;
   }
   // Hands model_.snapshot to the state writer with `commit` to finish once it is durable (at
-  // once without a state folder).
+  // once without a state folder): the initial model and a run's final commit.
   void Save(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands model_.snapshot to the state writer after a commit that was announced already
+  // (docs/design.md, "Persistence"): the commit does not wait for the disk.
+  void SaveBehind() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state writer saved the pending model (on its thread).
   void OnSaved(const absl::Status& saved) ABSL_LOCKS_EXCLUDED(mu_);
   void FinishCommit(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -301,8 +308,11 @@ class RoundManager {
   // The final models of the last StateWriter::kKeptRunModels ended runs, oldest first
   // (docs/design.md, "Persistence"); also on disk with a state folder.
   std::deque<std::shared_ptr<const ModelSnapshot>> ended_models_ ABSL_GUARDED_BY(mu_);
-  // The model being saved; while it is, no other commit starts and FetchModel waits.
+  // A commit waiting for its model to be on disk; while it waits, no other commit starts and
+  // FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
+  // Models of announced commits handed to the state writer and not yet on disk (SaveBehind).
+  int saves_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
   bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
   // Each member's latest Sync stream: a newer one cancels it, so a member that does not read

@@ -97,7 +97,8 @@ bool RunManager::Update(int live_workers) {
   }
 }
 
-absl::Status RunManager::CommitRound(int64_t round, int64_t global_step, int64_t synced_step) {
+absl::Status RunManager::CommitRound(int64_t round, int64_t global_step, int64_t synced_step,
+                                     bool restored) {
   if (info_.state() != v1::RUN_STATE_RUNNING) {
     return absl::FailedPreconditionError(
         absl::StrCat("no running run (state ", EnumName(info_.state()), ")"));
@@ -106,7 +107,7 @@ absl::Status RunManager::CommitRound(int64_t round, int64_t global_step, int64_t
     return absl::FailedPreconditionError(
         absl::StrCat("round: expected ", info_.round() + 1, ", got ", round));
   }
-  if (global_step < info_.global_step()) {
+  if (global_step < info_.global_step() && !restored) {
     return absl::FailedPreconditionError(
         absl::StrCat("global_step: ", global_step, " would go back from ", info_.global_step()));
   }

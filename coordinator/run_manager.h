@@ -41,11 +41,13 @@ class RunManager {
   // RunInfo.waiting_for (the control plane knows the members).
   void SetWaitingFor(std::string text) { info_.set_waiting_for(std::move(text)); }
 
-  // Commits sync round `round` (must be the next one) at `global_step` (must not go back).
-  // `synced_step`: the least step at which every part of the model last synced (global_step
-  // without fragments; RunSpec.fragments); the run completes when it reaches total_steps.
-  // FAILED_PRECONDITION otherwise.
-  absl::Status CommitRound(int64_t round, int64_t global_step, int64_t synced_step);
+  // Commits sync round `round` (must be the next one) at `global_step` (must not go back,
+  // unless `restored`: a restarted coordinator commits its saved model again, which may be older
+  // than the record). `synced_step`: the least step at which every part of the model last synced
+  // (global_step without fragments; RunSpec.fragments); the run completes when it reaches
+  // total_steps. FAILED_PRECONDITION otherwise.
+  absl::Status CommitRound(int64_t round, int64_t global_step, int64_t synced_step,
+                           bool restored = false);
 
   // Marks the active run FAILED with `reason`.
   absl::Status Fail(const std::string& reason);

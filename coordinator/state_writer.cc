@@ -59,6 +59,20 @@ absl::StatusOr<std::optional<ModelCheckpoint>> StateWriter::LoadModel() const {
 void StateWriter::SaveModel(std::shared_ptr<const ModelSnapshot> model,
                             std::function<void(const absl::Status&)> durable) {
   MutexLock lock(&mu_);
+  // A model still waiting is superseded: the newer one takes its place, and both callers hear
+  // when it is on disk.
+  for (Job& job : queue_) {
+    if (job.model == nullptr || job.archive) continue;
+    job.model = std::move(model);
+    if (durable) {
+      job.durable = [earlier = std::move(job.durable),
+                     later = std::move(durable)](const absl::Status& saved) {
+        if (earlier) earlier(saved);
+        later(saved);
+      };
+    }
+    return;
+  }
   queue_.push_back(Job{std::move(model), std::move(durable)});
 }
 

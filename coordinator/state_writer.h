@@ -44,10 +44,10 @@ struct StateSnapshot {
 // The one thread that writes the coordinator's state folder: model.bin (ModelStore) and
 // state.textproto (RunStore). Callers queue immutable snapshots and return at once; nothing
 // they hold is needed while a file is serialised, written or fsynced. Writes happen in the
-// order they were queued, so a run record never gets ahead of the model it names: the
-// round manager records a commit only once its model is durable (docs/design.md,
-// "Persistence"). Changes to the run record coalesce: the writer asks the state source for
-// the record when it gets to write it, so many changes make one write.
+// order they were queued, except that a model queued while another still waits replaces it
+// (model.bin only ever needs the newest; docs/design.md, "Persistence"). Changes to the run
+// record coalesce: the writer asks the state source for the record when it gets to write it,
+// so many changes make one write.
 // Thread-safe.
 class StateWriter {
  public:
@@ -69,8 +69,9 @@ class StateWriter {
   const std::string& state_path() const { return runs_.path(); }
   const std::string& model_path() const { return models_.path(); }
 
-  // Queues `model`; `durable` runs on the writer thread, with no lock of the writer's held,
-  // once model.bin holds it (or with the error that kept it off the disk).
+  // Queues `model` for model.bin, in place of a model queued earlier that is not being written
+  // yet; `durable` runs on the writer thread, with no lock of the writer's held, once model.bin
+  // holds it or a newer model that replaced it (or with the error that kept it off the disk).
   void SaveModel(std::shared_ptr<const ModelSnapshot> model,
                  std::function<void(const absl::Status&)> durable);
 

@@ -82,6 +82,32 @@ TEST_F(StateWriterTest, AModelIsAnnouncedDurableOnlyOnceItIsOnDisk) {
   EXPECT_EQ((*saved)->global, std::vector<float>(4, 1.0f));
 }
 
+// While one model is being written, the models queued after it make one write, of the newest,
+// and every caller hears when it is on disk.
+TEST_F(StateWriterTest, ModelsQueuedBehindAWriteMakeOneWriteOfTheNewest) {
+  std::unique_ptr<StateWriter> writer = Open("supersede");
+  blocked_ = true;
+  std::atomic<int> durable{0};
+  auto count = [&](const absl::Status& status) {
+    EXPECT_THAT(status, IsOk());
+    ++durable;
+  };
+  writer->SaveModel(Model("r", 1), count);
+  ASSERT_TRUE(WaitFor([&] { return !writes().empty(); }, absl::Seconds(5)));
+  for (int round = 2; round <= 5; ++round) writer->SaveModel(Model("r", round), count);
+  writer->ArchiveModel(Model("q", 9));  // not a model.bin: never replaced, never replaces
+  writer->SaveModel(Model("r", 6), nullptr);
+  blocked_ = false;
+  release_.Notify();
+  ASSERT_TRUE(WaitFor([&] { return durable.load() == 5; }, absl::Seconds(5)));
+  EXPECT_TRUE(WaitFor([&] { return writes().size() == 3; }, absl::Seconds(5)));
+  EXPECT_EQ(writes(), (std::vector<std::string>{"model.bin", "model.bin", "runs"}));
+  absl::StatusOr<std::optional<ModelCheckpoint>> saved = writer->LoadModel();
+  ASSERT_THAT(saved, IsOk());
+  ASSERT_TRUE(saved->has_value());
+  EXPECT_EQ((*saved)->round, 6);
+}
+
 // While one write blocks, a hundred changes to the run record make one write, with the
 // newest record, after the model queued before them; AwaitState returns once it is written.
 TEST_F(StateWriterTest, RecordChangesCoalesceAndKeepTheirPlaceAfterModels) {

@@ -1,0 +1,59 @@
+#!/usr/bin/python3
+"""What the coordinator's state folder costs a round (issue 54): the sharded fp32 round with and
+without `--state_dir`, beside Gloo, with every process's peak RSS.
+
+For each N (node leaders) and S (MB of fp32 parameters), in one sitting: N
+//tests/testutil:averaging_member processes sync S MB per round through a real coordinator
+started without a state folder, then with one (on this machine's disk, as every file in
+deploy/ runs it), then N torch.distributed Gloo processes all_reduce the same S MB
+(bench/averaging_bench.py's measures: `@ready`, from the last member's arrival to the last
+member's return, medians over the rounds after the first). Peak RSS is VmHWM, read every 20 ms
+while each process lives.
+
+Usage: /usr/bin/python3 bench/durability_bench.py [--nodes 2] [--sizes_mb 1000] [--rounds 4]
+(builds with `bazel build -c opt` first; run from the repository root.)
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+from averaging_bench import gloo_round, localsgd_round
+from localsgd_cluster import build
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2])
+    parser.add_argument("--sizes_mb", type=float, nargs="+", default=[1000])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--state_root", default=None,
+                        help="where the state folder goes (default: a temporary folder)")
+    args = parser.parse_args()
+    bin_dir = build(["//coordinator", "//coordinator:localsgdctl",
+                     "//tests/testutil:averaging_member"])
+    print(f"{'N':>2} {'MB':>6} {'state folder':<12} {'round@ready s':>14} {'gloo s':>8} "
+          f"{'xGloo':>6} {'coordinator MB':>15} {'member MB (max)':>16}")
+    with tempfile.TemporaryDirectory(dir=args.state_root) as work:
+        for nodes in args.nodes:
+            for size_mb in args.sizes_mb:
+                rows = []
+                for label, flags in (("none", []),
+                                     ("--state_dir", [f"--state_dir={work}/state-{nodes}-"
+                                                      f"{size_mb:g}"])):
+                    peaks = {}
+                    times = localsgd_round(bin_dir, work, nodes, size_mb, "CODEC_FP32",
+                                           "EXCHANGE_SHARDED", args.rounds, None,
+                                           coordinator_flags=flags, peaks=peaks)[0]
+                    members = max(v for k, v in peaks.items() if k != "coordinator")
+                    rows.append((label, times[1], peaks.get("coordinator", 0), members))
+                gloo = gloo_round(work, nodes, size_mb, args.rounds)[0]
+                for label, ready, coordinator, members in rows:
+                    print(f"{nodes:>2} {size_mb:>6g} {label:<12} {ready:>14.3f} {gloo:>8.3f} "
+                          f"{ready / gloo:>6.2f} {coordinator:>15.0f} {members:>16.0f}",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -90,12 +90,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes)
 
 namespace {
 
-// WriteFileAtomically for contents given in pieces (a header and a large payload, say).
-absl::Status WritePiecesAtomically(const std::string& path,
-                                   std::initializer_list<absl::string_view> pieces) {
+// WriteFileAtomically for contents given in pieces: `first`, then `rest`.
+absl::Status WritePiecesAtomically(const std::string& path, absl::string_view first,
+                                   std::initializer_list<absl::string_view> rest = {}) {
   std::string temp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", temp);
+  std::vector<absl::string_view> pieces = {first};
+  pieces.insert(pieces.end(), rest.begin(), rest.end());
   for (absl::string_view piece : pieces) {
     const char* data = piece.data();
     size_t left = piece.size();
@@ -130,21 +132,29 @@ absl::Status WritePiecesAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
-uint32_t Crc32(absl::string_view data) {
+uint32_t Crc32(absl::string_view data, uint32_t crc = 0) {
+  if (data.empty()) return crc;  // (zlib answers a null buffer with its initial value)
   return static_cast<uint32_t>(
-      crc32_z(0, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+      crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  return WritePiecesAtomically(path, {contents});
+  return WritePiecesAtomically(path, contents);
 }
 
-absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload) {
+absl::Status WriteChecksummedFile(const std::string& path,
+                                  std::initializer_list<absl::string_view> payload) {
+  uint32_t crc = 0;
+  size_t length = 0;
+  for (absl::string_view piece : payload) {
+    crc = Crc32(piece, crc);
+    length += piece.size();
+  }
   const std::string header =
-      absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader, Crc32(payload), payload.size());
-  return WritePiecesAtomically(path, {header, payload});
+      absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader, crc, length);
+  return WritePiecesAtomically(path, header, payload);
 }
 
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path) {

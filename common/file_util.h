@@ -2,6 +2,7 @@
 #define LOCALSGD_COMMON_FILE_UTIL_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,8 +27,13 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 // then the payload; ReadChecksummedFile returns the payload, or DATA_LOSS naming the path when
 // the header is missing, the file is truncated or the checksum does not match (and ReadFile's
 // errors, with no bound on the size). (The header is a comment line, so a text-format proto
-// payload stays readable.)
-absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload);
+// payload stays readable.) The payload may be given in pieces, written one after the other
+// (a large buffer need not be copied into one string first).
+absl::Status WriteChecksummedFile(const std::string& path,
+                                  std::initializer_list<absl::string_view> payload);
+inline absl::Status WriteChecksummedFile(const std::string& path, absl::string_view payload) {
+  return WriteChecksummedFile(path, {payload});
+}
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path);
 
 // Creates `path` and its parents as needed (like mkdir -p).

@@ -83,6 +83,16 @@ TEST(ChecksummedFileTest, RoundTripsBinaryPayloads) {
   }
 }
 
+// A payload in pieces (empty ones and a null one among them) reads back as their concatenation.
+TEST(ChecksummedFileTest, APayloadInPiecesReadsBackWhole) {
+  const std::string path = TempDir() + "/pieces.bin";
+  const std::string big(1 << 20, '\x5a');
+  ASSERT_THAT(WriteChecksummedFile(path, {"head", absl::string_view(), big, "", "tail"}), IsOk());
+  auto read = ReadChecksummedFile(path);
+  ASSERT_THAT(read, IsOk());
+  EXPECT_EQ(*read, "head" + big + "tail");
+}
+
 TEST(ChecksummedFileTest, TruncatedFlippedOrHeaderlessFilesAreDataLoss) {
   const std::string path = TempDir() + "/damaged.bin";
   ASSERT_THAT(WriteChecksummedFile(path, "run_id: \"run-1\" round: 7\n"), IsOk());

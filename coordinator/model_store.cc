@@ -14,8 +14,19 @@ namespace {
 // fp32 values as the little-endian bytes of the hosts we run on (x86-64, aarch64).
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "model.bin is little-endian");
 
-std::string Bytes(absl::Span<const float> values) {
-  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+absl::string_view Bytes(absl::Span<const float> values) {
+  return absl::string_view(reinterpret_cast<const char*>(values.data()),
+                           values.size() * sizeof(float));
+}
+
+// The key and length of a protobuf bytes field `field` of `size` bytes, as the wire has them.
+std::string BytesFieldPrefix(int field, size_t size) {
+  std::string prefix;
+  for (uint64_t v : {static_cast<uint64_t>(field) << 3 | 2, static_cast<uint64_t>(size)}) {
+    for (; v >= 0x80; v >>= 7) prefix.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    prefix.push_back(static_cast<char>(v));
+  }
+  return prefix;
 }
 
 bool Floats(const std::string& bytes, std::vector<float>* out) {
@@ -67,13 +78,17 @@ absl::StatusOr<std::optional<ModelCheckpoint>> ModelStore::Load() const {
 absl::Status ModelStore::Save(const std::string& run_id, int64_t round, int64_t global_step,
                               absl::Span<const float> global,
                               absl::Span<const float> momentum) const {
-  v1::SavedModel saved;
-  saved.set_run_id(run_id);
-  saved.set_round(round);
-  saved.set_global_step(global_step);
-  saved.set_global(Bytes(global));
-  saved.set_momentum(Bytes(momentum));
-  return WriteChecksummedFile(path_, saved.SerializeAsString());
+  // A SavedModel on the wire, its two large fields written from the caller's buffers (a
+  // parser takes fields in any order): no copy of the model is made.
+  v1::SavedModel small;
+  small.set_run_id(run_id);
+  small.set_round(round);
+  small.set_global_step(global_step);
+  const absl::string_view values = Bytes(global), velocity = Bytes(momentum);
+  return WriteChecksummedFile(
+      path_, {small.SerializeAsString(),
+              BytesFieldPrefix(v1::SavedModel::kGlobalFieldNumber, values.size()), values,
+              BytesFieldPrefix(v1::SavedModel::kMomentumFieldNumber, velocity.size()), velocity});
 }
 
 }  // namespace localsgd

@@ -5,12 +5,15 @@ without `--state_dir`, beside Gloo, with every process's peak RSS.
 For each N (node leaders) and S (MB of fp32 parameters), in one sitting: N
 //tests/testutil:averaging_member processes sync S MB per round through a real coordinator
 started without a state folder, then with one (on this machine's disk, as every file in
-deploy/ runs it), then N torch.distributed Gloo processes all_reduce the same S MB
+deploy/ runs it) for each --model_save_share given (the default 0.05, and 1: a model.bin write
+behind every commit, back to back: the most a state folder can cost a round), then N
+torch.distributed Gloo processes all_reduce the same S MB
 (bench/averaging_bench.py's measures: `@ready`, from the last member's arrival to the last
 member's return, medians over the rounds after the first). Peak RSS is VmHWM, read every 20 ms
 while each process lives.
 
 Usage: /usr/bin/python3 bench/durability_bench.py [--nodes 2] [--sizes_mb 1000] [--rounds 4]
+       [--shares 0.05 1]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -28,20 +31,24 @@ def main():
     parser.add_argument("--nodes", type=int, nargs="+", default=[2])
     parser.add_argument("--sizes_mb", type=float, nargs="+", default=[1000])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--shares", type=float, nargs="+", default=[0.05, 1],
+                        help="the coordinator's --model_save_share values to run")
     parser.add_argument("--state_root", default=None,
                         help="where the state folder goes (default: a temporary folder)")
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl",
                      "//tests/testutil:averaging_member"])
-    print(f"{'N':>2} {'MB':>6} {'state folder':<12} {'round@ready s':>14} {'gloo s':>8} "
+    print(f"{'N':>2} {'MB':>6} {'state folder':<20} {'round@ready s':>14} {'gloo s':>8} "
           f"{'xGloo':>6} {'coordinator MB':>15} {'member MB (max)':>16}")
     with tempfile.TemporaryDirectory(dir=args.state_root) as work:
         for nodes in args.nodes:
             for size_mb in args.sizes_mb:
                 rows = []
-                for label, flags in (("none", []),
-                                     ("--state_dir", [f"--state_dir={work}/state-{nodes}-"
-                                                      f"{size_mb:g}"])):
+                runs = [("none", [])] + [
+                    (f"--state_dir, share {share:g}",
+                     [f"--state_dir={work}/state-{nodes}-{size_mb:g}-{share:g}",
+                      f"--model_save_share={share}"]) for share in args.shares]
+                for label, flags in runs:
                     peaks = {}
                     times = localsgd_round(bin_dir, work, nodes, size_mb, "CODEC_FP32",
                                            "EXCHANGE_SHARDED", args.rounds, None,
@@ -50,7 +57,7 @@ def main():
                     rows.append((label, times[1], peaks.get("coordinator", 0), members))
                 gloo = gloo_round(work, nodes, size_mb, args.rounds)[0]
                 for label, ready, coordinator, members in rows:
-                    print(f"{nodes:>2} {size_mb:>6g} {label:<12} {ready:>14.3f} {gloo:>8.3f} "
+                    print(f"{nodes:>2} {size_mb:>6g} {label:<20} {ready:>14.3f} {gloo:>8.3f} "
                           f"{ready / gloo:>6.2f} {coordinator:>15.0f} {members:>16.0f}",
                           flush=True)
 

@@ -30,6 +30,11 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(std::string, state_dir, "",
           "Folder where the run record is kept, so a restarted coordinator carries on the same "
           "run; empty keeps nothing.");
+ABSL_FLAG(double, model_save_share, 0.05,
+          "With --state_dir: the share of time spent writing the global model behind the "
+          "commits (model.bin), in (0, 1]. After a write that took T the next waits "
+          "T (1/share - 1): a restart loses at most the rounds of about T/share. 1: every "
+          "commit's model as soon as the disk allows.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) for the gRPC port; set with --tls_key: serve over TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
@@ -95,6 +100,7 @@ int main(int argc, char** argv) {
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.token = *token;
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.model_save_share = absl::GetFlag(FLAGS_model_save_share);
   options.tls = localsgd::ServerTls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                                     absl::GetFlag(FLAGS_tls_client_ca)};
   options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);

@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     return absl::InvalidArgumentError(
         "--lease_timeout and --heartbeat_interval: need 0 < heartbeat interval < lease timeout");
   }
+  if (!(options.model_save_share > 0 && options.model_save_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--model_save_share: ",
+                                                   options.model_save_share, " is not in (0, 1]"));
+  }
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             MakeServerCredentials(options.tls));
   if (grpc_address.port != 0) {
@@ -56,6 +60,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     StateWriter::Options state;
     state.state_dir = options.state_dir;
     state.before_write = options.before_state_write;
+    state.model_save_share = options.model_save_share;
     LOCALSGD_ASSIGN_OR_RETURN(self->state_, StateWriter::Open(std::move(state)));
   }
   ControlPlane::Options plane_options;

@@ -38,6 +38,8 @@ class CoordinatorServer {
     std::string token;
     // Where the run record is kept; empty keeps nothing.
     std::string state_dir;
+    // The share of time the state folder's model.bin may take (StateWriter::Options).
+    double model_save_share = 0.05;
     // TLS (and mutual TLS) on the gRPC port; no certificate: plaintext.
     ServerTls tls;
     absl::Duration lease_timeout = absl::Seconds(15);

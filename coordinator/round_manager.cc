@@ -67,6 +67,7 @@ RoundManager::~RoundManager() {
 }
 
 void RoundManager::AwaitNoSave() {
+  if (options_.state != nullptr) options_.state->FlushModel();
   mu_.Await(absl::Condition(
       +[](RoundManager* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return !m->pending_.has_value() && m->saves_in_flight_ == 0;
@@ -83,7 +84,7 @@ void RoundManager::AwaitNoPendingCommit() {
 void RoundManager::SaveBehind() {
   if (options_.state == nullptr) return;
   ++saves_in_flight_;
-  options_.state->SaveModel(model_.snapshot(), [this](const absl::Status& saved) {
+  options_.state->SaveModelLater(model_.snapshot(), [this](const absl::Status& saved) {
     MutexLock lock(&mu_);
     if (!saved.ok()) {
       LogError(absl::StrCat("run ", model_.run_id(),

@@ -243,7 +243,8 @@ class RoundManager {
   // round's streams. `log` describes the round.
   void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until no model is being saved: neither a pending commit nor one saved behind.
+  // Has a model saved behind a commit written now, and waits until no model is being saved:
+  // neither a pending commit's nor one saved behind.
   void AwaitNoSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until no commit waits for its model to be on disk (pending_).
   void AwaitNoPendingCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -255,7 +256,8 @@ class RoundManager {
   // once without a state folder): the initial model and a run's final commit.
   void Save(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands model_.snapshot to the state writer after a commit that was announced already
-  // (docs/design.md, "Persistence"): the commit does not wait for the disk.
+  // (StateWriter::SaveModelLater; docs/design.md, "Persistence"): the commit does not wait for
+  // the disk.
   void SaveBehind() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state writer saved the pending model (on its thread).
   void OnSaved(const absl::Status& saved) ABSL_LOCKS_EXCLUDED(mu_);

@@ -157,8 +157,11 @@ class RoundManagerTest : public ::testing::Test {
   StateWriter* Writer(const std::string& name,
                       std::function<void(const std::string&)> before_write = nullptr) {
     state_dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-    absl::StatusOr<std::unique_ptr<StateWriter>> writer =
-        StateWriter::Open(StateWriter::Options{state_dir_, std::move(before_write)});
+    StateWriter::Options options;
+    options.state_dir = state_dir_;
+    options.model_save_share = 1;  // every model written as soon as the disk allows
+    options.before_write = std::move(before_write);
+    absl::StatusOr<std::unique_ptr<StateWriter>> writer = StateWriter::Open(options);
     EXPECT_THAT(writer, IsOk());
     writers_.push_back(std::move(*writer));
     return writers_.back().get();

@@ -24,6 +24,10 @@ absl::Span<const float> Momentum(const ModelSnapshot& model) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateWriter>> StateWriter::Open(Options options) {
+  if (!(options.model_save_share > 0 && options.model_save_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model_save_share: ", options.model_save_share, " is not in (0, 1]"));
+  }
   LOCALSGD_ASSIGN_OR_RETURN(ModelStore models, ModelStore::Open(options.state_dir));
   LOCALSGD_ASSIGN_OR_RETURN(RunStore runs, RunStore::Open(options.state_dir));
   return std::unique_ptr<StateWriter>(
@@ -59,21 +63,45 @@ absl::StatusOr<std::optional<ModelCheckpoint>> StateWriter::LoadModel() const {
 void StateWriter::SaveModel(std::shared_ptr<const ModelSnapshot> model,
                             std::function<void(const absl::Status&)> durable) {
   MutexLock lock(&mu_);
-  // A model still waiting is superseded: the newer one takes its place, and both callers hear
-  // when it is on disk.
-  for (Job& job : queue_) {
-    if (job.model == nullptr || job.archive) continue;
-    job.model = std::move(model);
-    if (durable) {
-      job.durable = [earlier = std::move(job.durable),
-                     later = std::move(durable)](const absl::Status& saved) {
-        if (earlier) earlier(saved);
-        later(saved);
-      };
-    }
+  Job job{std::move(model), std::move(durable)};
+  if (later_.has_value()) {
+    job.Supersede(std::move(*later_));
+    later_.reset();
+  }
+  // A model still waiting in the queue is superseded: the newer one takes its place.
+  for (Job& queued : queue_) {
+    if (queued.model == nullptr || queued.archive) continue;
+    job.Supersede(std::move(queued));
+    queued = std::move(job);
     return;
   }
-  queue_.push_back(Job{std::move(model), std::move(durable)});
+  queue_.push_back(std::move(job));
+}
+
+void StateWriter::SaveModelLater(std::shared_ptr<const ModelSnapshot> model,
+                                 std::function<void(const absl::Status&)> durable) {
+  MutexLock lock(&mu_);
+  Job job{std::move(model), std::move(durable)};
+  if (later_.has_value()) job.Supersede(std::move(*later_));
+  later_ = std::move(job);
+}
+
+void StateWriter::FlushModel() {
+  MutexLock lock(&mu_);
+  if (later_.has_value()) later_turn_ = absl::InfinitePast();
+}
+
+void StateWriter::Job::Supersede(Job other) {
+  if (!other.durable) return;
+  if (!durable) {
+    durable = std::move(other.durable);
+    return;
+  }
+  durable = [earlier = std::move(other.durable),
+             later = std::move(durable)](const absl::Status& saved) {
+    earlier(saved);
+    later(saved);
+  };
 }
 
 void StateWriter::ArchiveModel(std::shared_ptr<const ModelSnapshot> model) {
@@ -150,13 +178,27 @@ void StateWriter::Loop() {
     Job job;
     {
       MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](StateWriter* w)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS { return !w->queue_.empty() || w->stopping_; },
-          this));
-      if (queue_.empty()) return;  // stopping, everything written
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      // A model waiting for its turn is due at its turn, or at once when stopping.
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || stopping_ ||
+               (later_.has_value() && absl::Now() >= later_turn_);
+      };
+      while (!ready()) {
+        if (later_.has_value()) {
+          mu_.AwaitWithTimeout(absl::Condition(&ready), later_turn_ - absl::Now());
+        } else {
+          mu_.Await(absl::Condition(&ready));
+        }
+      }
+      if (!queue_.empty()) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      } else if (later_.has_value()) {
+        job = std::move(*later_);
+        later_.reset();
+      } else {
+        return;  // stopping, everything written
+      }
     }
     if (job.model == nullptr) {
       WriteState();
@@ -169,8 +211,14 @@ void StateWriter::Loop() {
     }
     if (options_.before_write) options_.before_write("model.bin");
     const ModelSnapshot& model = *job.model;
+    const absl::Time start = absl::Now();
     absl::Status saved =
         models_.Save(model.run_id, model.round, model.global_step, *model.values, Momentum(model));
+    {
+      MutexLock lock(&mu_);
+      const absl::Duration took = absl::Now() - start;
+      later_turn_ = absl::Now() + took * (1 / options_.model_save_share - 1);
+    }
     if (!saved.ok()) {
       LogError(absl::StrCat("run ", model.run_id, ": cannot save the global model of round ",
                             model.round, ": ", saved.ToString()));

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/mutex.h"
 #include "coordinator/model_store.h"
 #include "coordinator/run_store.h"
@@ -45,9 +46,11 @@ struct StateSnapshot {
 // state.textproto (RunStore). Callers queue immutable snapshots and return at once; nothing
 // they hold is needed while a file is serialised, written or fsynced. Writes happen in the
 // order they were queued, except that a model queued while another still waits replaces it
-// (model.bin only ever needs the newest; docs/design.md, "Persistence"). Changes to the run
-// record coalesce: the writer asks the state source for the record when it gets to write it,
-// so many changes make one write.
+// (model.bin only ever needs the newest; docs/design.md, "Persistence"), and that models saved
+// behind commits (SaveModelLater) wait for their turn: the writer spends at most
+// Options::model_save_share of its time on model.bin. Changes to the run record coalesce: the
+// writer asks the state source for the record when it gets to write it, so many changes make
+// one write.
 // Thread-safe.
 class StateWriter {
  public:
@@ -55,6 +58,10 @@ class StateWriter {
     std::string state_dir;
     // Testing: called on the writer thread before every write, with the file's name.
     std::function<void(const std::string& file)> before_write;
+    // The share of the time models may take to write (SaveModelLater): after a model.bin
+    // write that took T, the next waiting model is written no sooner than T (1 / share - 1)
+    // later. In (0, 1]; 1 writes each as soon as the one before is written.
+    double model_save_share = 0.05;
   };
 
   // Creates the folder if needed and starts the thread.
@@ -74,6 +81,13 @@ class StateWriter {
   // holds it or a newer model that replaced it (or with the error that kept it off the disk).
   void SaveModel(std::shared_ptr<const ModelSnapshot> model,
                  std::function<void(const absl::Status&)> durable);
+  // The same, for a model whose commit did not wait for it: it is written when its turn comes
+  // (Options::model_save_share), after everything queued, in place of a model that waits for
+  // its turn; SaveModel and FlushModel end its wait.
+  void SaveModelLater(std::shared_ptr<const ModelSnapshot> model,
+                      std::function<void(const absl::Status&)> durable);
+  // A model waiting for its turn is written next.
+  void FlushModel();
 
   // The final models of ended runs (docs/design.md, "Persistence"): queues `model` for
   // runs/<run_id>.bin and, once it is written, removes the oldest such files beyond
@@ -100,6 +114,8 @@ class StateWriter {
     std::shared_ptr<const ModelSnapshot> model;  // null: the run record
     std::function<void(const absl::Status&)> durable;
     bool archive = false;  // an ended run's final model (ArchiveModel)
+    // The job's model replaces `other`'s: both callbacks run once it is written.
+    void Supersede(Job other);
   };
 
   StateWriter(Options options, ModelStore models, RunStore runs);
@@ -114,6 +130,9 @@ class StateWriter {
 
   Mutex mu_;
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  // A model saved behind a commit, waiting for its turn (SaveModelLater), and when that is.
+  std::optional<Job> later_ ABSL_GUARDED_BY(mu_);
+  absl::Time later_turn_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool state_queued_ ABSL_GUARDED_BY(mu_) = false;  // a run-record job waits in queue_
   int64_t state_requested_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t state_written_ ABSL_GUARDED_BY(mu_) = 0;

@@ -17,6 +17,7 @@ namespace localsgd {
 namespace {
 
 using ::localsgd::testing::IsOk;
+using ::localsgd::testing::StatusIs;
 
 std::shared_ptr<const ModelSnapshot> Model(const std::string& run_id, int64_t round) {
   auto model = std::make_shared<ModelSnapshot>();
@@ -36,10 +37,11 @@ StateSnapshot Record(const std::string& run_id, int64_t round) {
 
 class StateWriterTest : public ::testing::Test {
  protected:
-  std::unique_ptr<StateWriter> Open(const std::string& name) {
+  std::unique_ptr<StateWriter> Open(const std::string& name, double model_save_share = 1) {
     dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
     StateWriter::Options options;
     options.state_dir = dir_;
+    options.model_save_share = model_save_share;
     options.before_write = [this](const std::string& file) {
       {
         MutexLock lock(&mu_);
@@ -106,6 +108,42 @@ TEST_F(StateWriterTest, ModelsQueuedBehindAWriteMakeOneWriteOfTheNewest) {
   ASSERT_THAT(saved, IsOk());
   ASSERT_TRUE(saved->has_value());
   EXPECT_EQ((*saved)->round, 6);
+}
+
+// A model saved later waits for its turn (here: a share so small that the turn never comes
+// within the test) without holding up the run record; FlushModel, a SaveModel and the writer's
+// end each write it at once.
+TEST_F(StateWriterTest, AModelSavedLaterWaitsForItsTurnButNotTheRecord) {
+  std::atomic<int> durable{0};
+  auto count = [&](const absl::Status& status) {
+    EXPECT_THAT(status, IsOk());
+    ++durable;
+  };
+  {
+    std::unique_ptr<StateWriter> writer = Open("later", /*model_save_share=*/1e-9);
+    writer->SetStateSource([] { return Record("r", 1); });
+    writer->SaveModel(Model("r", 1), count);
+    ASSERT_TRUE(WaitFor([&] { return durable.load() == 1; }, absl::Seconds(5)));
+    writer->SaveModelLater(Model("r", 2), count);
+    writer->AwaitState(writer->StateChanged());  // not behind the waiting model
+    EXPECT_FALSE(WaitFor([&] { return durable.load() == 2; }, absl::Milliseconds(100)));
+    writer->FlushModel();
+    ASSERT_TRUE(WaitFor([&] { return durable.load() == 2; }, absl::Seconds(5)));
+    EXPECT_EQ((*writer->LoadModel())->round, 2);
+
+    writer->SaveModelLater(Model("r", 3), count);
+    writer->SaveModel(Model("r", 4), count);  // supersedes 3, and is not kept waiting
+    ASSERT_TRUE(WaitFor([&] { return durable.load() == 4; }, absl::Seconds(5)));
+    EXPECT_EQ((*writer->LoadModel())->round, 4);
+
+    writer->SaveModelLater(Model("r", 5), count);
+    writer->SetStateSource(nullptr);
+  }  // the writer's end writes it
+  EXPECT_EQ(durable.load(), 5);
+  std::unique_ptr<StateWriter> reopened = Open("later");
+  EXPECT_EQ((*reopened->LoadModel())->round, 5);
+  EXPECT_THAT(StateWriter::Open(StateWriter::Options{dir_, nullptr, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "model_save_share"));
 }
 
 // While one write blocks, a hundred changes to the run record make one write, with the

@@ -43,8 +43,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
         "--lease_timeout and --heartbeat_interval: need 0 < heartbeat interval < lease timeout");
   }
   if (!(options.model_save_share > 0 && options.model_save_share <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--model_save_share: ",
-                                                   options.model_save_share, " is not in (0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model_save_share: ", options.model_save_share, " is not in (0, 1]"));
   }
   LOCALSGD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                             MakeServerCredentials(options.tls));

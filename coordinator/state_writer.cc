@@ -180,8 +180,7 @@ void StateWriter::Loop() {
       MutexLock lock(&mu_);
       // A model waiting for its turn is due at its turn, or at once when stopping.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_ ||
-               (later_.has_value() && absl::Now() >= later_turn_);
+        return !queue_.empty() || stopping_ || (later_.has_value() && absl::Now() >= later_turn_);
       };
       while (!ready()) {
         if (later_.has_value()) {

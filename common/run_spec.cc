@@ -355,4 +355,8 @@ absl::StatusOr<v1::RunSpec> NormalizeRunSpec(const v1::RunSpec& spec) {
   return WithDefaults(spec);
 }
 
+bool CommitEndsRun(const v1::RunSpec& spec, int64_t synced_step) {
+  return spec.duration_case() == v1::RunSpec::kTotalSteps && synced_step >= spec.total_steps();
+}
+
 }  // namespace localsgd

@@ -45,6 +45,10 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec);
 // ValidateRunSpec, then WithDefaults.
 absl::StatusOr<v1::RunSpec> NormalizeRunSpec(const v1::RunSpec& spec);
 
+// Whether a commit after which every part of the model synced at `synced_step` or later ends
+// the run: it reached total_steps.
+bool CommitEndsRun(const v1::RunSpec& spec, int64_t synced_step);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COMMON_RUN_SPEC_H_

@@ -602,9 +602,7 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
   Judge(included);
   round_.reset();
-  const v1::RunSpec& spec = model_.spec();
-  if (spec.duration_case() == v1::RunSpec::kTotalSteps &&
-      commit.synced_step >= spec.total_steps()) {
+  if (CommitEndsRun(model_.spec(), commit.synced_step)) {
     Save(std::move(commit));  // the run's final model: on disk before the run ends
     return;
   }

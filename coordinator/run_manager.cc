@@ -113,8 +113,7 @@ absl::Status RunManager::CommitRound(int64_t round, int64_t global_step, int64_t
   }
   info_.set_round(round);
   info_.set_global_step(global_step);
-  if (info_.spec().duration_case() == v1::RunSpec::kTotalSteps &&
-      synced_step >= info_.spec().total_steps()) {
+  if (CommitEndsRun(info_.spec(), synced_step)) {
     End(v1::RUN_STATE_COMPLETED, "reached total_steps");
   }
   return absl::OkStatus();

@@ -85,7 +85,7 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
       // On bad input the round manager drops the member and closes its stream itself.
       status = rounds_->AddChunk(session_, request_.chunk());
     } else if (request_.has_mean()) {
-      status = rounds_->AddMean(session_, request_.mutable_mean());
+      status = rounds_->AddMean(session_, request_.mean());
     } else if (request_.has_delivered()) {
       status = rounds_->Deliver(session_, request_.delivered());
     } else if (request_.has_unreachable()) {

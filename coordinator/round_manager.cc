@@ -479,10 +479,10 @@ void RoundManager::EndOfInput(int64_t session_id) {
   }
 }
 
-absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
+absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   const FlushWhenDone flush(this);
-  const int index = chunk->index();
-  const int64_t bytes = static_cast<int64_t>(chunk->data().size());
+  const int index = chunk.index();
+  const int64_t bytes = static_cast<int64_t>(chunk.data().size());
   absl::StatusOr<MeanWork> work;
   {
     MutexLock lock(&mu_);
@@ -495,13 +495,11 @@ absl::Status RoundManager::AddMean(int64_t session_id, v1::Chunk* chunk) {
   }
   if (!work.ok()) return work.status();
   // Outside the lock: decoded and stepped into the next model as the chunks arrive.
-  std::shared_ptr<v1::SyncResponse> relayed;
-  absl::Status status = work->Apply(index, chunk, &relayed);
+  absl::Status status = work->Apply(index, chunk);
   {
     MutexLock lock(&mu_);
     if (!round_.has_value()) return absl::FailedPreconditionError("mean: the round ended");
-    status = round_->driver->FinishMean(session_id, index, bytes, *work, std::move(status),
-                                        std::move(relayed));
+    status = round_->driver->FinishMean(session_id, index, bytes, *work, std::move(status));
     Advance();
   }
   return status;
@@ -730,8 +728,8 @@ absl::StatusOr<RoundManager::MeanWork> RoundManager::Driver::ClaimMean(int64_t, 
   return absl::FailedPreconditionError("mean: not in a sharded round");
 }
 
-absl::Status RoundManager::Driver::FinishMean(int64_t, int, int64_t, const MeanWork&, absl::Status,
-                                              std::shared_ptr<v1::SyncResponse>) {
+absl::Status RoundManager::Driver::FinishMean(int64_t, int, int64_t, const MeanWork&,
+                                              absl::Status) {
   return absl::FailedPreconditionError("mean: not in a sharded round");
 }
 

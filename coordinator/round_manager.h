@@ -103,9 +103,8 @@ class RoundManager {
   void EndOfInput(int64_t session);
   // Sharded rounds: an owner's averaged chunk, and a member's "I hold every chunk" with the
   // digests of its copy (docs/design.md, "Digests"). Bad input
-  // drops the member (and closes its stream) as for AddChunk. A chunk relayed to a member
-  // moves into that member's message (no copy): `chunk` may be left empty.
-  absl::Status AddMean(int64_t session, v1::Chunk* chunk);
+  // drops the member (and closes its stream) as for AddChunk.
+  absl::Status AddMean(int64_t session, const v1::Chunk& chunk);
   absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
   absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
   // Deadlines, expired leases and the run's state; the server calls it periodically.
@@ -139,17 +138,14 @@ class RoundManager {
   // An owner's mean, claimed under the lock and applied outside it (ShardedDriver).
   struct MeanWork {
     int shard = -1;
-    int64_t relay_session = -1;
     std::shared_ptr<NextModel> next;
     std::shared_ptr<RangeReducer> engine;
     v1::Codec codec = v1::CODEC_FP32;
     OuterOptimizer outer;
     // Without the lock (sharded_driver.cc): decodes mean `index` into its range of `next` and
-    // runs the outer step there; moves the chunk into *relayed when the range is relayed.
-    // OUT_OF_RANGE when the update overflows fp32, INVALID_ARGUMENT for bytes that do not
-    // decode.
-    absl::Status Apply(int index, v1::Chunk* chunk,
-                       std::shared_ptr<v1::SyncResponse>* relayed) const;
+    // runs the outer step there. OUT_OF_RANGE when the update overflows fp32,
+    // INVALID_ARGUMENT for bytes that do not decode.
+    absl::Status Apply(int index, const v1::Chunk& chunk) const;
   };
   // One exchange mode's round (star_driver.cc, sharded_driver.cc): it holds the mode's
   // decisions (StarRound, ShardedRound) and acts on them. Every method runs under the
@@ -182,8 +178,7 @@ class RoundManager {
     // Sharded rounds: an owner's mean claimed, then (applied outside the lock) its outcome.
     virtual absl::StatusOr<MeanWork> ClaimMean(int64_t session, int index);
     virtual absl::Status FinishMean(int64_t session, int index, int64_t bytes, const MeanWork& work,
-                                    absl::Status applied,
-                                    std::shared_ptr<v1::SyncResponse> relayed);
+                                    absl::Status applied);
     virtual absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
     virtual absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
 

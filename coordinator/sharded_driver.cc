@@ -1,7 +1,7 @@
 // Sharded rounds on the coordinator (docs/design.md, "Sharded rounds"): a ShardedRound
 // decides; this driver sends the layout, the drop notices and the commit, takes each owner's
-// averaged chunks, relays a range's means to the member the layout names, and applies the
-// means through the outer optimizer into the next model exactly as the members do.
+// averaged chunks and applies them through the outer optimizer into the next model exactly as
+// the members do. It sends no member model bytes: the owners send the means to every member.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -86,9 +86,6 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     // Accepted, so in the owner's range.
     MeanWork work;
     work.shard = round_.ShardOf(index);
-    if (work.shard >= 0 && static_cast<size_t>(work.shard) < relay_session_.size()) {
-      work.relay_session = relay_session_[work.shard];
-    }
     work.next = next_;
     work.engine = m_->round_->reducer;
     work.codec = m_->model_.spec().codec();
@@ -98,8 +95,7 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
   }
 
   absl::Status FinishMean(int64_t session, int index, int64_t bytes, const MeanWork& work,
-                          absl::Status applied,
-                          std::shared_ptr<v1::SyncResponse> relayed) override {
+                          absl::Status applied) override {
     if (work.next != next_) return absl::FailedPreconditionError("mean: the round ended");
     if (absl::IsOutOfRange(applied)) {
       round_.Fail(std::string(applied.message()));
@@ -118,12 +114,6 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     m_->round_->bytes_received += bytes;
     if (work.shard >= 0 && static_cast<size_t>(work.shard) < mean_bytes_.size()) {
       mean_bytes_[work.shard] += bytes;
-    }
-    if (auto target = m_->sessions_.find(work.relay_session);
-        relayed && target != m_->sessions_.end()) {
-      target->second.member->Enqueue(std::move(relayed));
-      m_->Touch(target->second.member);
-      m_->round_->bytes_sent += bytes;
     }
     return absl::OkStatus();
   }
@@ -195,15 +185,13 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       const int64_t mean_bytes = s < mean_bytes_.size() ? mean_bytes_[s] : 0;
       out->set_mean_bytes(mean_bytes);
       const int64_t range = out->end() - out->begin();
-      // A ring's owner gets one fp32 running sum of its range and sends its mean only to the
-      // coordinator; otherwise it gets every member's delta and sends its mean to every
-      // member but the one relayed through the coordinator, and to the coordinator.
-      const bool relayed = shard.relayed_slot >= 0;
+      // A ring's owner gets one fp32 running sum of its range and sends its mean to succ and
+      // the coordinator; otherwise it gets every member's delta and sends its mean to every
+      // member (itself in process) and to the coordinator.
       out->set_bytes_received(round_.ring()
                                   ? range * static_cast<int64_t>(sizeof(float))
                                   : members * static_cast<int64_t>(EncodedBytes(codec, range)));
-      out->set_bytes_sent(round_.ring() ? mean_bytes : (members + (relayed ? 0 : 1)) * mean_bytes);
-      if (relayed) out->set_relayed_to(round_.members()[shard.relayed_slot]);
+      out->set_bytes_sent((round_.ring() ? 2 : members + 1) * mean_bytes);
     }
     RecordOutcomes(round_.dropped(), round_.SlowestWait(), record);
   }
@@ -300,7 +288,6 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
     header->set_ring(round_.ring());
     if (round_.ring()) header->set_ring_streams(m_->model_.spec().ring_streams());
     header->set_fragment(m_->round_->fragment);
-    relay_session_.assign(round_.shards().size(), -1);
     for (size_t s = 0; s < round_.shards().size(); ++s) {
       const ShardedRound::Shard& shard = round_.shards()[s];
       v1::ShardRange* range = header->add_shards();
@@ -308,12 +295,6 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
       range->set_address(shard.address);
       range->set_begin_chunk(shard.begin_chunk);
       range->set_end_chunk(shard.end_chunk);
-      if (shard.relayed_slot >= 0) {
-        const std::string& relayed = round_.members()[shard.relayed_slot];
-        range->set_relayed_to(relayed);
-        auto it = m_->SessionOf(relayed);
-        if (it != m_->sessions_.end()) relay_session_[s] = it->first;
-      }
     }
     mean_bytes_.assign(round_.shards().size(), 0);
     laid_out_ = true;
@@ -360,12 +341,10 @@ class RoundManager::ShardedDriver : public RoundManager::Driver {
   // The next model, computed chunk by chunk as the means arrive, installed at the commit.
   std::shared_ptr<NextModel> next_;
   int means_done_ = 0;
-  std::vector<int64_t> mean_bytes_;     // by shard
-  std::vector<int64_t> relay_session_;  // by shard: the session its means are relayed to, or -1
+  std::vector<int64_t> mean_bytes_;  // by shard
 };
 
-absl::Status RoundManager::MeanWork::Apply(int index, v1::Chunk* chunk,
-                                           std::shared_ptr<v1::SyncResponse>* relayed) const {
+absl::Status RoundManager::MeanWork::Apply(int index, const v1::Chunk& chunk) const {
   // The chunk's range of `next` is this call's alone (ClaimMean claimed it), and the engine's
   // model does not change before the round commits, which waits for this chunk.
   const ChunkLayout& layout = engine->layout();
@@ -373,7 +352,7 @@ absl::Status RoundManager::MeanWork::Apply(int index, v1::Chunk* chunk,
   const size_t size = static_cast<size_t>(layout.size(index));
   absl::Span<float> region = absl::MakeSpan(*next->global).subspan(begin, size);
   absl::Span<const float> momentum = engine->momentum();
-  if (absl::Status status = Decode(codec, chunk->data(), region); !status.ok()) {
+  if (absl::Status status = Decode(codec, chunk.data(), region); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
   }
   const absl::Span<float> next_momentum =
@@ -385,12 +364,6 @@ absl::Status RoundManager::MeanWork::Apply(int index, v1::Chunk* chunk,
         absl::StrCat("the update of chunk ", index, " overflows fp32 (the deltas are too large)"));
   }
   next->digests.Set(index, ChunkDigest(region, next_momentum));
-  // The member this range is relayed to gets the owner's bytes as they are (moved, not
-  // copied).
-  if (relay_session != -1) {
-    *relayed = std::make_shared<v1::SyncResponse>();
-    (*relayed)->mutable_update()->Swap(chunk);
-  }
   return absl::OkStatus();
 }
 

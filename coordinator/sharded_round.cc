@@ -214,17 +214,12 @@ void ShardedRound::LayOut(absl::Time now) {
   if (options_.min_shard_values > 0) {
     k = std::min(k, std::max<int64_t>(1, options_.layout.num_values / options_.min_shard_values));
   }
-  // A vector smaller than one minimum shard is bound by latency, not bytes: its owner sends
-  // its mean to every member itself rather than one of them waiting for the coordinator's relay.
-  const bool relay = options_.layout.num_values >= options_.min_shard_values;
   for (int i = 0; i < static_cast<int>(k); ++i) {
     const Member& owner = *std::find_if(expected_.begin(), expected_.end(),
                                         [&](const Member& m) { return m.slot == owners[i]; });
-    const int members = static_cast<int>(members_.size());
     shards_.push_back(Shard{owners[i], owner.candidate.member_id, owner.candidate.address,
                             static_cast<int>(int64_t{i} * chunks / k),
-                            static_cast<int>(int64_t{i + 1} * chunks / k),
-                            relay && members > 1 ? (owners[i] + 1) % members : -1});
+                            static_cast<int>(int64_t{i + 1} * chunks / k)});
   }
   // Owners are the members with a data plane, in slot order: with one range each, the ring's
   // member i owns range i.

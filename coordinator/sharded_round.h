@@ -21,15 +21,13 @@ namespace localsgd {
 // Gathering: the round waits for a header from every node leader that was live when it
 // opened; one that left, or had not arrived by the deadline, is left out. The layout then
 // assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane
-// (the first of them in slot order, no more than there are chunks or min_shard_values allow),
-// and relays each range's means to one member other than its owner through the coordinator
-// (not when the whole vector is smaller than min_shard_values: latency-bound, no extra hop).
-// Exchanging: owners send each averaged chunk of their range once; members say when they hold
-// every chunk. The round commits once every chunk reached the coordinator and every member
-// still in the round has delivered. It aborts when an owner leaves before its range is
-// averaged, when the deadline passes (counted again from the layout) with chunks missing, or
-// when fewer than min_workers workers are left. A member that leaves otherwise, or has not
-// delivered by the deadline, is dropped and the round goes on without it.
+// (the first of them in slot order, no more than there are chunks or min_shard_values allow).
+// Exchanging: owners send each averaged chunk of their range to every member, and once to the
+// coordinator; members say when they hold every chunk. The round commits once every chunk reached
+// the coordinator and every member still in the round has delivered. It aborts when an owner leaves
+// before its range is averaged, when the deadline passes (counted again from the layout) with
+// chunks missing, or when fewer than min_workers workers are left. A member that leaves otherwise,
+// or has not delivered by the deadline, is dropped and the round goes on without it.
 // Thread-compatible.
 class ShardedRound {
  public:
@@ -57,10 +55,6 @@ class ShardedRound {
     std::string address;
     int begin_chunk = 0;
     int end_chunk = 0;
-    // The member (slot) that gets the range's means from the coordinator instead of from the
-    // owner: the next member after the owner in slot order, so no member gets two; -1 when the
-    // owner is the only member or the vector is smaller than min_shard_values.
-    int relayed_slot = -1;
   };
   enum class Phase { kGathering, kExchanging, kCommitted, kAborted };
 

@@ -91,11 +91,6 @@ TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   EXPECT_EQ(round.shards()[2].begin_chunk, 6);
   EXPECT_EQ(round.shards()[2].end_chunk, 10);
   EXPECT_EQ(round.shards()[1].address, "h:1");
-  // Each range is relayed through the coordinator to the member after its owner, so each
-  // member gets one relayed range.
-  EXPECT_EQ(round.shards()[0].relayed_slot, 1);
-  EXPECT_EQ(round.shards()[1].relayed_slot, 2);
-  EXPECT_EQ(round.shards()[2].relayed_slot, 0);
 }
 
 // The ring schedule needs 2 or more members, each owning one range (in any codec: sums travel
@@ -125,21 +120,12 @@ TEST_F(ShardedRoundTest, RingsOnlyWhenTwoOrMoreMembersOwnOneRangeEach) {
   EXPECT_FALSE(robust.ring());
 }
 
-TEST_F(ShardedRoundTest, AMemberAloneHasNothingRelayed) {
-  ShardedRound round = Make(1, 4);
-  ArriveAll(round, 1);
-  ASSERT_EQ(round.shards().size(), 1u);
-  EXPECT_EQ(round.shards()[0].relayed_slot, -1);
-}
-
 TEST_F(ShardedRoundTest, MoreOwnersThanChunksLeavesSomeWithoutARange) {
   ShardedRound round = Make(4, 2);
   ArriveAll(round, 4);
   ASSERT_EQ(round.shards().size(), 2u);
   EXPECT_EQ(round.shards()[0].end_chunk - round.shards()[0].begin_chunk, 1);
   EXPECT_EQ(round.shards()[1].end_chunk, 2);
-  EXPECT_EQ(round.shards()[0].relayed_slot, 1);
-  EXPECT_EQ(round.shards()[1].relayed_slot, 2);
 }
 
 TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShard) {
@@ -160,19 +146,6 @@ TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShar
   ShardedRound every = Make(4, 8, 1, {}, 1);
   ArriveAll(every, 4);
   EXPECT_EQ(every.shards().size(), 4u);
-}
-
-TEST_F(ShardedRoundTest, AVectorSmallerThanOneMinimumShardIsNotRelayed) {
-  // Latency-bound: the owner sends its mean to every member itself.
-  ShardedRound tiny = Make(4, 8, 1, {}, 5000);
-  ArriveAll(tiny, 4);
-  ASSERT_EQ(tiny.shards().size(), 1u);
-  EXPECT_EQ(tiny.shards()[0].relayed_slot, -1);
-  // From one minimum shard on, each range is relayed to the member after its owner.
-  ShardedRound one_shard = Make(4, 8, 1, {}, 1948);
-  ArriveAll(one_shard, 4);
-  ASSERT_EQ(one_shard.shards().size(), 1u);
-  EXPECT_EQ(one_shard.shards()[0].relayed_slot, 1);
 }
 
 TEST_F(ShardedRoundTest, AnUnusableMeanAbortsTheRoundEvenWhenEveryoneDelivered) {

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace localsgd {
 
@@ -26,15 +26,9 @@ AllToAll::~AllToAll() { Stop(false).IgnoreError(); }
 absl::Status AllToAll::Run(int s) {
   const MemberRound& round = *setup_.round;
   const v1::ShardRange& range = round.range(s);
-  const bool relayed = round.relayed_here(s);
-  absl::Status status = setup_.links[s]->Exchange(
+  LOCALSGD_RETURN_IF_ERROR(setup_.links[s]->Exchange(
       setup_.headers[s], range.begin_chunk(), range.end_chunk(), setup_.encode,
-      [&](const v1::Chunk& mean) {
-        return relayed ? absl::InternalError(absl::StrCat("owner ", range.owner_id(),
-                                                          " sent a mean the coordinator relays"))
-                       : setup_.take(s, mean);
-      });
-  if (!status.ok() || relayed) return status;
+      [&](const v1::Chunk& mean) { return setup_.take(s, mean); }));
   return round.RangeComplete(s);
 }
 

@@ -38,7 +38,6 @@ class AllToAll : public RangeSchedule {
   AllToAll(const AllToAll&) = delete;
   AllToAll& operator=(const AllToAll&) = delete;
 
-  void Relayed(v1::Chunk) override {}  // taken already; nothing goes on
   absl::Status Stop(bool committed) override;
 
  private:

@@ -36,15 +36,14 @@ absl::Status CheckLayout(const v1::RoundHeader& header, const std::string& membe
   return absl::OkStatus();
 }
 
-// A ring layout: member i owns range i, whose mean the coordinator relays to member i + 1.
+// A ring layout: member i owns range i.
 absl::Status CheckRing(const v1::RoundHeader& header) {
   const int n = header.members_size();
   if (n < 2 || header.shards_size() != n) {
     return absl::InternalError("the ring's layout does not give each member one range");
   }
   for (int i = 0; i < n; ++i) {
-    if (header.shards(i).owner_id() != header.members(i) ||
-        header.shards(i).relayed_to() != header.members((i + 1) % n)) {
+    if (header.shards(i).owner_id() != header.members(i)) {
       return absl::InternalError("the ring's ranges are not the members' in slot order");
     }
   }
@@ -91,10 +90,6 @@ MemberRound::MemberRound(const v1::RoundHeader& header, ChunkLayout layout, int 
 
 bool MemberRound::owns(int s) const {
   return !ring() && range(s).owner_id() == header_.members(self_);
-}
-
-bool MemberRound::relayed_here(int s) const {
-  return range(s).relayed_to() == header_.members(self_);
 }
 
 int MemberRound::RangeOf(int c) const {

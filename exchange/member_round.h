@@ -14,9 +14,9 @@
 namespace localsgd {
 
 // One member's view of a sharded round (docs/design.md, "Sharded rounds"), with no network:
-// the coordinator's layout checked against the member's vector, which ranges it owns and
-// which come to it relayed through the coordinator, the averaged chunks already here, and the
-// verdict once the round is over. Thread-compatible: the caller serialises Expect and Mark.
+// the coordinator's layout checked against the member's vector, which ranges it owns, the
+// averaged chunks already here, and the verdict once the round is over. Thread-compatible: the
+// caller serialises Expect and Mark.
 class MemberRound {
  public:
   // The round `header` announces, for member `member_id` whose vector has `vector_length`
@@ -37,8 +37,6 @@ class MemberRound {
   const v1::ShardRange& range(int s) const { return header_.shards(s); }
   // This member owns range `s` in its ShardOwner (never in a ring: its sums end here).
   bool owns(int s) const;
-  // Range `s`'s averaged chunks come to this member through the coordinator.
-  bool relayed_here(int s) const;
   // The range chunk `c` lies in; -1 when `c` is outside the vector.
   int RangeOf(int c) const;
 
@@ -52,7 +50,7 @@ class MemberRound {
 
   // The outcome of the round for this member: `committed` when the coordinator sent the
   // commit, `coordinator` the Sync stream's status, `own_problem` the first failure of this
-  // member's exchanges (an owner or a neighbour, or a relay), OK if none. OK means apply the
+  // member's exchanges (an owner or a neighbour), OK if none. OK means apply the
   // update; ABORTED means keep the local weights and sync at the next boundary.
   absl::Status Verdict(bool committed, const absl::Status& coordinator,
                        const absl::Status& own_problem) const;

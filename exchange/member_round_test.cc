@@ -15,8 +15,7 @@ using ::localsgd::testing::StatusIs;
 
 constexpr int64_t kValues = 10;  // chunks of 2: 5 chunks
 
-// A sharded layout of 3 members over 5 chunks: a owns [0, 2), b [2, 4), c [4, 5); b's range
-// relayed to c.
+// A sharded layout of 3 members over 5 chunks: a owns [0, 2), b [2, 4), c [4, 5).
 v1::RoundHeader Header() {
   v1::RoundHeader header;
   header.set_round(7);
@@ -35,7 +34,6 @@ v1::RoundHeader Header() {
     range->set_begin_chunk(bounds[i]);
     range->set_end_chunk(bounds[i + 1]);
   }
-  header.mutable_shards(1)->set_relayed_to("c");
   return header;
 }
 
@@ -66,10 +64,11 @@ TEST(MemberRoundTest, RefusesLayoutsThatDoNotFitTheVector) {
 TEST(MemberRoundTest, RefusesRingsThatAreNotOneRangePerMemberInSlotOrder) {
   v1::RoundHeader ring = Header();
   ring.set_ring(true);
-  EXPECT_THAT(MemberRound::Open(ring, "a", kValues, true).status(),
+  v1::RoundHeader out_of_order = ring;
+  out_of_order.mutable_shards(0)->set_owner_id("b");
+  out_of_order.mutable_shards(1)->set_owner_id("a");
+  EXPECT_THAT(MemberRound::Open(out_of_order, "a", kValues, true).status(),
               StatusIs(absl::StatusCode::kInternal, "not the members' in slot order"));
-  ring.mutable_shards(0)->set_relayed_to("b");
-  ring.mutable_shards(2)->set_relayed_to("a");
   EXPECT_THAT(MemberRound::Open(ring, "a", kValues, false).status(),
               StatusIs(absl::StatusCode::kInternal, "without a data plane in a ring"));
   v1::RoundHeader two_ranges = ring;
@@ -82,18 +81,15 @@ TEST(MemberRoundTest, RefusesRingsThatAreNotOneRangePerMemberInSlotOrder) {
   ASSERT_NE(round, nullptr);
   EXPECT_TRUE(round->ring());
   EXPECT_FALSE(round->owns(1));  // a ring's sums end at the member: no ShardOwner
-  EXPECT_TRUE(round->relayed_here(0));
 }
 
-TEST(MemberRoundTest, KnowsItsSlotItsRangesAndWhatIsRelayedToIt) {
+TEST(MemberRoundTest, KnowsItsSlotAndItsRanges) {
   std::unique_ptr<MemberRound> round = OpenAs("c");
   ASSERT_NE(round, nullptr);
   EXPECT_EQ(round->self(), 2);
   EXPECT_EQ(round->num_ranges(), 3);
   EXPECT_TRUE(round->owns(2));
   EXPECT_FALSE(round->owns(0));
-  EXPECT_TRUE(round->relayed_here(1));
-  EXPECT_FALSE(round->relayed_here(0));
   EXPECT_EQ(round->RangeOf(0), 0);
   EXPECT_EQ(round->RangeOf(3), 1);
   EXPECT_EQ(round->RangeOf(4), 2);

@@ -14,9 +14,6 @@ namespace localsgd {
 class RangeSchedule {
  public:
   virtual ~RangeSchedule() = default;
-  // A mean of a range relayed to this member through the coordinator, already taken into the
-  // update.
-  virtual void Relayed(v1::Chunk mean) = 0;
   // The round is over (`committed` or not): ends the streams and waits for the threads.
   // Returns the first failure of an exchange with a peer (not a cancellation), OK if none.
   virtual absl::Status Stop(bool committed) = 0;

@@ -30,14 +30,6 @@ RingMember::RingMember(Setup setup)
 
 RingMember::~RingMember() { Stop(false).IgnoreError(); }
 
-void RingMember::Relayed(v1::Chunk mean) {
-  if (!plan_.PassesRelayedMeans()) return;
-  // In the bytes it lies in (ChunkMessageBuffer), where the generated stub's serialiser would
-  // copy it.
-  Queue(v1::PassRequest::kMeanFieldNumber,
-        ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber, std::move(mean)));
-}
-
 absl::Status RingMember::Stop(bool) {
   {
     MutexLock lock(&mu_);
@@ -264,6 +256,10 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
   }
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
   setup_.sink->OnMean(c, mean);
+  // To succ in the bytes it lies in (ChunkMessageBuffer), where the generated stub's
+  // serialiser would copy it.
+  Queue(v1::PassRequest::kMeanFieldNumber,
+        ChunkMessageBuffer(v1::PassRequest::kMeanFieldNumber, mean->message().mean(), mean));
   return setup_.take_mean(setup_.self, ReceivedChunk::Of(v1::PassRequest::kMeanFieldNumber,
                                                          mean->message().mean(), mean));
 }

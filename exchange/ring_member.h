@@ -30,13 +30,12 @@ namespace localsgd {
 // (no LibTorch), as RingPlan lays it out: it passes to succ over DataPlane.Pass streams the
 // running sums (in the round's codec, added to in fp32) (its own weighted delta starts pred's
 // chain; every other sum but its own range's goes on with its delta added) and the averaged chunks
-// it gets. A sum of its own range that arrives is complete: its mean goes to the sink (the uploader
-// to the coordinator, which relays it to succ) and into this member's update. A writer thread per
-// stripe (RoundHeader.ring_streams: one stream each, on a connection of its own) sends whatever
-// is next when its stream has room, and a reader thread takes pred's stream from the inbox, from
-// construction until Stop; the caller hands in pred's range as the coordinator relays it (Relayed).
-// Errors name the neighbour through `unreachable`. Each writer sends means first, then sums to pass
-// on, and starts a chain only within RingPlan's lead. Thread-safe.
+// it gets. A sum of its own range that arrives is complete: its mean goes to succ, to the sink
+// (the uploader to the coordinator) and into this member's update. A writer thread per stripe
+// (RoundHeader.ring_streams: one stream each, on a connection of its own) sends whatever is next
+// when its stream has room, and a reader thread takes pred's stream from the inbox, from
+// construction until Stop. Errors name the neighbour through `unreachable`. Each writer sends means
+// first, then sums to pass on, and starts a chain only within RingPlan's lead. Thread-safe.
 class RingMember : public RangeSchedule {
  public:
   // Takes averaged chunk `mean` of range `shard` into the member's update.
@@ -63,8 +62,6 @@ class RingMember : public RangeSchedule {
   RingMember(const RingMember&) = delete;
   RingMember& operator=(const RingMember&) = delete;
 
-  // A mean of pred's range: passed on (moved, not copied), unless succ is pred (a ring of 2).
-  void Relayed(v1::Chunk mean) override;
   absl::Status Stop(bool committed) override;
 
  private:

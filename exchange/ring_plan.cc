@@ -26,8 +26,8 @@ RingPlan::RingPlan(const v1::RoundHeader& header, const ChunkLayout& layout, int
   const auto size = [&header](int s) {
     return header.shards(s).end_chunk() - header.shards(s).begin_chunk();
   };
-  expected_in_ = (chunks - size(pred_)) + (chunks - size(pred_) - size(self));
-  expected_out_ = (chunks - size(self)) + (chunks - size(self) - size(succ_));
+  expected_in_ = (chunks - size(pred_)) + (chunks - size(self));
+  expected_out_ = (chunks - size(self)) + (chunks - size(succ_));
   chain_begin_ = header.shards(pred_).begin_chunk();
   chain_end_ = header.shards(pred_).end_chunk();
   sums_seen_.assign(static_cast<size_t>(chunks), false);
@@ -52,7 +52,7 @@ absl::StatusOr<RingPlan::Accepted> RingPlan::Accept(int field, int c, size_t byt
   }
   const int s = range_of_[c];
   if (!sum) {
-    if (s == self_ || s == pred_) {
+    if (s == self_) {
       return absl::InvalidArgumentError(absl::StrCat("a mean of chunk ", c, " came on the ring"));
     }
     return Accepted{Action::kTakeMean, s, s != succ_};

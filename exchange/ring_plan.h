@@ -12,10 +12,10 @@ namespace localsgd {
 
 // What one member of a ring round expects and sends (docs/design.md, "Ring rounds"), with no
 // network: member `self` of N owns range `self`, gets from pred (self - 1) the running sums
-// of every range but pred's and the means of every range but its own and pred's, and sends
-// succ (self + 1) the sums of every range but its own and the means of every range but its own
-// and succ's. Its own chain, pred's range, starts here. Thread-compatible: Accept is the
-// reader's.
+// of every range but pred's and the means of every range but its own, and sends succ
+// (self + 1) the sums of every range but its own and the means of every range but succ's (its
+// own first of all, as each of its sums completes). Its own chain, pred's range, starts here.
+// Thread-compatible: Accept is the reader's.
 class RingPlan {
  public:
   // A ring layout (MemberRound::Open checked it) of `layout`, seen from slot `self`; sums and
@@ -41,10 +41,6 @@ class RingPlan {
   int chain_end() const { return chain_end_; }
   // Whether chunk `next` of the chain may start once `sums_in` sums came from pred.
   bool MayStartChain(int next, int sums_in) const;
-  // A mean the coordinator relayed here (of pred's range) goes on to succ: not in a ring of 2,
-  // where succ owns it.
-  bool PassesRelayedMeans() const { return succ_ != pred_; }
-
   // What to do with a message from pred.
   enum class Action {
     kTakeMean,         // take it into the update; pass it on when `passes_on`
@@ -58,7 +54,7 @@ class RingPlan {
   };
   // Message `field` (PassRequest's sum or mean) of chunk `c`, `bytes` long. INVALID_ARGUMENT
   // for what the ring does not send: neither field, a chunk outside the vector, a mean of this
-  // member's or pred's range, a sum of pred's range or a second sum of a chunk, a sum whose
+  // member's range, a sum of pred's range or a second sum of a chunk, a sum whose
   // size is not the chunk's in the round's codec.
   absl::StatusOr<Accepted> Accept(int field, int c, size_t bytes);
 

@@ -40,14 +40,16 @@ TEST(RingPlanTest, NeighboursWeightsAndHowManyMessagesGoEachWay) {
   EXPECT_EQ(plan.succ(), 1);
   EXPECT_FLOAT_EQ(plan.weight(), 1);
   EXPECT_FLOAT_EQ(plan.inverse_total(), 1.0f / 10);
-  // In: sums of every range but pred's (9), means of every range but its own and pred's (6).
-  EXPECT_EQ(plan.expected_in(), 9 + 6);
-  // Out: sums of every range but its own (9), means of every range but its own and succ's (6).
-  EXPECT_EQ(plan.expected_out(), 9 + 6);
+  // In: sums of every range but pred's (9), means of every range but its own (9).
+  EXPECT_EQ(plan.expected_in(), 9 + 9);
+  // Out: sums of every range but its own (9), means of every range but succ's (9).
+  EXPECT_EQ(plan.expected_out(), 9 + 9);
   EXPECT_EQ(plan.chain_begin(), 9);  // pred's range starts its chain here
   EXPECT_EQ(plan.chain_end(), 12);
-  EXPECT_TRUE(plan.PassesRelayedMeans());
-  EXPECT_FALSE(RingPlan(Ring(2, 3), ChunkLayout{12, 2}, 0).PassesRelayedMeans());
+  // In a ring of 2, one range's sums and the other's means each way.
+  const RingPlan two(Ring(2, 3), ChunkLayout{12, 2}, 0);
+  EXPECT_EQ(two.expected_in(), 3 + 3);
+  EXPECT_EQ(two.expected_out(), 3 + 3);
 }
 
 // Sums travel in the round's codec: a bf16 sum is 2 bytes a value, and one of fp32's size is
@@ -89,7 +91,10 @@ TEST(RingPlanTest, SaysWhatToDoWithEachMessageFromPred) {
   EXPECT_TRUE(mean->passes_on);
   absl::StatusOr<RingPlan::Accepted> succs = plan.Accept(kMean, 4, 0);
   ASSERT_THAT(succs.status(), IsOk());
-  EXPECT_FALSE(succs->passes_on);  // succ owns it
+  EXPECT_FALSE(succs->passes_on);                                       // succ owns it
+  absl::StatusOr<RingPlan::Accepted> preds = plan.Accept(kMean, 0, 0);  // pred's own mean
+  ASSERT_THAT(preds.status(), IsOk());
+  EXPECT_TRUE(preds->passes_on);
 }
 
 TEST(RingPlanTest, RefusesWhatTheRingDoesNotSend) {
@@ -100,8 +105,8 @@ TEST(RingPlanTest, RefusesWhatTheRingDoesNotSend) {
               StatusIs(absl::StatusCode::kInvalidArgument, "chunk 8 is out of range"));
   EXPECT_THAT(plan.Accept(kMean, 2, 0).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "a mean of chunk 2 came on the ring"));
-  EXPECT_THAT(plan.Accept(kMean, 0, 0).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, "a mean of chunk 0 came on the ring"));
+  EXPECT_THAT(plan.Accept(kMean, 3, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "a mean of chunk 3 came on the ring"));
   EXPECT_THAT(plan.Accept(kSum, 1, 8).status(),  // pred's chain starts here
               StatusIs(absl::StatusCode::kInvalidArgument, "an unexpected sum of chunk 1"));
   EXPECT_THAT(plan.Accept(kSum, 5, 4).status(),

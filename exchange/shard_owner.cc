@@ -17,8 +17,7 @@ absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
   const ChunkLayout& layout = assignment.layout;
   if (assignment.begin_chunk < 0 || assignment.begin_chunk >= assignment.end_chunk ||
       assignment.end_chunk > layout.num_chunks() || assignment.members.empty() ||
-      assignment.members.size() != assignment.weights.size() || assignment.relayed_slot < -1 ||
-      assignment.relayed_slot >= static_cast<int>(assignment.members.size())) {
+      assignment.members.size() != assignment.weights.size()) {
     return absl::InvalidArgumentError("shard assignment: bad range or members");
   }
   {
@@ -215,7 +214,6 @@ void ShardOwner::Advance() {
     auto message = std::make_shared<const OwnerMean>(std::move(response));
     const std::vector<int64_t>& session_of_slot = round_->session_of_slot;
     for (int slot = 0; slot < static_cast<int>(session_of_slot.size()); ++slot) {
-      if (slot == round_->assignment.relayed_slot) continue;  // the coordinator relays it
       auto it = sessions_.find(session_of_slot[slot]);
       if (it == sessions_.end()) continue;
       it->second.stream->Enqueue(message);

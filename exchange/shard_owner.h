@@ -68,9 +68,6 @@ class ShardOwner {
     int begin_chunk = 0;               // this owner's range of chunks
     int end_chunk = 0;
     v1::Codec codec = v1::CODEC_FP32;
-    // The member (slot) that gets the range's means from the coordinator: its stream carries
-    // none and ends once the range is averaged. -1: every member gets them from here.
-    int relayed_slot = -1;
     // The run's robust aggregation over this range (RangeReducer::Options).
     double max_norm_ratio = 0;
     double trim_fraction = 0;

@@ -165,11 +165,10 @@ TEST_F(ShardOwnerTest, AnOwnerScreensItsRangeAndTrimsItsValues) {
   EXPECT_FLOAT_EQ(FirstValue(*next[0]->sent[0]), 2.0f);
 }
 
-// The member the coordinator relays the range to gets no mean from the owner (the coordinator
-// gets every one through the sink), and its stream still ends OK once the range is averaged.
-TEST_F(ShardOwnerTest, TheRelayedMemberGetsNoMeanFromTheOwner) {
+// Every member gets each mean from the owner, the coordinator gets each once through the sink,
+// and the members' streams end OK once the range is averaged.
+TEST_F(ShardOwnerTest, EveryMemberAndTheSinkGetEachMean) {
   ShardOwner::Assignment assignment = Assignment();
-  assignment.relayed_slot = 1;  // b
   ASSERT_THAT(owner_.Install(assignment, &sink_), IsOk());
   auto a = std::make_shared<FakeStream>();
   auto b = std::make_shared<FakeStream>();
@@ -180,12 +179,12 @@ TEST_F(ShardOwnerTest, TheRelayedMemberGetsNoMeanFromTheOwner) {
     ASSERT_THAT(owner_.AddChunk(sb, Fp32Chunk(c, 5.0f)), IsOk());
   }
   EXPECT_EQ(a->sent.size(), 2u);
-  EXPECT_TRUE(b->sent.empty());
+  EXPECT_EQ(b->sent.size(), 2u);
   EXPECT_THAT(sink_.chunks, ::testing::ElementsAre(1, 2));
   EXPECT_TRUE(b->closed);
   EXPECT_THAT(b->end, IsOk());
   ShardOwner other;
-  assignment.relayed_slot = 2;  // not a member
+  assignment.weights.pop_back();  // not one weight per member
   EXPECT_THAT(other.Install(assignment, &sink_),
               StatusIs(absl::StatusCode::kInvalidArgument, "shard assignment"));
 }

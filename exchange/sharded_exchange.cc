@@ -81,11 +81,6 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     assignment.codec = header.codec();
     assignment.max_norm_ratio = options_.max_norm_ratio;
     assignment.trim_fraction = options_.trim_fraction;
-    const auto relayed =
-        std::find(assignment.members.begin(), assignment.members.end(), range.relayed_to());
-    if (!range.relayed_to().empty() && relayed != assignment.members.end()) {
-      assignment.relayed_slot = static_cast<int>(relayed - assignment.members.begin());
-    }
     if (absl::Status s = options_.owner->Install(std::move(assignment), &uploader); !s.ok()) {
       uploader.Stop();
       context->TryCancel();
@@ -212,30 +207,14 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     schedule = std::make_unique<AllToAll>(std::move(setup));
   }
 
-  // The coordinator's side: relayed means, drop notices, then the commit (or the end of the
-  // round).
+  // The coordinator's side: drop notices, then the commit (or the end of the round).
   ExchangeResult result;
   bool committed = false;
-  absl::Status relay_problem;
   // This member's copy differs from the others' (its digests): it is to fetch the model.
   std::optional<v1::StaleRound> stale;
   v1::SyncResponse response;
   while (stream->Read(&response)) {
-    if (response.has_update()) {
-      // A mean of a range relayed to this member: the owner's bytes, through the coordinator.
-      if (!relay_problem.ok()) continue;  // said once; the round aborts
-      const int index = response.update().index();
-      const int s = round.RangeOf(index);
-      relay_problem = s >= 0 && round.relayed_here(s)
-                          ? take_mean(s, response.update())
-                          : absl::InternalError(absl::StrCat("the coordinator relayed chunk ",
-                                                             index, ", not relayed here"));
-      if (relay_problem.ok()) {
-        schedule->Relayed(std::move(*response.mutable_update()));
-      } else {
-        unreachable(round.range(s >= 0 ? s : 0).owner_id(), relay_problem);
-      }
-    } else if (response.has_dropped()) {
+    if (response.has_dropped()) {
       if (owns) options_.owner->Drop(response.dropped().member_id());
     } else if (response.has_stale()) {
       stale = response.stale();
@@ -260,8 +239,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
         absl::StrCat("round ", header.round(),
                      " aborted: this node's range cannot be averaged: ", failed.message()));
   }
-  LOCALSGD_RETURN_IF_ERROR(
-      round.Verdict(committed, coordinator, !relay_problem.ok() ? relay_problem : exchanged));
+  LOCALSGD_RETURN_IF_ERROR(round.Verdict(committed, coordinator, exchanged));
   // The coordinator committed the same step computed from the same bytes (finite, or it
   // would have aborted the round).
   const auto step = [&] { OuterStepInPlace(options_.outer, averaged, global, in.momentum); };

@@ -356,8 +356,8 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       // out, but that is no fault of its (it goes stale, adopts the run's model and step, and
       // is in phase again); held against it, two nodes out of phase suspended each other.
       const bool other_fragment = round_.has_value() && header.run_id() == model_.run_id() &&
-                                  header.round() == round_->number &&
-                                  header.fragment() != round_->fragment;
+                                  header.round() == round_->info.number &&
+                                  header.fragment() != round_->info.fragment;
       Refuse(header.member_id(), session.status(), other_fragment);
     }
     Advance();
@@ -376,28 +376,22 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
   at.fragments = model_.fragments();
   at.codec = model_.spec().codec();
   at.committed_round = model_.round();
-  if (round_.has_value()) at.open_fragment = round_->fragment;
+  if (round_.has_value()) at.open_fragment = round_->info.fragment;
   suspensions_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
   LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
   if (!round_.has_value()) OpenRound(model_.round() + 1, header.fragment());
   return round_->driver->Arrive(header, member);
 }
 
-int64_t RoundManager::AddSession(Session session) {
-  const int64_t id = next_session_++;
-  sessions_[id] = std::move(session);
-  return id;
-}
-
 void RoundManager::OpenRound(int64_t number, int fragment) {
   Round round;
-  round.number = number;
-  round.fragment = fragment;
-  round.reducer = model_.RoundReducer(fragment);
-  round.opened = options_.clock();
+  round.info.number = number;
+  round.info.fragment = fragment;
+  round.info.reducer = model_.RoundReducer(fragment);
+  round.info.opened = options_.clock();
   std::vector<ControlPlane::Leader> leaders;
   for (ControlPlane::Leader& leader : plane_->LiveLeaders()) {
-    if (std::string why; suspensions_.Suspended(leader.worker_id, round.opened, &why)) {
+    if (std::string why; suspensions_.Suspended(leader.worker_id, round.info.opened, &why)) {
       round.suspended.emplace_back(leader.worker_id, std::move(why));
     } else {
       leaders.push_back(std::move(leader));
@@ -405,9 +399,15 @@ void RoundManager::OpenRound(int64_t number, int fragment) {
   }
   for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
   round_ = std::move(round);  // the driver reads it
-  round_->driver = model_.spec().exchange() == v1::EXCHANGE_SHARDED
-                       ? MakeShardedDriver(this, leaders)
-                       : MakeStarDriver(this, leaders);
+  if (model_.spec().exchange() == v1::EXCHANGE_SHARDED) {
+    auto driver = std::make_unique<ShardedDriver>(&context_, leaders);
+    round_->sharded = driver.get();
+    round_->driver = std::move(driver);
+  } else {
+    auto driver = std::make_unique<StarDriver>(&context_, leaders);
+    round_->star = driver.get();
+    round_->driver = std::move(driver);
+  }
   // Leaders refused for this round before it opened are out from the start.
   for (const auto& [member_id, refused] : refused_) {
     if (refused.first == number) round_->driver->Refuse(member_id, refused.second, false);
@@ -441,7 +441,15 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
     scratch = it->second.scratch;
-    engine = round_->driver->ChunkReducer(session_id);
+    if (round_->star == nullptr) {
+      engine = absl::InvalidArgumentError(
+          "chunk: in a sharded round deltas go to the range owners (DataPlane.Reduce), not to "
+          "the coordinator");
+      round_->driver->Leave(session_id, engine.status());
+      Advance();
+    } else {
+      engine = round_->info.reducer;
+    }
   }
   if (!engine.ok()) return engine.status();
   // Checked and decoded outside the lock, so members' chunks are decoded in parallel.
@@ -450,10 +458,10 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || round_->reducer != *engine) {
+    if (!sessions_.count(session_id) || !round_.has_value() || round_->info.reducer != *engine) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
-    status = round_->driver->AddChunk(session_id, chunk, std::move(checked), decoded);
+    status = round_->star->AddChunk(session_id, chunk, std::move(checked), decoded);
     Advance();
   }
   return status;
@@ -483,14 +491,14 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   const FlushWhenDone flush(this);
   const int index = chunk.index();
   const int64_t bytes = static_cast<int64_t>(chunk.data().size());
-  absl::StatusOr<MeanWork> work;
+  absl::StatusOr<ShardedDriver::MeanWork> work;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value()) {
+    if (!sessions_.count(session_id) || !round_.has_value() || round_->sharded == nullptr) {
       return absl::FailedPreconditionError("mean: not in a sharded round");
     }
     // Claims the chunk (its owner, once) before it is decoded.
-    work = round_->driver->ClaimMean(session_id, index);
+    work = round_->sharded->ClaimMean(session_id, index);
     if (!work.ok()) Advance();
   }
   if (!work.ok()) return work.status();
@@ -498,8 +506,10 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   absl::Status status = work->Apply(index, chunk);
   {
     MutexLock lock(&mu_);
-    if (!round_.has_value()) return absl::FailedPreconditionError("mean: the round ended");
-    status = round_->driver->FinishMean(session_id, index, bytes, *work, std::move(status));
+    if (!round_.has_value() || round_->sharded == nullptr) {
+      return absl::FailedPreconditionError("mean: the round ended");
+    }
+    status = round_->sharded->FinishMean(session_id, index, bytes, *work, std::move(status));
     Advance();
   }
   return status;
@@ -510,10 +520,10 @@ absl::Status RoundManager::Deliver(int64_t session_id, const v1::Delivered& deli
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value()) {
+    if (!sessions_.count(session_id) || !round_.has_value() || round_->sharded == nullptr) {
       return absl::FailedPreconditionError("delivered: not in a sharded round");
     }
-    status = round_->driver->Deliver(session_id, delivered);
+    status = round_->sharded->Deliver(session_id, delivered);
     Advance();
   }
   return status;
@@ -525,10 +535,10 @@ absl::Status RoundManager::Unreachable(int64_t session_id,
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value()) {
+    if (!sessions_.count(session_id) || !round_.has_value() || round_->sharded == nullptr) {
       return absl::FailedPreconditionError("unreachable: not in a sharded round");
     }
-    status = round_->driver->Unreachable(session_id, unreachable);
+    status = round_->sharded->Unreachable(session_id, unreachable);
     Advance();
   }
   return status;
@@ -584,11 +594,11 @@ void RoundManager::Advance() {
 
 void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
                            std::string log) {
-  model_.CommitFragment(round_->fragment, *round_->reducer);
-  model_.Committed(round_->number, step, round_->fragment);
+  model_.CommitFragment(round_->info.fragment, *round_->info.reducer);
+  model_.Committed(round_->info.number, step, round_->info.fragment);
   PendingCommit commit;
   commit.run_id = model_.run_id();
-  commit.round = round_->number;
+  commit.round = round_->info.number;
   commit.global_step = step;
   commit.synced_step = model_.synced_step();
   commit.included = included;
@@ -633,7 +643,7 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
 void RoundManager::Abort(const std::string& reason) {
   round_->driver->OnAbort();
   for (auto& [id, session] : sessions_) {
-    session.member->Close(RoundAborted(round_->number, reason));
+    session.member->Close(RoundAborted(round_->info.number, reason));
     Touch(session.member);
   }
   sessions_.clear();
@@ -658,21 +668,21 @@ void RoundManager::Judge(const std::vector<std::string>& committed) {
 v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   const Round& round = *round_;
   v1::RoundRecord record;
-  record.set_round(round.number);
+  record.set_round(round.info.number);
   record.set_outcome(outcome);
   record.set_exchange(model_.spec().exchange());
   round.driver->Record(&record);
   record.set_bytes_received(round.bytes_received);
   record.set_bytes_sent(round.bytes_sent);
-  record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.opened));
+  record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.info.opened));
   record.set_codec(model_.spec().codec());
-  const int64_t n = round.reducer->layout().num_values;
-  record.set_fragment(round.fragment);
+  const int64_t n = round.info.reducer->layout().num_values;
+  record.set_fragment(round.info.fragment);
   record.set_values(n);
   record.set_compression_ratio(
       static_cast<double>(n * sizeof(float)) /
       static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec().codec(), n))));
-  *record.mutable_start_time() = ToProtoTime(round.opened);
+  *record.mutable_start_time() = ToProtoTime(round.info.opened);
   record.set_global_step(model_.global_step());
   for (const auto& [id, why] : round.suspended) {
     v1::DroppedMember* out = record.add_suspended();
@@ -680,12 +690,6 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
     out->set_reason(why);
   }
   return record;
-}
-
-std::map<int64_t, RoundManager::Session>::iterator RoundManager::SessionOf(
-    const std::string& member_id) {
-  return std::find_if(sessions_.begin(), sessions_.end(),
-                      [&](const auto& entry) { return entry.second.member_id == member_id; });
 }
 
 void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) { touched_.Add(member); }
@@ -699,46 +703,96 @@ void RoundManager::FlushTouched() {
   TouchedStreams<RoundMember>::Flush(std::move(touched));
 }
 
-void RoundManager::Driver::RecordOutcomes(
-    const std::vector<std::pair<std::string, std::string>>& dropped, absl::Duration slowest_wait,
-    v1::RoundRecord* record) {
-  for (const auto& [id, reason] : dropped) {
-    v1::DroppedMember* out = record->add_dropped();
-    out->set_member_id(id);
-    out->set_reason(reason);
+// --- The open round as its driver sees it ---
+
+absl::Time RoundManager::Context::Now() const { return m_->options_.clock(); }
+
+const std::string& RoundManager::Context::run_id() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->model_.run_id();
+}
+
+const v1::RunSpec& RoundManager::Context::spec() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->model_.spec();
+}
+
+int64_t RoundManager::Context::committed_round() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->model_.round();
+}
+
+int64_t RoundManager::Context::committed_step() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->model_.global_step();
+}
+
+const RoundContext::Round& RoundManager::Context::round() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->round_->info;
+}
+
+uint64_t RoundManager::Context::NextAttempt() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->next_attempt_++;
+}
+
+int64_t RoundManager::Context::AddSession(const std::string& member_id,
+                                          std::shared_ptr<RoundMember> stream)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const int64_t id = m_->next_session_++;
+  m_->sessions_[id] = Session{member_id, std::move(stream)};
+  return id;
+}
+
+std::string RoundManager::Context::MemberOf(int64_t session) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  auto it = m_->sessions_.find(session);
+  return it == m_->sessions_.end() ? std::string() : it->second.member_id;
+}
+
+int64_t RoundManager::Context::SessionOf(const std::string& member_id) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (const auto& [id, session] : m_->sessions_) {
+    if (session.member_id == member_id) return id;
   }
-  if (slowest_wait > absl::ZeroDuration()) {
-    record->set_slowest_wait_seconds(absl::ToDoubleSeconds(slowest_wait));
-  }
+  return -1;
 }
 
-// The other mode's calls get these answers.
-absl::StatusOr<std::shared_ptr<RangeReducer>> RoundManager::Driver::ChunkReducer(int64_t) {
-  return absl::InvalidArgumentError(
-      "chunk: in a sharded round deltas go to the range owners (DataPlane.Reduce), not to the "
-      "coordinator");
+std::vector<int64_t> RoundManager::Context::Sessions() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<int64_t> ids;
+  for (const auto& [id, session] : m_->sessions_) ids.push_back(id);
+  return ids;
 }
 
-absl::Status RoundManager::Driver::AddChunk(int64_t, const v1::Chunk&, absl::Status,
-                                            const std::vector<float>&) {
-  return absl::FailedPreconditionError("chunk: not in a star round");
+bool RoundManager::Context::Send(int64_t session, std::shared_ptr<const v1::SyncResponse> message)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  auto it = m_->sessions_.find(session);
+  if (it == m_->sessions_.end()) return false;
+  it->second.member->Enqueue(std::move(message));
+  m_->Touch(it->second.member);
+  return true;
 }
 
-absl::StatusOr<RoundManager::MeanWork> RoundManager::Driver::ClaimMean(int64_t, int) {
-  return absl::FailedPreconditionError("mean: not in a sharded round");
+void RoundManager::Context::End(int64_t session,
+                                const absl::Status& status) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  auto it = m_->sessions_.find(session);
+  if (it == m_->sessions_.end()) return;
+  it->second.member->Close(status);
+  m_->Touch(it->second.member);
+  m_->sessions_.erase(it);
 }
 
-absl::Status RoundManager::Driver::FinishMean(int64_t, int, int64_t, const MeanWork&,
-                                              absl::Status) {
-  return absl::FailedPreconditionError("mean: not in a sharded round");
+void RoundManager::Context::CountBytes(int64_t received,
+                                       int64_t sent) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  m_->round_->bytes_received += received;
+  m_->round_->bytes_sent += sent;
 }
 
-absl::Status RoundManager::Driver::Deliver(int64_t, const v1::Delivered&) {
-  return absl::FailedPreconditionError("delivered: not in a sharded round");
+bool RoundManager::Context::MayCommit() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->MayCommit();
 }
 
-absl::Status RoundManager::Driver::Unreachable(int64_t, const v1::OwnerUnreachable&) {
-  return absl::FailedPreconditionError("unreachable: not in a sharded round");
+void RoundManager::Context::Commit(const std::vector<std::string>& included, int64_t step,
+                                   std::string log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  m_->Publish(included, step, std::move(log));
+}
+
+void RoundManager::Context::Abort(const std::string& reason) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  m_->Abort(reason);
 }
 
 }  // namespace localsgd

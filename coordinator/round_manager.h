@@ -17,35 +17,24 @@
 #include "common/mutex.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/global_model.h"
+#include "coordinator/round_driver.h"
+#include "coordinator/sharded_driver.h"
+#include "coordinator/star_driver.h"
 #include "coordinator/state_writer.h"
 #include "coordinator/suspensions.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
-#include "exchange/model_digest.h"
-#include "exchange/outer_step.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
 
-// One member's Sync stream as the round manager sees it (the gRPC adapter implements it).
-class RoundMember : public ChunkStream<v1::SyncResponse> {
- public:
-  // Ends the stream at once with CANCELLED, dropping what is queued and cancelling a write in
-  // flight (at the next Flush): its member opened a newer stream and does not read this one.
-  // Called under the round manager's lock, like Enqueue.
-  virtual void Cancel() = 0;
-};
-
 // The sync rounds of the active run (docs/design.md, "One round, both modes"): the facade
 // over one lock, the session table, the run's model (global[r] and the outer optimizer
 // state, handed out as immutable snapshots) and the commit pipeline through the state
 // writer. It opens a round when the first member's header arrives (its members are the node
-// leaders alive then) and gives it to the driver of the run's exchange mode: the star driver
-// (star_driver.cc: a StarRound decides, the range reducer averages here) or the sharded
-// driver (sharded_driver.cc: a ShardedRound decides, the owners average, and this copy
-// applies their means through the outer optimizer exactly as the members do). Knows nothing
-// of gRPC.
+// leaders alive then) and gives it to the driver of the run's exchange mode (StarDriver,
+// ShardedDriver), which sees the round through a RoundContext. Knows nothing of gRPC.
 // Thread-safe. Lock order: this manager's lock, then the control plane's.
 class RoundManager {
  public:
@@ -118,96 +107,48 @@ class RoundManager {
 
  private:
   struct Session {
-    int slot = -1;  // star rounds
     std::string member_id;
     std::shared_ptr<RoundMember> member;
-    int64_t step = 0;
-    int chunks_received = 0;  // star rounds
-    bool delivered = false;   // sharded rounds
     // Star rounds: where this stream's chunks are decoded (outside the lock, one at a time),
     // reused across its chunks.
     std::shared_ptr<std::vector<float>> scratch = std::make_shared<std::vector<float>>();
   };
-  // A sharded round's next model, computed chunk by chunk as the owners' means arrive.
-  struct NextModel {
-    std::shared_ptr<std::vector<float>> global;
-    std::shared_ptr<std::vector<float>> momentum;  // empty without outer momentum
-    // Each chunk's digest, taken as its mean is applied (the members' are checked against it).
-    RangeDigests digests{0};
-  };
-  // An owner's mean, claimed under the lock and applied outside it (ShardedDriver).
-  struct MeanWork {
-    int shard = -1;
-    std::shared_ptr<NextModel> next;
-    std::shared_ptr<RangeReducer> engine;
-    v1::Codec codec = v1::CODEC_FP32;
-    OuterOptimizer outer;
-    // Without the lock (sharded_driver.cc): decodes mean `index` into its range of `next` and
-    // runs the outer step there. OUT_OF_RANGE when the update overflows fp32,
-    // INVALID_ARGUMENT for bytes that do not decode.
-    absl::Status Apply(int index, const v1::Chunk& chunk) const;
-  };
-  // One exchange mode's round (star_driver.cc, sharded_driver.cc): it holds the mode's
-  // decisions (StarRound, ShardedRound) and acts on them. Every method runs under the
-  // manager's lock; a mode answers the calls of the other mode with the error the base gives.
-  class Driver {
+  // The manager as the open round's driver sees it (RoundContext): every call under mu_.
+  class Context : public RoundContext {
    public:
-    virtual ~Driver() = default;
-    // A header Join checked: enters the member into the round; its session id.
-    virtual absl::StatusOr<int64_t> Arrive(const v1::SyncHeader& header,
-                                           const std::shared_ptr<RoundMember>& member) = 0;
-    // A live leader whose header was refused leaves the round (if it has not joined it);
-    // `excused`: it is not held against it (Suspensions), as for a member a fragment apart.
-    virtual void Refuse(const std::string& member_id, const std::string& reason, bool excused) = 0;
-    virtual void Leave(int64_t session, const absl::Status& why) = 0;
-    virtual void EndOfInput(int64_t session) = 0;
-    virtual void Tick(absl::Time now, const std::vector<ControlPlane::Leader>& leaders) = 0;
-    // After any change: drops, layout, sends, then commit or abort.
-    virtual void Advance() = 0;
-    // The round is aborting: forget the mode's partial work.
-    virtual void OnAbort() {}
-    // The mode's part of the round's record.
-    virtual void Record(v1::RoundRecord* record) const = 0;
-    // What the round holds against its members, for the suspensions.
-    virtual std::vector<RoundFault> Faults() const = 0;
-    // Star rounds: the reducer a member's chunk is checked against (outside the lock), then
-    // the chunk with that check's result.
-    virtual absl::StatusOr<std::shared_ptr<RangeReducer>> ChunkReducer(int64_t session);
-    virtual absl::Status AddChunk(int64_t session, const v1::Chunk& chunk, absl::Status checked,
-                                  const std::vector<float>& decoded);
-    // Sharded rounds: an owner's mean claimed, then (applied outside the lock) its outcome.
-    virtual absl::StatusOr<MeanWork> ClaimMean(int64_t session, int index);
-    virtual absl::Status FinishMean(int64_t session, int index, int64_t bytes, const MeanWork& work,
-                                    absl::Status applied);
-    virtual absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
-    virtual absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
+    explicit Context(RoundManager* manager) : m_(manager) {}
+    absl::Time Now() const override;
+    const std::string& run_id() const override;
+    const v1::RunSpec& spec() const override;
+    int64_t committed_round() const override;
+    int64_t committed_step() const override;
+    const Round& round() const override;
+    uint64_t NextAttempt() override;
+    int64_t AddSession(const std::string& member_id, std::shared_ptr<RoundMember> stream) override;
+    std::string MemberOf(int64_t session) const override;
+    int64_t SessionOf(const std::string& member_id) const override;
+    std::vector<int64_t> Sessions() const override;
+    bool Send(int64_t session, std::shared_ptr<const v1::SyncResponse> message) override;
+    void End(int64_t session, const absl::Status& status) override;
+    void CountBytes(int64_t received, int64_t sent) override;
+    bool MayCommit() const override;
+    void Commit(const std::vector<std::string>& included, int64_t step, std::string log) override;
+    void Abort(const std::string& reason) override;
 
-   protected:
-    // The members dropped (with their reasons) and the slowest wait, into `record`.
-    static void RecordOutcomes(const std::vector<std::pair<std::string, std::string>>& dropped,
-                               absl::Duration slowest_wait, v1::RoundRecord* record);
+   private:
+    RoundManager* const m_;
   };
-  class StarDriver;
-  class ShardedDriver;
-  // The drivers of a round opened now (star_driver.cc, sharded_driver.cc).
-  static std::unique_ptr<Driver> MakeStarDriver(RoundManager* manager,
-                                                const std::vector<ControlPlane::Leader>& leaders)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(manager->mu_);
-  static std::unique_ptr<Driver> MakeShardedDriver(RoundManager* manager,
-                                                   const std::vector<ControlPlane::Leader>& leaders)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(manager->mu_);
 
   struct Round {
-    int64_t number = 0;
-    int fragment = 0;  // RunSpec.fragments: the fragment it carries (the first header's)
-    // What it averages on (GlobalModel::RoundReducer).
-    std::shared_ptr<RangeReducer> reducer;
-    absl::Time opened;
+    RoundContext::Round info;
     std::vector<std::string> members;  // the leaders expected when it opened
     std::vector<std::pair<std::string, std::string>> suspended;  // live leaders left out: why
     int64_t bytes_received = 0;
     int64_t bytes_sent = 0;
-    std::unique_ptr<Driver> driver;
+    // The mode's driver, and the same as the mode's class (the other null).
+    std::unique_ptr<RoundDriver> driver;
+    StarDriver* star = nullptr;
+    ShardedDriver* sharded = nullptr;
   };
   // A model applied but not yet saved (a commit, or the initial model without members): what
   // to do once it is on disk.
@@ -231,8 +172,6 @@ class RoundManager {
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound(int64_t number, int fragment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new session for the member in the round.
-  int64_t AddSession(Session session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The update is applied to model_.engine: records round and step, then (once the model is
   // saved, when there is a state folder) commits the run, sends the RoundCommit and ends the
   // round's streams. `log` describes the round.
@@ -257,13 +196,10 @@ class RoundManager {
   // The state writer saved the pending model (on its thread).
   void OnSaved(const absl::Status& saved) ABSL_LOCKS_EXCLUDED(mu_);
   void FinishCommit(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The session of a member in the round, or sessions_.end().
-  std::map<int64_t, Session>::iterator SessionOf(const std::string& member_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one);
-  // `excused` as for Driver::Refuse.
+  // `excused` as for RoundDriver::Refuse.
   void Refuse(const std::string& member_id, const absl::Status& status, bool excused = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acts on the round's decisions, if a round is open.
@@ -292,6 +228,7 @@ class RoundManager {
 
   ControlPlane* const plane_;
   const Options options_;
+  Context context_{this};
 
   Mutex mu_;
   GlobalModel model_ ABSL_GUARDED_BY(mu_);

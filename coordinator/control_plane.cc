@@ -254,12 +254,15 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
   if (request.reason().size() > kMaxReasonLength) {
     return absl::InvalidArgumentError("reason: longer than 1024 bytes");
   }
+  if (request.failed() && request.preempted()) {
+    return absl::InvalidArgumentError("failed, preempted: a worker leaves one way, not both");
+  }
   SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
   const Member* leaving = membership_.Find(request.worker_id());
   const int64_t generation = leaving != nullptr ? leaving->generation : -1;
   LOCALSGD_RETURN_IF_ERROR(membership_.Leave(request.worker_id(), request.member_credential()));
-  const bool failed = absl::StartsWith(request.reason(), "failed");
+  const bool failed = request.failed();
   const bool preempted = request.preempted() && runs_.active();
   Note(failed      ? v1::EVENT_SEVERITY_ERROR
        : preempted ? v1::EVENT_SEVERITY_WARNING
@@ -273,6 +276,7 @@ absl::Status ControlPlane::Leave(const v1::LeaveRequest& request) {
     result.set_worker_id(request.worker_id());
     result.set_left_reason(request.reason());
     result.set_preempted(preempted);
+    result.set_failed(failed);
   }
   const v1::RunState before = runs_.info().state();
   UpdateRun();
@@ -708,7 +712,7 @@ void ControlPlane::FailIfEveryWorkerFailed() {
   }
   std::vector<std::string> errors;
   for (const auto& [id, result] : results_) {
-    if (result.step() > 0 || !absl::StartsWith(result.left_reason(), "failed")) return;
+    if (result.step() > 0 || !result.failed()) return;
     errors.push_back(absl::StrCat(id, ": ", result.left_reason()));
   }
   constexpr size_t kShown = 3;

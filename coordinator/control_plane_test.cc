@@ -468,6 +468,13 @@ TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWith
     v1::LeaveRequest leave;
     leave.set_worker_id(id);
     leave.set_reason("failed: dataset.path: cannot open /nope");
+    leave.set_failed(true);
+    if (std::string(id) == "a/0") {
+      leave.set_preempted(true);  // one way or the other, not both
+      EXPECT_THAT(Leave(*plane, leave),
+                  StatusIs(absl::StatusCode::kInvalidArgument, "failed, preempted"));
+      leave.set_preempted(false);
+    }
     ASSERT_THAT(Leave(*plane, leave), IsOk());
   }
   v1::CoordinatorStatus status = plane->Status();
@@ -491,8 +498,20 @@ TEST_F(ControlPlaneTest, ARunWhoseEveryWorkerFailedBeforeTrainingFailsAtOnceWith
   v1::LeaveRequest leave;
   leave.set_worker_id("a/0");
   leave.set_reason("failed: out of memory");
+  leave.set_failed(true);
   ASSERT_THAT(Leave(*other, leave), IsOk());
   EXPECT_EQ(other->Run().state(), v1::RUN_STATE_RUNNING);
+
+  // The field decides, not the text: a reason that reads "failed" is a plain leave.
+  auto worded = Make();
+  ASSERT_THAT(Join(*worded, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(worded->StartRun(StartRequest(1)), IsOk());
+  v1::LeaveRequest text_only;
+  text_only.set_worker_id("a/0");
+  text_only.set_reason("failed: only in words");
+  ASSERT_THAT(Leave(*worded, text_only), IsOk());
+  EXPECT_NE(worded->Run().state(), v1::RUN_STATE_FAILED);
+  EXPECT_THAT(Kinds(worded->Status()), ::testing::Contains("worker_left"));
 }
 
 TEST_F(ControlPlaneTest, RoundsMakeASeriesEventsAndHistogramCounts) {

@@ -23,6 +23,7 @@
 #include "coordinator/ctl_format.h"
 #include "coordinator/status_render.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
@@ -81,24 +82,31 @@ int Fail(const absl::Status& status) {
 class Ctl {
  public:
   Ctl(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<grpc::Channel> streaming,
-      std::string token)
+      std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token)
       : control_(std::move(channel), token, absl::GetFlag(FLAGS_timeout)),
         streaming_(std::move(streaming)),
+        credentials_(std::move(credentials)),
         token_(std::move(token)) {}
 
   int Fetch() {
     const std::string path = absl::GetFlag(FLAGS_out);
     if (path.empty()) return Usage("fetch needs --out=FILE");
+    // From the node leaders that hold it when they are live (checked by digest), else from
+    // the coordinator.
     localsgd::ModelClient client(streaming_, token_);
-    absl::StatusOr<localsgd::ModelClient::Model> model =
-        client.FetchModel(absl::GetFlag(FLAGS_run_id), absl::GetFlag(FLAGS_timeout));
-    if (!model.ok()) return Fail(model.status());
+    const localsgd::ModelFetcher fetcher({&client, token_, credentials_, /*member_id=*/""});
+    absl::StatusOr<localsgd::ModelFetcher::Fetched> fetched =
+        fetcher.Fetch(absl::GetFlag(FLAGS_run_id), absl::GetFlag(FLAGS_timeout),
+                      /*include_momentum=*/false);
+    if (!fetched.ok()) return Fail(fetched.status());
+    const localsgd::ModelClient::Model* model = &fetched->model;
     const std::string bytes(reinterpret_cast<const char*>(model->values.data()),
                             model->values.size() * sizeof(float));
     if (absl::Status s = localsgd::WriteFileAtomically(path, bytes); !s.ok()) return Fail(s);
-    std::printf("run %s round %lld global step %lld: %zu values written to %s\n",
+    std::printf("run %s round %lld global step %lld: %zu values (from %s) written to %s\n",
                 model->run_id.c_str(), static_cast<long long>(model->round),
-                static_cast<long long>(model->global_step), model->values.size(), path.c_str());
+                static_cast<long long>(model->global_step), model->values.size(),
+                fetched->source.c_str(), path.c_str());
     return 0;
   }
 
@@ -185,7 +193,8 @@ class Ctl {
 
  private:
   localsgd::ControlClient control_;
-  std::shared_ptr<grpc::Channel> streaming_;  // large messages (model chunks)
+  std::shared_ptr<grpc::Channel> streaming_;               // large messages (model chunks)
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // also for the holders' data planes
   std::string token_;
 };
 
@@ -206,7 +215,8 @@ int main(int argc, char** argv) {
       localsgd::ChannelCredentialsFromFlags();
   if (!credentials.ok()) return Fail(credentials.status());
   Ctl ctl(grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials),
-          localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator), *credentials), *token);
+          localsgd::CreateStreamingChannel(absl::GetFlag(FLAGS_coordinator), *credentials),
+          *credentials, *token);
   const std::string command = args[1];
   if (command == "start") return ctl.Start();
   if (command == "stop") return ctl.Stop();

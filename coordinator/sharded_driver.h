@@ -94,7 +94,7 @@ class ShardedDriver : public RoundDriver {
   std::map<std::string, std::string> data_plane_keys_;
   const std::vector<std::string> expected_;  // the leaders live when the round opened
   const uint64_t attempt_;
-  bool laid_out_ = false;  // the RoundHeader went out
+  bool laid_out_ = false;        // the RoundHeader went out
   std::set<int64_t> delivered_;  // sessions
   // The next model, installed at the commit.
   std::shared_ptr<NextModel> next_;

@@ -24,6 +24,7 @@
 #include "common/run_spec.h"
 #include "common/tls.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 #include "python/proto_to_python.h"
 #include "worker/environment.h"
 #include "worker/replica.h"
@@ -137,6 +138,10 @@ class Client {
         grpc::CreateChannel(options.coordinator, credentials), options.token, timeout_);
     models_ = std::make_unique<ModelClient>(
         CreateStreamingChannel(options.coordinator, credentials), options.token);
+    // From the node leaders that hold it when they are live (checked by digest), else from
+    // the coordinator.
+    fetcher_ = std::make_unique<ModelFetcher>(
+        ModelFetcher::Options{models_.get(), options.token, credentials, /*member_id=*/""});
   }
 
   py::object Start(const std::string& spec_json) {
@@ -162,7 +167,9 @@ class Client {
     }));
   }
   py::dict FetchModel(const std::string& run_id) {
-    ModelClient::Model m = Check(WithoutGil([&] { return models_->FetchModel(run_id, timeout_); }));
+    ModelFetcher::Fetched fetched = Check(
+        WithoutGil([&] { return fetcher_->Fetch(run_id, timeout_, /*include_momentum=*/false); }));
+    ModelClient::Model& m = fetched.model;
     at::Tensor values = torch::empty({static_cast<int64_t>(m.values.size())}, torch::kFloat32);
     std::memcpy(values.data_ptr<float>(), m.values.data(), m.values.size() * sizeof(float));
     py::dict out;
@@ -170,6 +177,7 @@ class Client {
     out["round"] = m.round;
     out["global_step"] = m.global_step;
     out["values"] = values;
+    out["source"] = fetched.source;
     return out;
   }
 
@@ -177,6 +185,7 @@ class Client {
   const absl::Duration timeout_;
   std::unique_ptr<ControlClient> control_;
   std::unique_ptr<ModelClient> models_;
+  std::unique_ptr<ModelFetcher> fetcher_;
 };
 
 }  // namespace
@@ -255,10 +264,12 @@ PYBIND11_MODULE(_C, m) {
           py::arg("wait") = 60.0)
       .def(
           "leave",
-          [](Replica& r, const std::string& reason, bool preempted) {
-            localsgd::Check(r.Leave(reason, preempted));
+          // `failed`: the loop raised an error (LeaveRequest.failed).
+          [](Replica& r, const std::string& reason, bool failed) {
+            localsgd::Check(
+                r.Leave(reason, failed ? Replica::Departure::kFailed : Replica::Departure::kDone));
           },
-          py::arg("reason"), py::arg("preempted") = false, py::call_guard<py::gil_scoped_release>())
+          py::arg("reason"), py::arg("failed") = false, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Replica::rank)
       .def_property_readonly("world_size", &Replica::world_size)
       .def_property_readonly("local_rank", &Replica::local_rank)

@@ -749,6 +749,15 @@ TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
   EXPECT_EQ(fetched->model.values, reference->values);
   EXPECT_EQ(fetched->model.momentum, reference->momentum);
 
+  // An operator's fetch (localsgdctl fetch, export_model, Client.fetch_model: no member id,
+  // no momentum) comes from the holders too.
+  const ModelFetcher operators({&client, kToken, nullptr, /*member_id=*/""});
+  auto fetched_by_operator = operators.Fetch("", kTimeout, /*include_momentum=*/false);
+  ASSERT_THAT(fetched_by_operator, IsOk());
+  EXPECT_EQ(fetched_by_operator->source, "node-0/0, node-1/0");
+  EXPECT_EQ(fetched_by_operator->model.values, reference->values);
+  EXPECT_TRUE(fetched_by_operator->model.momentum.empty());
+
   // A holder whose copy differs by one value (a bug, a flipped bit, a liar) is not believed:
   // the model comes from the coordinator.
   leaders_[1].held->Commit(2, reference->global_step,

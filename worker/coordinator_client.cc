@@ -185,7 +185,7 @@ v1::RunInfo CoordinatorClient::run() const {
   return run_;
 }
 
-absl::Status CoordinatorClient::Leave(const std::string& reason, bool preempted) {
+absl::Status CoordinatorClient::Leave(const std::string& reason, Departure departure) {
   {
     MutexLock lock(&mu_);
     if (left_) return absl::OkStatus();
@@ -197,7 +197,8 @@ absl::Status CoordinatorClient::Leave(const std::string& reason, bool preempted)
   request.set_worker_id(worker_id());
   request.set_member_credential(member_credential());
   request.set_reason(reason);
-  request.set_preempted(preempted);
+  request.set_preempted(departure == Departure::kPreempted);
+  request.set_failed(departure == Departure::kFailed);
   v1::LeaveResponse response;
   return FromGrpcStatus(stub_->Leave(Context().get(), request, &response));
 }

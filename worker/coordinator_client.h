@@ -65,9 +65,12 @@ class CoordinatorClient {
   // The run as of the latest heartbeat.
   v1::RunInfo run() const;
 
-  // Stops heartbeating and leaves, `preempted` when stopped from outside before training was
-  // done (LeaveRequest.preempted). Idempotent.
-  absl::Status Leave(const std::string& reason, bool preempted = false);
+  // How a worker leaves (LeaveRequest): done (its training finished, or the run ended or was
+  // stopped first), preempted (stopped from outside before training was done: it is expected
+  // back), or failed (on an error, which `reason` says).
+  enum class Departure { kDone, kPreempted, kFailed };
+  // Stops heartbeating and leaves. Idempotent.
+  absl::Status Leave(const std::string& reason, Departure departure = Departure::kDone);
 
   std::string worker_id() const {
     MutexLock lock(&mu_);

@@ -24,6 +24,7 @@
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
 #include "worker/dataset.h"
 #include "worker/flat_model.h"
@@ -77,8 +78,13 @@ absl::Status Export(const std::string& out) {
   const v1::RunSpec& spec = run.spec();
   LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel(spec.model(), 0));
   const std::vector<torch::Tensor> tensors = ModelTensors(*model, spec.average_buffers());
+  // From the node leaders that hold it when they are live (checked by digest), else from the
+  // coordinator.
   ModelClient models(CreateStreamingChannel(address, credentials), token);
-  LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model fetched, models.FetchModel(run.run_id(), timeout));
+  const ModelFetcher fetcher({&models, token, credentials, /*member_id=*/""});
+  LOCALSGD_ASSIGN_OR_RETURN(ModelFetcher::Fetched from,
+                            fetcher.Fetch(run.run_id(), timeout, /*include_momentum=*/false));
+  ModelClient::Model& fetched = from.model;
   if (static_cast<int64_t>(fetched.values.size()) != NumValues(tensors)) {
     return absl::FailedPreconditionError(
         absl::StrCat("run ", run.run_id(), "'s model has ", fetched.values.size(),

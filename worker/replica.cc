@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::ConnectOnce(std::vector<at::Te
   if (!status.ok()) {
     session
         ->Leave(absl::IsCancelled(status) ? "stopped before training"
-                                          : absl::StrCat("failed: ", status.ToString()))
+                                          : absl::StrCat("failed: ", status.ToString()),
+                absl::IsCancelled(status) ? Session::Departure::kDone : Session::Departure::kFailed)
         .IgnoreError();
     return status;
   }
@@ -214,13 +215,13 @@ absl::Status Replica::Finish(absl::Duration wait) {
                           Session::Ending::kFinished, wait);
 }
 
-absl::Status Replica::Leave(const std::string& reason, bool preempted) {
+absl::Status Replica::Leave(const std::string& reason, Departure departure) {
   MutexLock lock(&mu_);
   if (done_) return absl::OkStatus();
   done_ = true;
   g_replica_open = false;
   local_sgd_->Abandon();
-  return session_->Leave(reason, preempted);
+  return session_->Leave(reason, departure);
 }
 
 }  // namespace localsgd

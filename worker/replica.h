@@ -76,9 +76,10 @@ class Replica {
   // most `wait` as a member until the run ends (so the coordinator sees every rank finish),
   // and leaving with "finished". Idempotent; the destructor calls it.
   absl::Status Finish(absl::Duration wait = absl::Seconds(60));
-  // Leaves without the last sync (the loop raised, or was interrupted), with `reason`.
-  // Idempotent; Finish then does nothing.
-  absl::Status Leave(const std::string& reason, bool preempted = false);
+  // Leaves without the last sync (the loop raised, or was interrupted), with `reason` and how
+  // (done, preempted, or failed on an error). Idempotent; Finish then does nothing.
+  using Departure = Session::Departure;
+  absl::Status Leave(const std::string& reason, Departure departure = Departure::kDone);
 
   int rank() const { return session_->rank(); }
   int world_size() const { return session_->world_size(); }

@@ -124,7 +124,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   if (!spec.ok()) {
     session
         ->Leave(session->options_.stop() ? "stopped before a run began"
-                                         : absl::StrCat("failed: ", spec.status().ToString()))
+                                         : absl::StrCat("failed: ", spec.status().ToString()),
+                session->options_.stop() ? Departure::kDone : Departure::kFailed)
         .IgnoreError();
     return spec.status();
   }
@@ -350,7 +351,8 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
          absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  return coordinator_->Leave(reason, ending == Ending::kPreempted);
+  return coordinator_->Leave(
+      reason, ending == Ending::kPreempted ? Departure::kPreempted : Departure::kDone);
 }
 
 }  // namespace localsgd

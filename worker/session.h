@@ -142,10 +142,10 @@ class Session : public ParameterAverager {
                       const std::string& reason, Ending ending = Ending::kFinished,
                       absl::Duration wait = absl::Seconds(60));
 
-  // Leaves the coordinator (idempotent), e.g. with "failed: <error>"; `preempted` as in
-  // LeaveRequest.
-  absl::Status Leave(const std::string& reason, bool preempted = false) {
-    return coordinator_->Leave(reason, preempted);
+  using Departure = CoordinatorClient::Departure;
+  // Leaves the coordinator (idempotent), e.g. with "failed: <error>" as kFailed.
+  absl::Status Leave(const std::string& reason, Departure departure = Departure::kDone) {
+    return coordinator_->Leave(reason, departure);
   }
 
  private:

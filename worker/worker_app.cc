@@ -230,7 +230,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   const std::string& worker_id = session.worker_id();
   const localsgd::v1::RunSpec& spec = session.spec();
   auto leave_and_fail = [&](const std::string& message) {
-    session.Leave(absl::StrCat("failed: ", message)).IgnoreError();
+    session.Leave(absl::StrCat("failed: ", message), Session::Departure::kFailed).IgnoreError();
     return Fail(message);
   };
   const std::string save_path = absl::GetFlag(FLAGS_save_model);
@@ -290,7 +290,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   auto not_training = [&](const absl::Status& status) {
     if (g_stop.load()) {
       localsgd::LogInfo("stopped by signal before training");
-      session.Leave("stopped by signal", /*preempted=*/true).IgnoreError();
+      session.Leave("stopped by signal", Session::Departure::kPreempted).IgnoreError();
       return SignalExit();
     }
     if (session.RunEnded()) {

@@ -156,7 +156,7 @@ class LocalSGD:
         elif issubclass(exc_type, RunEnded):
             self._leave(f"stopped: {exc}")
         else:
-            self._leave(f"failed: {exc_type.__name__}: {exc}")
+            self._leave(f"failed: {exc_type.__name__}: {exc}", failed=True)
         return False
 
     def step(self):
@@ -186,10 +186,10 @@ class LocalSGD:
             self._closed = True
             self._replica.finish(wait)
 
-    def _leave(self, reason):
+    def _leave(self, reason, failed=False):
         if not self._closed:
             self._closed = True
-            self._replica.leave(reason)
+            self._replica.leave(reason, failed)
 
     @property
     def steps(self):
@@ -288,8 +288,9 @@ class Client:
 
     def fetch_model(self, run_id="", into=None):
         """A run's committed global model (default: the active or last run): a dict with
-        run_id, round, global_step and values (a flat float32 tensor in the order of the
-        model's parameters). With `into` (a module), also copies it into its parameters."""
+        run_id, round, global_step, values (a flat float32 tensor in the order of the
+        model's parameters) and source (the node leaders it came from, checked by digest, or
+        "the coordinator"). With `into` (a module), also copies it into its parameters."""
         model = self._client.fetch_model(run_id)
         if into is not None:
             params = list(into.parameters())

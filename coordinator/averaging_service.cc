@@ -248,8 +248,9 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
       for (v1::ModelHolder& holder : rounds->Holders(snapshot_.run_id, snapshot_.round)) {
         *header->add_holders() = std::move(holder);
       }
-      StartWriteLast(&message_, grpc::WriteOptions());
-      headers_only_ = true;
+      // Written and finished in one: a last write alone may wait in gRPC's buffers for the
+      // Finish that OnWriteDone would make, on a connection with nothing else to send.
+      StartWriteAndFinish(&message_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
     StartWrite(&message_);
@@ -258,10 +259,6 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
   void OnWriteDone(bool ok) override {
     if (!ok) {
       Finish(ToGrpcStatus(absl::CancelledError("write failed")));
-      return;
-    }
-    if (headers_only_) {
-      Finish(grpc::Status::OK);
       return;
     }
     // The model's chunks, then the momentum's (when asked for).
@@ -286,7 +283,6 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
 
  private:
   bool include_momentum_;
-  bool headers_only_ = false;
   RoundManager::ModelSnapshot snapshot_;
   v1::FetchModelResponse message_;
   int next_chunk_ = 0;

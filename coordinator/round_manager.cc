@@ -16,6 +16,7 @@
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "coordinator/restore_plan.h"
 #include "coordinator/round_refusal.h"
 #include "coordinator/sync_admission.h"
 #include "exchange/codec.h"
@@ -209,37 +210,16 @@ absl::Status RoundManager::Restore() {
                      " (global step ", run.global_step(), "): ", why,
                      ". Move model.bin away to let the node leaders upload their model again"));
   };
-  if (saved.round > run.round() + 1) return disagree("the model is more than one commit ahead");
-  std::string note;                               // what the restore changed, for its event
-  const bool behind = saved.round < run.round();  // rounds were lost
-  if (saved.round == run.round() + 1) {
-    // The model was saved, then the coordinator stopped before the run record followed.
-    if (absl::Status s =
-            plane_->CommitRound(run.run_id(), saved.round, saved.global_step, saved.global_step);
+  absl::StatusOr<RestorePlan> plan = PlanRestore(saved.round, saved.global_step, run);
+  if (!plan.ok()) return disagree(plan.status().message());
+  if (plan->commit) {
+    if (absl::Status s = plane_->CommitRound(run.run_id(), plan->round, plan->global_step,
+                                             plan->global_step, plan->restored);
         !s.ok()) {
       return disagree(s.message());
     }
-    note = absl::StrCat("; round ", saved.round, " was saved but not recorded: recorded it now");
-  } else if (saved.round < run.round() && run.state() == v1::RUN_STATE_RUNNING) {
-    // Commits are announced before their model is on disk: the members went on past the
-    // saved model. It is committed again, as the round after the record's (rounds only move
-    // forward), at its own global step; members adopt it as the committed model, as stale
-    // members do, and train the lost rounds' steps again.
-    const int64_t again = run.round() + 1;
-    if (absl::Status s = plane_->CommitRound(run.run_id(), again, saved.global_step,
-                                             saved.global_step, /*restored=*/true);
-        !s.ok()) {
-      return disagree(s.message());
-    }
-    note = absl::StrCat("; rounds ", saved.round + 1, " to ", run.round(),
-                        " were committed but their model was not on disk yet: the run goes on "
-                        "from the saved model as round ",
-                        again, " at global step ", saved.global_step);
-    saved.round = again;
-  } else if (saved.round < run.round()) {
-    note = absl::StrCat("; the run ended at round ", run.round(),
-                        ", whose model was not on disk yet: this is its latest saved model");
   }
+  saved.round = plan->round;
   model_.Reset(run.run_id(), run.spec(), saved.round, saved.global_step);
   suspensions_ = SuspensionsFor(run.spec());
   const size_t values = saved.global.size();
@@ -248,11 +228,11 @@ absl::Status RoundManager::Restore() {
     model_.Reset("", v1::RunSpec(), 0, 0);
     return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
   }
-  plane_->RecordEvent(behind ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
+  plane_->RecordEvent(plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
                       "model_restored",
                       absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
                                    model_.round(), " (global step ", model_.global_step(), ", ",
-                                   values, " values) from ", path, note));
+                                   values, " values) from ", path, plan->note));
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/file_util.h"
+#include "common/grpc_channel.h"
 #include "coordinator/coordinator_server.h"
 #include "exchange/codec.h"
 #include "exchange/model_client.h"
@@ -197,6 +198,14 @@ TEST_F(AveragingTest, WeightedMeanMatchesReferenceAndEveryCopyIsBitIdentical) {
   EXPECT_EQ(fetched->round, 1);
   EXPECT_EQ(fetched->global_step, 8);
   EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), kValues * sizeof(float)), 0);
+  // The header alone (holders_only), on a connection of its own that carries nothing else,
+  // comes at once: written as a last write, it waited in gRPC's buffers for the deadline.
+  ModelClient idle(
+      CreateStreamingChannel(server_->grpc_address(), grpc::InsecureChannelCredentials(), 7),
+      kToken);
+  auto header = idle.FetchHolders("", absl::Seconds(3), /*include_momentum=*/false);
+  ASSERT_THAT(header, IsOk());
+  EXPECT_EQ(header->round(), 1);
 
   v1::CoordinatorStatus status = Status();
   EXPECT_EQ(status.run().round(), 1);

@@ -1,0 +1,39 @@
+#include "coordinator/restore_plan.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace localsgd {
+
+absl::StatusOr<RestorePlan> PlanRestore(int64_t saved_round, int64_t saved_step,
+                                        const v1::RunInfo& run) {
+  if (saved_round > run.round() + 1) {
+    return absl::FailedPreconditionError("the model is more than one commit ahead");
+  }
+  RestorePlan plan;
+  plan.round = saved_round;
+  plan.global_step = saved_step;
+  if (saved_round == run.round() + 1) {
+    // The model was saved, then the coordinator stopped before the run record followed.
+    plan.commit = true;
+    plan.note = absl::StrCat("; round ", saved_round, " was saved but not recorded: recorded it now");
+  } else if (saved_round < run.round() && run.state() == v1::RUN_STATE_RUNNING) {
+    // The members went on past the saved model. It is committed again, as the round after the
+    // record's (rounds only move forward), at its own global step; members adopt it as the
+    // committed model, as stale members do, and train the lost rounds' steps again.
+    plan.round = run.round() + 1;
+    plan.commit = true;
+    plan.restored = true;
+    plan.lost_rounds = true;
+    plan.note = absl::StrCat("; rounds ", saved_round + 1, " to ", run.round(),
+                             " were committed but their model was not on disk yet: the run goes "
+                             "on from the saved model as round ",
+                             plan.round, " at global step ", saved_step);
+  } else if (saved_round < run.round()) {
+    plan.lost_rounds = true;
+    plan.note = absl::StrCat("; the run ended at round ", run.round(),
+                             ", whose model was not on disk yet: this is its latest saved model");
+  }
+  return plan;
+}
+
+}  // namespace localsgd

@@ -15,7 +15,8 @@ absl::StatusOr<RestorePlan> PlanRestore(int64_t saved_round, int64_t saved_step,
   if (saved_round == run.round() + 1) {
     // The model was saved, then the coordinator stopped before the run record followed.
     plan.commit = true;
-    plan.note = absl::StrCat("; round ", saved_round, " was saved but not recorded: recorded it now");
+    plan.note =
+        absl::StrCat("; round ", saved_round, " was saved but not recorded: recorded it now");
   } else if (saved_round < run.round() && run.state() == v1::RUN_STATE_RUNNING) {
     // The members went on past the saved model. It is committed again, as the round after the
     // record's (rounds only move forward), at its own global step; members adopt it as the

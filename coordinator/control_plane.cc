@@ -15,6 +15,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
+#include "coordinator/run_verdict.h"
 
 namespace localsgd {
 namespace {
@@ -210,24 +211,15 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
                       request.model_path(), " by ", request.worker_id()));
     run_changed = true;
   }
-  if (!std::isfinite(request.loss()) && runs_.info().state() == v1::RUN_STATE_RUNNING) {
-    std::vector<Member> members = membership_.Members();
-    if (std::all_of(members.begin(), members.end(),
-                    [](const Member& m) { return !std::isfinite(m.loss); })) {
-      runs_
-          .Fail(
-              "every worker reports a non-finite training loss (NaN or infinity): training "
-              "diverged (lower optimizer.lr, or check the data)")
-          .IgnoreError();
+  // A report that may end the run: a non-finite loss, or the end of a worker's training.
+  if ((!std::isfinite(request.loss()) || request.finished()) &&
+      runs_.info().state() == v1::RUN_STATE_RUNNING) {
+    const RunVerdict verdict = JudgeRun(membership_.Members(), runs_.info().spec().min_workers());
+    if (verdict.kind == RunVerdict::Kind::kDiverged) {
+      runs_.Fail(verdict.reason).IgnoreError();
       run_changed = true;
-    }
-  }
-  if (request.finished() && runs_.info().state() == v1::RUN_STATE_RUNNING) {
-    std::vector<Member> members = membership_.Members();
-    const bool all_finished =
-        std::all_of(members.begin(), members.end(), [](const Member& m) { return m.finished; });
-    if (all_finished && static_cast<int>(members.size()) >= runs_.info().spec().min_workers()) {
-      runs_.Complete("every worker finished training").IgnoreError();
+    } else if (verdict.kind == RunVerdict::Kind::kCompleted) {
+      runs_.Complete(verdict.reason).IgnoreError();
       run_changed = true;
     }
   }

@@ -219,8 +219,7 @@ absl::Status RoundManager::Restore() {
       return disagree(s.message());
     }
   }
-  saved.round = plan->round;
-  model_.Reset(run.run_id(), run.spec(), saved.round, saved.global_step);
+  model_.Reset(run.run_id(), run.spec(), plan->round, plan->global_step);
   suspensions_ = SuspensionsFor(run.spec());
   const size_t values = saved.global.size();
   if (absl::Status s = model_.Install(std::move(saved.global), std::move(saved.momentum));

@@ -17,8 +17,8 @@ namespace localsgd {
 
 // The all-to-all schedule of a sharded round (docs/design.md, "Sharded rounds"): one exchange
 // per range with its owner, each on a thread of its own, over the link the caller made for it
-// (in process for this member's own range). A range relayed to this member sends its means
-// through the coordinator: its owner's stream must carry none. Thread-safe.
+// (in process for this member's own range); each owner's stream brings back its range's
+// means. Thread-safe.
 class AllToAll : public RangeSchedule {
  public:
   struct Setup {

@@ -125,10 +125,6 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     }
     return absl::OkStatus();
   };
-  auto take_mean = [&](int s, const v1::Chunk& chunk) {
-    return take(s, chunk.index(),
-                [&](absl::Span<float> out) { return Decode(header.codec(), chunk.data(), out); });
-  };
   auto unreachable = [&uploader](const std::string& id, const absl::Status& why) {
     uploader.Unreachable(id, why);
   };
@@ -202,7 +198,10 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     setup.encode = [&](int c, v1::Chunk* out) {
       EncodeDeltaChunk(member.codec, layout, c, params, global, out);
     };
-    setup.take = take_mean;
+    setup.take = [&](int s, const v1::Chunk& mean) {
+      return take(s, mean.index(),
+                  [&](absl::Span<float> out) { return Decode(header.codec(), mean.data(), out); });
+    };
     setup.unreachable = unreachable;
     schedule = std::make_unique<AllToAll>(std::move(setup));
   }

@@ -11,22 +11,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/control_plane.h"
+#include "coordinator/round_sessions.h"
 #include "coordinator/suspensions.h"
-#include "exchange/chunk_stream.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
 
 namespace localsgd {
-
-// One member's Sync stream as the round manager sees it (the gRPC adapter implements it).
-class RoundMember : public ChunkStream<v1::SyncResponse> {
- public:
-  // Ends the stream at once with CANCELLED, dropping what is queued and cancelling a write in
-  // flight (at the next Flush): its member opened a newer stream and does not read this one.
-  // Called under the round manager's lock, like Enqueue.
-  virtual void Cancel() = 0;
-};
 
 // The open round as its driver sees it (the round manager implements it): the run, the round,
 // the members' Sync streams in it (sessions), and the round's end. Every call is made under
@@ -52,18 +43,8 @@ class RoundContext {
   // Names a new attempt at a round (RoundHeader.attempt).
   virtual uint64_t NextAttempt() = 0;
 
-  // A new session for `member_id`'s stream; its id.
-  virtual int64_t AddSession(const std::string& member_id, std::shared_ptr<RoundMember> stream) = 0;
-  // The member of session `session`; empty when it is not open.
-  virtual std::string MemberOf(int64_t session) const = 0;
-  // The open session of `member_id`, or -1.
-  virtual int64_t SessionOf(const std::string& member_id) const = 0;
-  // The open sessions, in the order they were added.
-  virtual std::vector<int64_t> Sessions() const = 0;
-  // Queues `message` on the session's stream; false when the session is not open.
-  virtual bool Send(int64_t session, std::shared_ptr<const v1::SyncResponse> message) = 0;
-  // Ends the session's stream with `status`, after what is queued, and closes the session.
-  virtual void End(int64_t session, const absl::Status& status) = 0;
+  // The members' Sync streams in the round.
+  virtual RoundSessions& sessions() = 0;
   // Model bytes the round took from members and sent them.
   virtual void CountBytes(int64_t received, int64_t sent) = 0;
 

@@ -1,22 +1,16 @@
 #include "coordinator/round_manager.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <random>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/enum_name.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
-#include "coordinator/restore_plan.h"
 #include "coordinator/round_refusal.h"
 #include "coordinator/sync_admission.h"
 #include "exchange/codec.h"
@@ -33,11 +27,7 @@ Suspensions SuspensionsFor(const v1::RunSpec& spec) {
 }
 
 // A call in the name of node leader `member_id`, carrying `credential`: the leader's own
-// (docs/design.md, "Security").
-// The chunks an archived model is sent in (its run's own chunk size is not kept with it).
-constexpr int64_t kArchivedChunkBytes = 1 << 20;
-
-// Returns the leader as it joined.
+// (docs/design.md, "Security"). Returns the leader as it joined.
 absl::StatusOr<ControlPlane::Leader> CheckMember(const ControlPlane& plane,
                                                  const std::string& member_id,
                                                  absl::string_view credential) {
@@ -57,7 +47,7 @@ absl::StatusOr<ControlPlane::Leader> CheckMember(const ControlPlane& plane,
 }  // namespace
 
 RoundManager::RoundManager(ControlPlane* plane, Options options)
-    : plane_(plane), options_(std::move(options)) {
+    : plane_(plane), options_(std::move(options)), models_(options_.state) {
   std::random_device random;
   next_attempt_ = (uint64_t{random()} << 32) | random();
 }
@@ -85,10 +75,10 @@ void RoundManager::AwaitNoPendingCommit() {
 void RoundManager::SaveBehind() {
   if (options_.state == nullptr) return;
   ++saves_in_flight_;
-  options_.state->SaveModelLater(model_.snapshot(), [this](const absl::Status& saved) {
+  options_.state->SaveModelLater(model().snapshot(), [this](const absl::Status& saved) {
     MutexLock lock(&mu_);
     if (!saved.ok()) {
-      LogError(absl::StrCat("run ", model_.run_id(),
+      LogError(absl::StrCat("run ", model().run_id(),
                             ": the global model is not on disk: ", saved.ToString()));
     }
     --saves_in_flight_;
@@ -102,7 +92,7 @@ void RoundManager::Save(PendingCommit commit) {
     pending_.reset();
     return;
   }
-  options_.state->SaveModel(model_.snapshot(),
+  options_.state->SaveModel(model().snapshot(),
                             [this](const absl::Status& saved) { OnSaved(saved); });
 }
 
@@ -117,7 +107,7 @@ void RoundManager::OnSaved(const absl::Status& saved) {
     FinishCommit(*pending_);
     pending_.reset();
     Advance();  // a commit that waited for this one
-    touched = touched_.Take();
+    touched = sessions_.TakeTouched();
   }
   // Not through `this`: once pending_ is reset, the manager may be destroyed.
   TouchedStreams<RoundMember>::Flush(std::move(touched));
@@ -135,18 +125,11 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   if (!run.spec().enabled()) {
     return absl::FailedPreconditionError("averaging is disabled for this run (enabled: false)");
   }
-  if (model_.run_id() != run.run_id()) {
+  if (model().run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
-    // The ended run's final model stays to be fetched.
-    if (model_.initialised()) {
-      ended_models_.push_back(model_.snapshot());
-      if (ended_models_.size() > StateWriter::kKeptRunModels) ended_models_.pop_front();
-      if (options_.state != nullptr) options_.state->ArchiveModel(model_.snapshot());
-    }
-    model_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
-    refused_.clear();  // refusals, suspensions and streams belong to the run they were made in
-    latest_stream_.clear();
-    holders_.clear();
+    models_.StartRun(run);  // the ended run's final model stays to be fetched
+    refused_.clear();       // refusals, suspensions and streams belong to the run they were made in
+    sessions_.ForgetLatest();
     suspensions_ = SuspensionsFor(run.spec());
   }
   return run;
@@ -161,10 +144,10 @@ absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& h
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
   }
-  if (model_.initialised()) {
+  if (model().initialised()) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
   }
-  return ChunkLayout::ForBytes(header.vector_length(), model_.spec().chunk_bytes());
+  return ChunkLayout::ForBytes(header.vector_length(), model().spec().chunk_bytes());
 }
 
 absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
@@ -174,64 +157,26 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::ve
   // After a model still being saved (of an earlier run), never before it.
   AwaitNoSave();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  if (model_.initialised()) {
+  if (model().initialised()) {
     return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
   }
-  LOCALSGD_RETURN_IF_ERROR(model_.Install(std::move(values), std::nullopt));
-  const ChunkLayout& layout = model_.reducer()->layout();
-  LogInfo(absl::StrCat("run ", model_.run_id(), ": initial model (", layout.num_values, " values, ",
-                       layout.num_chunks(), " chunks) from ", header.member_id()));
-  holders_ = {header.member_id()};
-  response->set_round(model_.round());
-  response->set_global_step(model_.global_step());
+  LOCALSGD_RETURN_IF_ERROR(model().Install(std::move(values), std::nullopt));
+  const ChunkLayout& layout = model().reducer()->layout();
+  LogInfo(absl::StrCat("run ", model().run_id(), ": initial model (", layout.num_values,
+                       " values, ", layout.num_chunks(), " chunks) from ", header.member_id()));
+  models_.SetHolders({header.member_id()});
+  response->set_round(model().round());
+  response->set_global_step(model().global_step());
   PendingCommit initial;  // round 0: nothing to record or announce, only the save
-  initial.run_id = model_.run_id();
+  initial.run_id = model().run_id();
   Save(std::move(initial));
   return absl::OkStatus();
 }
 
 absl::Status RoundManager::Restore() {
-  if (options_.state == nullptr) return absl::OkStatus();
-  const std::string& path = options_.state->model_path();
   MutexLock lock(&mu_);
-  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, options_.state->LoadModel());
-  if (!loaded.has_value()) return absl::OkStatus();
-  ModelCheckpoint& saved = *loaded;
-  const v1::RunInfo run = plane_->Run();
-  if (saved.run_id != run.run_id()) {
-    LogInfo(absl::StrCat("not restoring ", path, ": it holds run ", saved.run_id,
-                         ", the latest run is ", run.run_id()));
-    return absl::OkStatus();
-  }
-  auto disagree = [&](absl::string_view why) {
-    return absl::DataLossError(
-        absl::StrCat(path, " holds round ", saved.round, " (global step ", saved.global_step,
-                     ") of run ", saved.run_id, ", but the run record says round ", run.round(),
-                     " (global step ", run.global_step(), "): ", why,
-                     ". Move model.bin away to let the node leaders upload their model again"));
-  };
-  absl::StatusOr<RestorePlan> plan = PlanRestore(saved.round, saved.global_step, run);
-  if (!plan.ok()) return disagree(plan.status().message());
-  if (plan->commit) {
-    if (absl::Status s = plane_->CommitRound(run.run_id(), plan->round, plan->global_step,
-                                             plan->global_step, plan->restored);
-        !s.ok()) {
-      return disagree(s.message());
-    }
-  }
-  model_.Reset(run.run_id(), run.spec(), plan->round, plan->global_step);
-  suspensions_ = SuspensionsFor(run.spec());
-  const size_t values = saved.global.size();
-  if (absl::Status s = model_.Install(std::move(saved.global), std::move(saved.momentum));
-      !s.ok()) {
-    model_.Reset("", v1::RunSpec(), 0, 0);
-    return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
-  }
-  plane_->RecordEvent(plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
-                      "model_restored",
-                      absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
-                                   model_.round(), " (global step ", model_.global_step(), ", ",
-                                   values, " values) from ", path, plan->note));
+  LOCALSGD_ASSIGN_OR_RETURN(const bool restored, models_.Restore(*plane_));
+  if (restored) suspensions_ = SuspensionsFor(model().spec());
   return absl::OkStatus();
 }
 
@@ -243,53 +188,21 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
     v1::RunInfo run = plane_->Run();
     id = run_id.empty() ? run.run_id() : run_id;
     if (id.empty()) return absl::NotFoundError("run_id: no run has started");
-    if (id == model_.run_id() && model_.initialised()) return *model_.snapshot();
+    if (std::optional<ModelSnapshot> model = models_.Find(id)) return *std::move(model);
     if (id == run.run_id()) {
       return absl::FailedPreconditionError(
           absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
     }
-    for (const std::shared_ptr<const ModelSnapshot>& ended : ended_models_) {
-      if (ended->run_id == id) return *ended;
-    }
   }
   // An earlier run's, from the state folder (off the lock: it reads the disk).
-  if (options_.state != nullptr) {
-    absl::StatusOr<std::optional<ModelCheckpoint>> kept = options_.state->LoadArchivedModel(id);
-    if (!kept.ok()) return kept.status();
-    if (kept->has_value() && (*kept)->run_id == id) {
-      ModelCheckpoint& model = **kept;
-      ModelSnapshot snapshot;
-      snapshot.run_id = id;
-      snapshot.round = model.round;
-      snapshot.global_step = model.global_step;
-      snapshot.layout =
-          ChunkLayout::ForBytes(static_cast<int64_t>(model.global.size()), kArchivedChunkBytes);
-      snapshot.values = std::make_shared<const std::vector<float>>(std::move(model.global));
-      if (!model.momentum.empty()) {
-        snapshot.momentum = std::make_shared<const std::vector<float>>(std::move(model.momentum));
-      }
-      return snapshot;
-    }
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "run_id: no model of run ", Quoted(id),
-      " is kept (the coordinator keeps the final models of the last ", StateWriter::kKeptRunModels,
-      " ended runs", options_.state != nullptr ? "" : " while it runs", ")"));
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelSnapshot> kept, models_.LoadKept(id));
+  if (kept.has_value()) return *std::move(kept);
+  return models_.NotKept(id);
 }
 
 std::vector<v1::ModelHolder> RoundManager::Holders(const std::string& run_id, int64_t round) {
-  std::vector<v1::ModelHolder> holders;
   MutexLock lock(&mu_);
-  if (run_id != model_.run_id() || round != model_.round()) return holders;
-  for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
-    if (!leader.data_address.empty() &&
-        std::find(holders_.begin(), holders_.end(), leader.worker_id) != holders_.end()) {
-      v1::ModelHolder& holder = holders.emplace_back();
-      holder.set_member_id(leader.worker_id);
-      holder.set_data_address(leader.data_address);
-    }
-  }
-  return holders;
+  return models_.Holders(run_id, round, plane_->LiveLeaders());
 }
 
 absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
@@ -300,12 +213,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
   absl::StatusOr<int64_t> session;
   {
     MutexLock lock(&mu_);
-    std::weak_ptr<RoundMember>& latest = latest_stream_[header.member_id()];
-    if (std::shared_ptr<RoundMember> earlier = latest.lock(); earlier && earlier != member) {
-      earlier->Cancel();
-      Touch(earlier);
-    }
-    latest = member;
+    sessions_.Supersede(header.member_id(), member);
     session = JoinLocked(header, leader, member);
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
@@ -315,17 +223,17 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
     // The run this member trains is over, and its model is here to take.
     const v1::RunState state = plane_->Run().state();
     const bool ended = absl::IsFailedPrecondition(session.status()) &&
-                       header.run_id() == model_.run_id() && model_.initialised() &&
+                       header.run_id() == model().run_id() && model().initialised() &&
                        (state == v1::RUN_STATE_COMPLETED || state == v1::RUN_STATE_STOPPED ||
                         state == v1::RUN_STATE_FAILED);
     if (stale || ended) {
       // A structured answer beside the status: the committed round to catch up with.
       auto response = std::make_shared<v1::SyncResponse>();
-      response->mutable_stale()->set_committed_round(model_.round());
-      response->mutable_stale()->set_global_step(model_.global_step());
+      response->mutable_stale()->set_committed_round(model().round());
+      response->mutable_stale()->set_global_step(model().global_step());
       response->mutable_stale()->set_run_ended(ended);
       member->Enqueue(std::move(response));
-      Touch(member);
+      sessions_.Touch(member);
     }
     // Nor one whose round aborted (quorum lost, say): that is no fault of the member, and a
     // refusal kept for the next attempt would drop it there and abort that one too.
@@ -334,7 +242,7 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       // A member a step apart brings another fragment than the round's: it sits the round
       // out, but that is no fault of its (it goes stale, adopts the run's model and step, and
       // is in phase again); held against it, two nodes out of phase suspended each other.
-      const bool other_fragment = round_.has_value() && header.run_id() == model_.run_id() &&
+      const bool other_fragment = round_.has_value() && header.run_id() == model().run_id() &&
                                   header.round() == round_->info.number &&
                                   header.fragment() != round_->info.fragment;
       Refuse(header.member_id(), session.status(), other_fragment);
@@ -351,14 +259,14 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
   SyncAdmission at;
   at.local_world_size = leader.local_world_size;
   at.ranks = leader.ranks;
-  at.initialised = model_.initialised();
-  at.fragments = model_.fragments();
-  at.codec = model_.spec().codec();
-  at.committed_round = model_.round();
+  at.initialised = model().initialised();
+  at.fragments = model().fragments();
+  at.codec = model().spec().codec();
+  at.committed_round = model().round();
   if (round_.has_value()) at.open_fragment = round_->info.fragment;
   suspensions_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
   LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
-  if (!round_.has_value()) OpenRound(model_.round() + 1, header.fragment());
+  if (!round_.has_value()) OpenRound(model().round() + 1, header.fragment());
   return round_->driver->Arrive(header, member);
 }
 
@@ -366,7 +274,7 @@ void RoundManager::OpenRound(int64_t number, int fragment) {
   Round round;
   round.info.number = number;
   round.info.fragment = fragment;
-  round.info.reducer = model_.RoundReducer(fragment);
+  round.info.reducer = model().RoundReducer(fragment);
   round.info.opened = options_.clock();
   std::vector<ControlPlane::Leader> leaders;
   for (ControlPlane::Leader& leader : plane_->LiveLeaders()) {
@@ -378,7 +286,7 @@ void RoundManager::OpenRound(int64_t number, int fragment) {
   }
   for (const ControlPlane::Leader& leader : leaders) round.members.push_back(leader.worker_id);
   round_ = std::move(round);  // the driver reads it
-  if (model_.spec().exchange() == v1::EXCHANGE_SHARDED) {
+  if (model().spec().exchange() == v1::EXCHANGE_SHARDED) {
     auto driver = std::make_unique<ShardedDriver>(&context_, leaders);
     round_->sharded = driver.get();
     round_->driver = std::move(driver);
@@ -395,7 +303,7 @@ void RoundManager::OpenRound(int64_t number, int fragment) {
 }
 
 bool RoundManager::Stale(const v1::SyncHeader& header) const {
-  return header.run_id() == model_.run_id() && header.round() <= model_.round();
+  return header.run_id() == model().run_id() && header.round() <= model().round();
 }
 
 void RoundManager::Refuse(const std::string& member_id, const absl::Status& status, bool excused) {
@@ -404,8 +312,8 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
   const std::string reason = absl::StrCat("refused: ", status.message());
   if (round_.has_value()) {
     round_->driver->Refuse(member_id, reason, excused);
-  } else if (model_.initialised()) {
-    refused_[member_id] = {model_.round() + 1, reason};
+  } else if (model().initialised()) {
+    refused_[member_id] = {model().round() + 1, reason};
   }
 }
 
@@ -415,11 +323,10 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   std::shared_ptr<std::vector<float>> scratch;
   {
     MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end() || !round_.has_value()) {
+    scratch = sessions_.Scratch(session_id);
+    if (scratch == nullptr || !round_.has_value()) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
-    scratch = it->second.scratch;
     if (round_->star == nullptr) {
       engine = absl::InvalidArgumentError(
           "chunk: in a sharded round deltas go to the range owners (DataPlane.Reduce), not to "
@@ -437,7 +344,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || round_->info.reducer != *engine) {
+    if (!sessions_.Contains(session_id) || !round_.has_value() || round_->info.reducer != *engine) {
       return absl::FailedPreconditionError("not in a round (dropped, or the round ended)");
     }
     status = round_->star->AddChunk(session_id, chunk, std::move(checked), decoded);
@@ -450,7 +357,7 @@ void RoundManager::Leave(int64_t session_id, const absl::Status& why) {
   const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value()) return;
+    if (!sessions_.Contains(session_id) || !round_.has_value()) return;
     round_->driver->Leave(session_id, why);
     Advance();
   }
@@ -460,7 +367,7 @@ void RoundManager::EndOfInput(int64_t session_id) {
   const FlushWhenDone flush(this);
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value()) return;
+    if (!sessions_.Contains(session_id) || !round_.has_value()) return;
     round_->driver->EndOfInput(session_id);
     Advance();
   }
@@ -473,7 +380,7 @@ absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
   absl::StatusOr<ShardedDriver::MeanWork> work;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || round_->sharded == nullptr) {
+    if (!sessions_.Contains(session_id) || !round_.has_value() || round_->sharded == nullptr) {
       return absl::FailedPreconditionError("mean: not in a sharded round");
     }
     // Claims the chunk (its owner, once) before it is decoded.
@@ -499,7 +406,7 @@ absl::Status RoundManager::Deliver(int64_t session_id, const v1::Delivered& deli
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || round_->sharded == nullptr) {
+    if (!sessions_.Contains(session_id) || !round_.has_value() || round_->sharded == nullptr) {
       return absl::FailedPreconditionError("delivered: not in a sharded round");
     }
     status = round_->sharded->Deliver(session_id, delivered);
@@ -514,7 +421,7 @@ absl::Status RoundManager::Unreachable(int64_t session_id,
   absl::Status status;
   {
     MutexLock lock(&mu_);
-    if (!sessions_.count(session_id) || !round_.has_value() || round_->sharded == nullptr) {
+    if (!sessions_.Contains(session_id) || !round_.has_value() || round_->sharded == nullptr) {
       return absl::FailedPreconditionError("unreachable: not in a sharded round");
     }
     status = round_->sharded->Unreachable(session_id, unreachable);
@@ -535,7 +442,7 @@ void RoundManager::Tick() {
     }
     if (!round_.has_value() || stopping_run_) return;
     v1::RunInfo run = plane_->Run();
-    if (run.run_id() != model_.run_id() || run.state() != v1::RUN_STATE_RUNNING) {
+    if (run.run_id() != model().run_id() || run.state() != v1::RUN_STATE_RUNNING) {
       Abort(absl::StrCat("the run is no longer running (", EnumName(run.state()), ")"));
     } else {
       round_->driver->Tick(options_.clock(), plane_->LiveLeaders());
@@ -573,23 +480,22 @@ void RoundManager::Advance() {
 
 void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
                            std::string log) {
-  model_.CommitFragment(round_->info.fragment, *round_->info.reducer);
-  model_.Committed(round_->info.number, step, round_->info.fragment);
+  model().CommitFragment(round_->info.fragment, *round_->info.reducer);
+  model().Committed(round_->info.number, step, round_->info.fragment);
   PendingCommit commit;
-  commit.run_id = model_.run_id();
+  commit.run_id = model().run_id();
   commit.round = round_->info.number;
   commit.global_step = step;
-  commit.synced_step = model_.synced_step();
+  commit.synced_step = model().synced_step();
   commit.included = included;
-  for (auto& [id, session] : sessions_) commit.members.push_back(session.member);
-  sessions_.clear();
+  commit.members = sessions_.TakeAll();
   commit.record = Record(v1::ROUND_OUTCOME_COMMITTED);
   commit.log =
       absl::StrCat(log, ", global step ", step, ", ", commit.record.duration_seconds(), " s, ",
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
   Judge(included);
   round_.reset();
-  if (CommitEndsRun(model_.spec(), commit.synced_step)) {
+  if (CommitEndsRun(model().spec(), commit.synced_step)) {
     Save(std::move(commit));  // the run's final model: on disk before the run ends
     return;
   }
@@ -612,20 +518,19 @@ void RoundManager::FinishCommit(PendingCommit& commit) {
   for (const std::shared_ptr<RoundMember>& member : commit.members) {
     member->Enqueue(response);
     member->Close(absl::OkStatus());
-    Touch(member);
+    sessions_.Touch(member);
   }
-  holders_ = commit.included;
+  models_.SetHolders(commit.included);
   LogInfo(commit.log);
   plane_->RecordRound(std::move(commit.record));
 }
 
 void RoundManager::Abort(const std::string& reason) {
   round_->driver->OnAbort();
-  for (auto& [id, session] : sessions_) {
-    session.member->Close(RoundAborted(round_->info.number, reason));
-    Touch(session.member);
+  for (const std::shared_ptr<RoundMember>& member : sessions_.TakeAll()) {
+    member->Close(RoundAborted(round_->info.number, reason));
+    sessions_.Touch(member);
   }
-  sessions_.clear();
   v1::RoundRecord record = Record(v1::ROUND_OUTCOME_ABORTED);
   record.set_reason(reason);
   plane_->RecordRound(std::move(record));  // which logs it, as an event
@@ -649,20 +554,20 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   v1::RoundRecord record;
   record.set_round(round.info.number);
   record.set_outcome(outcome);
-  record.set_exchange(model_.spec().exchange());
+  record.set_exchange(model().spec().exchange());
   round.driver->Record(&record);
   record.set_bytes_received(round.bytes_received);
   record.set_bytes_sent(round.bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(options_.clock() - round.info.opened));
-  record.set_codec(model_.spec().codec());
+  record.set_codec(model().spec().codec());
   const int64_t n = round.info.reducer->layout().num_values;
   record.set_fragment(round.info.fragment);
   record.set_values(n);
   record.set_compression_ratio(
       static_cast<double>(n * sizeof(float)) /
-      static_cast<double>(std::max<size_t>(1, EncodedBytes(model_.spec().codec(), n))));
+      static_cast<double>(std::max<size_t>(1, EncodedBytes(model().spec().codec(), n))));
   *record.mutable_start_time() = ToProtoTime(round.info.opened);
-  record.set_global_step(model_.global_step());
+  record.set_global_step(model().global_step());
   for (const auto& [id, why] : round.suspended) {
     v1::DroppedMember* out = record.add_suspended();
     out->set_member_id(id);
@@ -671,13 +576,11 @@ v1::RoundRecord RoundManager::Record(v1::RoundOutcome outcome) const {
   return record;
 }
 
-void RoundManager::Touch(const std::shared_ptr<RoundMember>& member) { touched_.Add(member); }
-
 void RoundManager::FlushTouched() {
   std::vector<std::shared_ptr<RoundMember>> touched;
   {
     MutexLock lock(&mu_);
-    touched = touched_.Take();
+    touched = sessions_.TakeTouched();
   }
   TouchedStreams<RoundMember>::Flush(std::move(touched));
 }
@@ -687,19 +590,19 @@ void RoundManager::FlushTouched() {
 absl::Time RoundManager::Context::Now() const { return m_->options_.clock(); }
 
 const std::string& RoundManager::Context::run_id() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  return m_->model_.run_id();
+  return m_->model().run_id();
 }
 
 const v1::RunSpec& RoundManager::Context::spec() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  return m_->model_.spec();
+  return m_->model().spec();
 }
 
 int64_t RoundManager::Context::committed_round() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  return m_->model_.round();
+  return m_->model().round();
 }
 
 int64_t RoundManager::Context::committed_step() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  return m_->model_.global_step();
+  return m_->model().global_step();
 }
 
 const RoundContext::Round& RoundManager::Context::round() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -710,49 +613,8 @@ uint64_t RoundManager::Context::NextAttempt() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   return m_->next_attempt_++;
 }
 
-int64_t RoundManager::Context::AddSession(const std::string& member_id,
-                                          std::shared_ptr<RoundMember> stream)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const int64_t id = m_->next_session_++;
-  m_->sessions_[id] = Session{member_id, std::move(stream)};
-  return id;
-}
-
-std::string RoundManager::Context::MemberOf(int64_t session) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  auto it = m_->sessions_.find(session);
-  return it == m_->sessions_.end() ? std::string() : it->second.member_id;
-}
-
-int64_t RoundManager::Context::SessionOf(const std::string& member_id) const
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  for (const auto& [id, session] : m_->sessions_) {
-    if (session.member_id == member_id) return id;
-  }
-  return -1;
-}
-
-std::vector<int64_t> RoundManager::Context::Sessions() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  std::vector<int64_t> ids;
-  for (const auto& [id, session] : m_->sessions_) ids.push_back(id);
-  return ids;
-}
-
-bool RoundManager::Context::Send(int64_t session, std::shared_ptr<const v1::SyncResponse> message)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  auto it = m_->sessions_.find(session);
-  if (it == m_->sessions_.end()) return false;
-  it->second.member->Enqueue(std::move(message));
-  m_->Touch(it->second.member);
-  return true;
-}
-
-void RoundManager::Context::End(int64_t session,
-                                const absl::Status& status) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  auto it = m_->sessions_.find(session);
-  if (it == m_->sessions_.end()) return;
-  it->second.member->Close(status);
-  m_->Touch(it->second.member);
-  m_->sessions_.erase(it);
+RoundSessions& RoundManager::Context::sessions() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return m_->sessions_;
 }
 
 void RoundManager::Context::CountBytes(int64_t received,

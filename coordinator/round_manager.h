@@ -2,7 +2,6 @@
 #define LOCALSGD_COORDINATOR_ROUND_MANAGER_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,7 +16,9 @@
 #include "common/mutex.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/global_model.h"
+#include "coordinator/model_keeper.h"
 #include "coordinator/round_driver.h"
+#include "coordinator/round_sessions.h"
 #include "coordinator/sharded_driver.h"
 #include "coordinator/star_driver.h"
 #include "coordinator/state_writer.h"
@@ -49,13 +50,8 @@ class RoundManager {
   // Waits for a model being saved.
   ~RoundManager();
 
-  // Loads the saved model of the control plane's (restored) run, so that a restarted
-  // coordinator resumes from it. A model saved just before a crash that kept the run record
-  // from following is committed to the run now. A model older than the record (commits are
-  // announced before their model is on disk) is committed again as the round after the
-  // record's, at its own global step, so the members adopt it as stale members do
-  // (docs/design.md, "Persistence"). DATA_LOSS (naming the file) for a corrupt file or one
-  // more than one commit ahead of the record. Call once, before serving.
+  // Loads the state folder's model of the control plane's (restored) run
+  // (ModelKeeper::Restore). Call once, before serving.
   absl::Status Restore();
 
   // --- Initial model (global[0]) ---
@@ -106,13 +102,6 @@ class RoundManager {
   absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
 
  private:
-  struct Session {
-    std::string member_id;
-    std::shared_ptr<RoundMember> member;
-    // Star rounds: where this stream's chunks are decoded (outside the lock, one at a time),
-    // reused across its chunks.
-    std::shared_ptr<std::vector<float>> scratch = std::make_shared<std::vector<float>>();
-  };
   // The manager as the open round's driver sees it (RoundContext): every call under mu_.
   class Context : public RoundContext {
    public:
@@ -124,12 +113,7 @@ class RoundManager {
     int64_t committed_step() const override;
     const Round& round() const override;
     uint64_t NextAttempt() override;
-    int64_t AddSession(const std::string& member_id, std::shared_ptr<RoundMember> stream) override;
-    std::string MemberOf(int64_t session) const override;
-    int64_t SessionOf(const std::string& member_id) const override;
-    std::vector<int64_t> Sessions() const override;
-    bool Send(int64_t session, std::shared_ptr<const v1::SyncResponse> message) override;
-    void End(int64_t session, const absl::Status& status) override;
+    RoundSessions& sessions() override;
     void CountBytes(int64_t received, int64_t sent) override;
     bool MayCommit() const override;
     void Commit(const std::vector<std::string>& included, int64_t step, std::string log) override;
@@ -172,7 +156,7 @@ class RoundManager {
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound(int64_t number, int fragment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The update is applied to model_.engine: records round and step, then (once the model is
+  // The update is in the round's reducer: records round and step, then (once the model is
   // saved, when there is a state folder) commits the run, sends the RoundCommit and ends the
   // round's streams. `log` describes the round.
   void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
@@ -186,10 +170,10 @@ class RoundManager {
   bool MayCommit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !pending_.has_value() && !stopping_run_;
   }
-  // Hands model_.snapshot to the state writer with `commit` to finish once it is durable (at
+  // Hands the model's snapshot to the state writer with `commit` to finish once it is durable (at
   // once without a state folder): the initial model and a run's final commit.
   void Save(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands model_.snapshot to the state writer after a commit that was announced already
+  // Hands the model's snapshot to the state writer after a commit that was announced already
   // (StateWriter::SaveModelLater; docs/design.md, "Persistence"): the commit does not wait for
   // the disk.
   void SaveBehind() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -210,7 +194,9 @@ class RoundManager {
   // its faults condemn, with an event each.
   void Judge(const std::vector<std::string>& committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Touch(const std::shared_ptr<RoundMember>& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The active run's model.
+  GlobalModel& model() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return models_.active(); }
+  const GlobalModel& model() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return models_.active(); }
   // Flushes the members touched under the lock; call after releasing it.
   void FlushTouched() ABSL_LOCKS_EXCLUDED(mu_);
   // Flushes the members touched when it goes out of scope: the first statement of every call
@@ -231,17 +217,12 @@ class RoundManager {
   Context context_{this};
 
   Mutex mu_;
-  GlobalModel model_ ABSL_GUARDED_BY(mu_);
+  ModelKeeper models_ ABSL_GUARDED_BY(mu_);
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
-  int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  RoundSessions sessions_ ABSL_GUARDED_BY(mu_);
   // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
-  TouchedStreams<RoundMember> touched_ ABSL_GUARDED_BY(mu_);
-  // The final models of the last StateWriter::kKeptRunModels ended runs, oldest first
-  // (docs/design.md, "Persistence"); also on disk with a state folder.
-  std::deque<std::shared_ptr<const ModelSnapshot>> ended_models_ ABSL_GUARDED_BY(mu_);
   // A commit waiting for its model to be on disk; while it waits, no other commit starts and
   // FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
@@ -249,14 +230,8 @@ class RoundManager {
   int saves_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
   bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
-  // Each member's latest Sync stream: a newer one cancels it, so a member that does not read
-  // its answers holds one stream's queue at most.
-  std::map<std::string, std::weak_ptr<RoundMember>> latest_stream_ ABSL_GUARDED_BY(mu_);
   // Who sits out rounds for failing earlier ones (this run's, under its spec).
   Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
-  // Who holds the model's round (Holders): the members of its commit, or the initial model's
-  // uploader.
-  std::vector<std::string> holders_ ABSL_GUARDED_BY(mu_);
   // Live leaders refused before the round opened: member id -> (round, reason).
   std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
 };

@@ -66,7 +66,7 @@ absl::StatusOr<int64_t> ShardedDriver::Arrive(const v1::SyncHeader& header,
     return s;
   }
   // The RoundHeader goes out with the layout (Advance).
-  return context_->AddSession(header.member_id(), std::move(stream));
+  return context_->sessions().Add(header.member_id(), std::move(stream));
 }
 
 void ShardedDriver::Refuse(const std::string& member_id, const std::string& reason, bool excused) {
@@ -93,7 +93,8 @@ void ShardedDriver::Tick(absl::Time now, const std::vector<ControlPlane::Leader>
 }
 
 absl::StatusOr<ShardedDriver::MeanWork> ShardedDriver::ClaimMean(int64_t session, int index) {
-  if (absl::Status status = round_.AddMean(context_->MemberOf(session), index); !status.ok()) {
+  if (absl::Status status = round_.AddMean(context_->sessions().MemberOf(session), index);
+      !status.ok()) {
     DropSession(session, status);
     return status;
   }
@@ -116,7 +117,7 @@ absl::Status ShardedDriver::FinishMean(int64_t session, int index, int64_t bytes
     return applied;
   }
   if (!applied.ok()) {
-    const std::string owner_id = context_->MemberOf(session);
+    const std::string owner_id = context_->sessions().MemberOf(session);
     DropSession(session, applied);  // the owner leaves, and the chunk it claimed can never
     // come: the round aborts at once (the owner's range counted as averaged, so its leaving
     // alone would not abort it).
@@ -133,7 +134,7 @@ absl::Status ShardedDriver::FinishMean(int64_t session, int index, int64_t bytes
 
 absl::Status ShardedDriver::Deliver(int64_t session, const v1::Delivered& delivered) {
   absl::Status status = round_.Deliver(
-      context_->MemberOf(session),
+      context_->sessions().MemberOf(session),
       {delivered.range_digests().begin(), delivered.range_digests().end()}, context_->Now());
   if (status.ok()) {
     delivered_.insert(session);
@@ -144,8 +145,8 @@ absl::Status ShardedDriver::Deliver(int64_t session, const v1::Delivered& delive
 }
 
 absl::Status ShardedDriver::Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable) {
-  absl::Status status =
-      round_.Unreachable(context_->MemberOf(session), unreachable.owner_id(), unreachable.reason());
+  absl::Status status = round_.Unreachable(context_->sessions().MemberOf(session),
+                                           unreachable.owner_id(), unreachable.reason());
   if (!status.ok()) DropSession(session, status);
   return status;
 }
@@ -209,42 +210,43 @@ void ShardedDriver::Record(v1::RoundRecord* record) const {
 }
 
 void ShardedDriver::DropSession(int64_t session, const absl::Status& status) {
-  const std::string member_id = context_->MemberOf(session);
+  const std::string member_id = context_->sessions().MemberOf(session);
   if (member_id.empty()) return;
-  context_->End(session, status);
+  context_->sessions().End(session, status);
   delivered_.erase(session);
   round_.Leave(member_id, absl::StrCat("stream ended: ", status.message()), context_->Now());
 }
 
 void ShardedDriver::SendDrops() {
   for (const auto& [id, reason] : round_.TakeDrops()) {
-    if (const int64_t session = context_->SessionOf(id); session >= 0) {
-      context_->End(session, absl::AbortedError(absl::StrCat(
-                                 "dropped from round ", round_.number(), ": ", reason,
-                                 "; keep your local weights and fetch the model after the round "
-                                 "commits")));
+    if (const int64_t session = context_->sessions().SessionOf(id); session >= 0) {
+      context_->sessions().End(
+          session, absl::AbortedError(
+                       absl::StrCat("dropped from round ", round_.number(), ": ", reason,
+                                    "; keep your local weights and fetch the model after the round "
+                                    "commits")));
       delivered_.erase(session);
     }
     if (!laid_out_) continue;
     auto notice = std::make_shared<v1::SyncResponse>();
     notice->mutable_dropped()->set_member_id(id);
     notice->mutable_dropped()->set_reason(reason);
-    for (int64_t session : context_->Sessions()) context_->Send(session, notice);
+    for (int64_t session : context_->sessions().Ids()) context_->sessions().Send(session, notice);
   }
 }
 
 void ShardedDriver::SendDiverged() {
   for (const std::string& id : round_.diverged()) {
-    const int64_t session = context_->SessionOf(id);
+    const int64_t session = context_->sessions().SessionOf(id);
     if (session < 0) continue;
     auto response = std::make_shared<v1::SyncResponse>();
     response->mutable_stale()->set_committed_round(context_->committed_round());
     response->mutable_stale()->set_global_step(context_->committed_step());
-    context_->Send(session, std::move(response));
-    context_->End(session,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "round ", round_.number(), " aborted: ", round_.abort_reason(),
-                      "; fetch the committed model (round ", context_->committed_round(), ")")));
+    context_->sessions().Send(session, std::move(response));
+    context_->sessions().End(
+        session, absl::FailedPreconditionError(absl::StrCat(
+                     "round ", round_.number(), " aborted: ", round_.abort_reason(),
+                     "; fetch the committed model (round ", context_->committed_round(), ")")));
   }
 }
 
@@ -275,12 +277,13 @@ void ShardedDriver::SendLayout() {
   // Each member gets its own copy, with the tags of the streams it is to open
   // (docs/design.md, "Security").
   const std::vector<std::string>& members = round_.members();
-  for (int64_t session : context_->Sessions()) {
-    const auto slot = std::find(members.begin(), members.end(), context_->MemberOf(session));
+  for (int64_t session : context_->sessions().Ids()) {
+    const auto slot =
+        std::find(members.begin(), members.end(), context_->sessions().MemberOf(session));
     if (slot == members.end()) continue;
     auto copy = std::make_shared<v1::SyncResponse>(*response);
     AddStreamTags(static_cast<int>(slot - members.begin()), copy->mutable_header());
-    context_->Send(session, std::move(copy));
+    context_->sessions().Send(session, std::move(copy));
   }
 }
 

@@ -46,7 +46,7 @@ absl::StatusOr<int64_t> StarDriver::Arrive(const v1::SyncHeader& header,
     Drop(slot, std::string(s.message()), s);
     return s;
   }
-  const int64_t session = context_->AddSession(header.member_id(), std::move(stream));
+  const int64_t session = context_->sessions().Add(header.member_id(), std::move(stream));
   session_of_slot_[slot] = session;
   slot_of_session_[session] = slot;
   const ChunkLayout& layout = reducer_.layout();
@@ -58,7 +58,7 @@ absl::StatusOr<int64_t> StarDriver::Arrive(const v1::SyncHeader& header,
   round_header->set_num_chunks(layout.num_chunks());
   round_header->set_chunk_values(layout.chunk_values);
   round_header->set_fragment(context_->round().fragment);
-  context_->Send(session, std::move(response));
+  context_->sessions().Send(session, std::move(response));
   return session;
 }
 
@@ -157,7 +157,7 @@ void StarDriver::ApplyDrops() {
   for (const StarRound::Drop& drop : round_.TakeDrops()) {
     reducer_.Drop(drop.slot);
     const int64_t session = session_of_slot_[drop.slot];
-    if (slot_of_session_.erase(session) > 0) context_->End(session, drop.status);
+    if (slot_of_session_.erase(session) > 0) context_->sessions().End(session, drop.status);
   }
 }
 
@@ -167,7 +167,7 @@ void StarDriver::Send(int chunk) {
   *response->mutable_update()->mutable_data() = reducer_.TakeEncodedUpdate(chunk);
   const int64_t bytes = static_cast<int64_t>(response->update().data().size());
   for (int64_t session : session_of_slot_) {
-    if (slot_of_session_.count(session) > 0 && context_->Send(session, response)) {
+    if (slot_of_session_.count(session) > 0 && context_->sessions().Send(session, response)) {
       context_->CountBytes(0, bytes);
     }
   }

@@ -1,0 +1,124 @@
+#include "coordinator/model_keeper.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/status_util.h"
+#include "coordinator/restore_plan.h"
+
+namespace localsgd {
+namespace {
+
+// The chunks an archived model is sent in (its run's own chunk size is not kept with it).
+constexpr int64_t kArchivedChunkBytes = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
+  if (state_ == nullptr) return false;
+  const std::string& path = state_->model_path();
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, state_->LoadModel());
+  if (!loaded.has_value()) return false;
+  ModelCheckpoint& saved = *loaded;
+  const v1::RunInfo run = plane.Run();
+  if (saved.run_id != run.run_id()) {
+    LogInfo(absl::StrCat("not restoring ", path, ": it holds run ", saved.run_id,
+                         ", the latest run is ", run.run_id()));
+    return false;
+  }
+  auto disagree = [&](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat(path, " holds round ", saved.round, " (global step ", saved.global_step,
+                     ") of run ", saved.run_id, ", but the run record says round ", run.round(),
+                     " (global step ", run.global_step(), "): ", why,
+                     ". Move model.bin away to let the node leaders upload their model again"));
+  };
+  absl::StatusOr<RestorePlan> plan = PlanRestore(saved.round, saved.global_step, run);
+  if (!plan.ok()) return disagree(plan.status().message());
+  if (plan->commit) {
+    if (absl::Status s = plane.CommitRound(run.run_id(), plan->round, plan->global_step,
+                                             plan->global_step, plan->restored);
+        !s.ok()) {
+      return disagree(s.message());
+    }
+  }
+  active_.Reset(run.run_id(), run.spec(), plan->round, plan->global_step);
+  const size_t values = saved.global.size();
+  if (absl::Status s = active_.Install(std::move(saved.global), std::move(saved.momentum));
+      !s.ok()) {
+    active_.Reset("", v1::RunSpec(), 0, 0);
+    return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
+  }
+  plane.RecordEvent(plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
+                      "model_restored",
+                      absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
+                                   active_.round(), " (global step ", active_.global_step(), ", ",
+                                   values, " values) from ", path, plan->note));
+  return true;
+}
+
+void ModelKeeper::StartRun(const v1::RunInfo& run) {
+  if (active_.initialised()) {
+    ended_.push_back(active_.snapshot());
+    if (ended_.size() > StateWriter::kKeptRunModels) ended_.pop_front();
+    if (state_ != nullptr) state_->ArchiveModel(active_.snapshot());
+  }
+  active_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
+  holders_.clear();
+}
+
+std::optional<ModelSnapshot> ModelKeeper::Find(const std::string& run_id) const {
+  if (run_id == active_.run_id() && active_.initialised()) return *active_.snapshot();
+  for (const std::shared_ptr<const ModelSnapshot>& ended : ended_) {
+    if (ended->run_id == run_id) return *ended;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::optional<ModelSnapshot>> ModelKeeper::LoadKept(
+    const std::string& run_id) const {
+  if (state_ == nullptr) return std::nullopt;
+  absl::StatusOr<std::optional<ModelCheckpoint>> kept = state_->LoadArchivedModel(run_id);
+  if (!kept.ok()) return kept.status();
+  if (!kept->has_value() || (*kept)->run_id != run_id) return std::nullopt;
+  ModelCheckpoint& model = **kept;
+  ModelSnapshot snapshot;
+  snapshot.run_id = run_id;
+  snapshot.round = model.round;
+  snapshot.global_step = model.global_step;
+  snapshot.layout =
+      ChunkLayout::ForBytes(static_cast<int64_t>(model.global.size()), kArchivedChunkBytes);
+  snapshot.values = std::make_shared<const std::vector<float>>(std::move(model.global));
+  if (!model.momentum.empty()) {
+    snapshot.momentum = std::make_shared<const std::vector<float>>(std::move(model.momentum));
+  }
+  return snapshot;
+}
+
+absl::Status ModelKeeper::NotKept(const std::string& run_id) const {
+  return absl::NotFoundError(absl::StrCat(
+      "run_id: no model of run ", Quoted(run_id),
+      " is kept (the coordinator keeps the final models of the last ", StateWriter::kKeptRunModels,
+      " ended runs", state_ != nullptr ? "" : " while it runs", ")"));
+}
+
+std::vector<v1::ModelHolder> ModelKeeper::Holders(
+    const std::string& run_id, int64_t round,
+    const std::vector<ControlPlane::Leader>& live) const {
+  std::vector<v1::ModelHolder> holders;
+  if (run_id != active_.run_id() || round != active_.round()) return holders;
+  for (const ControlPlane::Leader& leader : live) {
+    if (!leader.data_address.empty() &&
+        std::find(holders_.begin(), holders_.end(), leader.worker_id) != holders_.end()) {
+      v1::ModelHolder& holder = holders.emplace_back();
+      holder.set_member_id(leader.worker_id);
+      holder.set_data_address(leader.data_address);
+    }
+  }
+  return holders;
+}
+
+}  // namespace localsgd

@@ -1,0 +1,70 @@
+#ifndef LOCALSGD_COORDINATOR_MODEL_KEEPER_H_
+#define LOCALSGD_COORDINATOR_MODEL_KEEPER_H_
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/control_plane.h"
+#include "coordinator/global_model.h"
+#include "coordinator/state_writer.h"
+#include "proto/localsgd/v1/averaging.pb.h"
+#include "proto/localsgd/v1/coordinator.pb.h"
+
+namespace localsgd {
+
+// The models the coordinator keeps (docs/design.md, "The coordinator's model" and "Where the
+// model lives"): the active run's (GlobalModel), which members hold its committed round, and
+// the final models of the last StateWriter::kKeptRunModels ended runs, in memory and, with a
+// state folder, on disk. Thread-compatible: the round manager's lock guards it.
+class ModelKeeper {
+ public:
+  // `state`: the state folder's writer (null keeps nothing on disk); it outlives the keeper.
+  explicit ModelKeeper(StateWriter* state) : state_(state) {}
+
+  GlobalModel& active() { return active_; }
+  const GlobalModel& active() const { return active_; }
+
+  // Run `run` becomes the active one, at its recorded round and step with no model yet; the
+  // ended run's final model, if it had one, is kept. Forgets the holders.
+  void StartRun(const v1::RunInfo& run);
+
+  // Loads the state folder's saved model of `plane`'s (restored) run, so that a restarted
+  // coordinator resumes from it; true when it did. A model saved just before a crash that kept
+  // the run record from following is committed to the run now. A model older than the record
+  // (commits are announced before their model is on disk) is committed again as the round
+  // after the record's, at its own global step, so the members adopt it as stale members do
+  // (docs/design.md, "Persistence"). DATA_LOSS (naming the file) for a corrupt file or one
+  // more than one commit ahead of the record.
+  absl::StatusOr<bool> Restore(ControlPlane& plane);
+
+  // The committed model of run `run_id` if it is the active run's or kept in memory: the
+  // snapshot, shared, not copied.
+  std::optional<ModelSnapshot> Find(const std::string& run_id) const;
+  // An ended run's final model from the state folder (it reads the disk: call it without the
+  // lock); nullopt when it is not there or there is no state folder.
+  absl::StatusOr<std::optional<ModelSnapshot>> LoadKept(const std::string& run_id) const;
+  // Why run `run_id` has no model to fetch (NOT_FOUND, naming how many runs are kept).
+  absl::Status NotKept(const std::string& run_id) const;
+
+  // The members that hold the active model's round: the members of its commit, or the initial
+  // model's uploader.
+  void SetHolders(std::vector<std::string> member_ids) { holders_ = std::move(member_ids); }
+  // Those of `live` that hold round `round` of run `run_id` and serve a data plane; none for
+  // another round or run.
+  std::vector<v1::ModelHolder> Holders(const std::string& run_id, int64_t round,
+                                       const std::vector<ControlPlane::Leader>& live) const;
+
+ private:
+  StateWriter* const state_;
+  GlobalModel active_;
+  std::vector<std::string> holders_;
+  std::deque<std::shared_ptr<const ModelSnapshot>> ended_;  // oldest first
+};
+
+}  // namespace localsgd
+
+#endif  // LOCALSGD_COORDINATOR_MODEL_KEEPER_H_

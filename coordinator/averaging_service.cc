@@ -240,11 +240,8 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     include_momentum_ = include_momentum_ && snapshot_.momentum != nullptr;
     header->set_has_momentum(include_momentum_);
     if (request.holders_only()) {  // the header alone: the caller fetches from the holders
-      header->set_digest(ModelDigest(*snapshot_.values,
-                                     include_momentum_
-                                         ? absl::Span<const float>(*snapshot_.momentum)
-                                         : absl::Span<const float>(),
-                                     snapshot_.layout));
+      header->set_digest(include_momentum_ ? snapshot_.digest.with_momentum
+                                           : snapshot_.digest.values);
       for (v1::ModelHolder& holder : rounds->Holders(snapshot_.run_id, snapshot_.round)) {
         *header->add_holders() = std::move(holder);
       }

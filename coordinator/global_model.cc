@@ -17,6 +17,7 @@ void GlobalModel::Reset(const std::string& run_id, const v1::RunSpec& spec, int6
   snapshot_.reset();
   fragments_ = FragmentPlan();
   fragment_steps_.clear();
+  fragment_digests_.clear();
 }
 
 absl::Status GlobalModel::Install(std::vector<float> global,
@@ -37,6 +38,16 @@ absl::Status GlobalModel::Install(std::vector<float> global,
   reducer_ = std::move(reducer);
   fragments_ = std::move(fragments);
   fragment_steps_.assign(static_cast<size_t>(fragments_.size()), global_step_);
+  fragment_digests_.clear();
+  for (int f = 0; f < fragments_.size(); ++f) {
+    const size_t begin = static_cast<size_t>(fragments_.begin(f));
+    const size_t values = static_cast<size_t>(fragments_.values(f));
+    const absl::Span<const float> momentum = reducer_->momentum();
+    fragment_digests_.push_back(ModelDigest(
+        reducer_->global().subspan(begin, values),
+        momentum.empty() ? momentum : momentum.subspan(begin, values),
+        ChunkLayout{fragments_.values(f), reducer_->layout().chunk_values}, first_chunk(f)));
+  }
   TakeSnapshot();
   return absl::OkStatus();
 }
@@ -71,11 +82,16 @@ void GlobalModel::CommitFragment(int f, const RangeReducer& round) {
   reducer_->InstallNext(replaced(reducer_->global(), round.global()), std::move(momentum));
 }
 
-void GlobalModel::Committed(int64_t round, int64_t global_step, int f) {
+void GlobalModel::Committed(int64_t round, int64_t global_step, int f, DigestPair digest) {
   round_ = round;
   global_step_ = global_step;
   fragment_steps_[f] = global_step;
+  fragment_digests_[f] = digest;
   TakeSnapshot();
+}
+
+int GlobalModel::first_chunk(int f) const {
+  return static_cast<int>(fragments_.begin(f) / reducer_->layout().chunk_values);
 }
 
 int64_t GlobalModel::synced_step() const {
@@ -90,6 +106,9 @@ void GlobalModel::TakeSnapshot() {
   snapshot->layout = reducer_->layout();
   snapshot->values = reducer_->global_buffer();
   snapshot->momentum = reducer_->momentum_buffer();
+  for (const DigestPair& fragment : fragment_digests_) {
+    snapshot->digest = RangeDigests::Combine(snapshot->digest, fragment);
+  }
   snapshot_ = std::move(snapshot);
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "coordinator/state_writer.h"
 #include "exchange/fragment_plan.h"
+#include "exchange/model_digest.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
 
@@ -41,9 +42,11 @@ class GlobalModel {
   // snapshots handed out stay as they were). Without fragments the model's reducer committed
   // already: nothing to do.
   void CommitFragment(int f, const RangeReducer& round);
-  // The reducer now holds global[round] of `global_step`, fragment `f` synced at that step:
-  // takes its snapshot.
-  void Committed(int64_t round, int64_t global_step, int f);
+  // The reducer now holds global[round] of `global_step`, fragment `f` synced at that step
+  // with `digest` (its ModelDigest from its first chunk): takes the snapshot.
+  void Committed(int64_t round, int64_t global_step, int f, DigestPair digest);
+  // Fragment `f`'s first chunk in the model (0 without fragments).
+  int first_chunk(int f) const;
   // The least global step at which every fragment last committed (global_step() without
   // fragments; after a restart, the restored global step for every fragment).
   int64_t synced_step() const;
@@ -68,7 +71,8 @@ class GlobalModel {
   std::shared_ptr<RangeReducer> reducer_;
   std::shared_ptr<const ModelSnapshot> snapshot_;
   FragmentPlan fragments_;
-  std::vector<int64_t> fragment_steps_;  // by fragment: the global step of its last commit
+  std::vector<int64_t> fragment_steps_;       // by fragment: the global step of its last commit
+  std::vector<DigestPair> fragment_digests_;  // by fragment: its ModelDigest
 };
 
 }  // namespace localsgd

@@ -47,7 +47,7 @@ TEST(GlobalModelTest, ACommitMakesANewSnapshotAndLeavesTheOldOneAsItWas) {
   ASSERT_THAT(model.Install({1, 2}, std::vector<float>{0.5f, 0.25f}), IsOk());
   const std::shared_ptr<const ModelSnapshot> before = model.snapshot();
   EXPECT_THAT(*before->momentum, ElementsAre(0.5f, 0.25f));
-  model.Committed(1, 8, 0);
+  model.Committed(1, 8, 0, before->digest);
   EXPECT_EQ(model.round(), 1);
   EXPECT_EQ(model.global_step(), 8);
   EXPECT_EQ(model.snapshot()->round, 1);
@@ -82,6 +82,13 @@ TEST(GlobalModelTest, AFragmentRoundWorksOnACopyOfItsFragmentAndReplacesOnlyThat
   ASSERT_EQ(model.fragments().size(), 3);
   EXPECT_EQ(model.fragments().begin(1), 256);
   EXPECT_EQ(model.fragments().values(2), 256 - 6);
+  EXPECT_EQ(model.first_chunk(2), 2);
+  // The model's digest, taken at the install, is its values' and momentum's.
+  const auto whole_digest = [&] {
+    const ModelSnapshot& s = *model.snapshot();
+    return ModelDigest(*s.values, *s.momentum, s.layout);
+  };
+  EXPECT_EQ(model.snapshot()->digest, whole_digest());
 
   const std::shared_ptr<const ModelSnapshot> before = model.snapshot();
   std::shared_ptr<RangeReducer> round = model.RoundReducer(1);
@@ -97,7 +104,11 @@ TEST(GlobalModelTest, AFragmentRoundWorksOnACopyOfItsFragmentAndReplacesOnlyThat
   ASSERT_TRUE(round->TakeCompleted().ok());
   round->Commit();
   model.CommitFragment(1, *round);
-  model.Committed(1, 4, 1);
+  // The fragment's digest, its chunks counted from its first in the model.
+  model.Committed(
+      1, 4, 1,
+      ModelDigest(round->global(), round->momentum(), round->layout(), model.first_chunk(1)));
+  EXPECT_EQ(model.snapshot()->digest, whole_digest());  // the fragments' combined
   const std::shared_ptr<const ModelSnapshot> after = model.snapshot();
   EXPECT_EQ((*after->values)[255], 255.0f);  // fragment 0: as it was
   EXPECT_EQ((*after->values)[256], 256.0f + 1.45f);
@@ -107,8 +118,14 @@ TEST(GlobalModelTest, AFragmentRoundWorksOnACopyOfItsFragmentAndReplacesOnlyThat
   EXPECT_EQ((*before->values)[256], 256.0f);  // a snapshot handed out stays as it was
   // Fragments 0 and 2 last synced at step 0.
   EXPECT_EQ(model.synced_step(), 0);
-  model.Committed(2, 8, 0);
-  model.Committed(3, 8, 2);
+  const DigestPair digest = model.snapshot()->digest;
+  model.Committed(2, 8, 0, ModelDigest(round->global(), round->momentum(), round->layout(), 0));
+  EXPECT_NE(model.snapshot()->digest, digest);  // fragment 0 said to hold fragment 1's values
+  const ModelSnapshot& now = *model.snapshot();
+  model.Committed(
+      3, 8, 2,
+      ModelDigest(absl::MakeConstSpan(*now.values).subspan(512),
+                  absl::MakeConstSpan(*now.momentum).subspan(512), ChunkLayout{256 - 6, 256}, 2));
   EXPECT_EQ(model.synced_step(), 4);
 }
 

@@ -40,7 +40,7 @@ absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
   if (!plan.ok()) return disagree(plan.status().message());
   if (plan->commit) {
     if (absl::Status s = plane.CommitRound(run.run_id(), plan->round, plan->global_step,
-                                             plan->global_step, plan->restored);
+                                           plan->global_step, plan->restored);
         !s.ok()) {
       return disagree(s.message());
     }
@@ -53,10 +53,10 @@ absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
     return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
   }
   plane.RecordEvent(plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
-                      "model_restored",
-                      absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
-                                   active_.round(), " (global step ", active_.global_step(), ", ",
-                                   values, " values) from ", path, plan->note));
+                    "model_restored",
+                    absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
+                                 active_.round(), " (global step ", active_.global_step(), ", ",
+                                 values, " values) from ", path, plan->note));
   return true;
 }
 
@@ -95,6 +95,11 @@ absl::StatusOr<std::optional<ModelSnapshot>> ModelKeeper::LoadKept(
   if (!model.momentum.empty()) {
     snapshot.momentum = std::make_shared<const std::vector<float>>(std::move(model.momentum));
   }
+  snapshot.digest =
+      ModelDigest(*snapshot.values,
+                  snapshot.momentum != nullptr ? absl::Span<const float>(*snapshot.momentum)
+                                               : absl::Span<const float>(),
+                  snapshot.layout);
   return snapshot;
 }
 
@@ -106,8 +111,7 @@ absl::Status ModelKeeper::NotKept(const std::string& run_id) const {
 }
 
 std::vector<v1::ModelHolder> ModelKeeper::Holders(
-    const std::string& run_id, int64_t round,
-    const std::vector<ControlPlane::Leader>& live) const {
+    const std::string& run_id, int64_t round, const std::vector<ControlPlane::Leader>& live) const {
   std::vector<v1::ModelHolder> holders;
   if (run_id != active_.run_id() || round != active_.round()) return holders;
   for (const ControlPlane::Leader& leader : live) {

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
@@ -55,8 +54,7 @@ TEST(ModelKeeperTest, AnEndedRunsFinalModelIsKeptForTheLastRunsOnly) {
   absl::StatusOr<std::optional<ModelSnapshot>> loaded = keeper.LoadKept("run-1");
   ASSERT_THAT(loaded.status(), IsOk());
   EXPECT_EQ(*loaded, std::nullopt);
-  EXPECT_THAT(keeper.NotKept("run-1"),
-              StatusIs(absl::StatusCode::kNotFound, "while it runs"));
+  EXPECT_THAT(keeper.NotKept("run-1"), StatusIs(absl::StatusCode::kNotFound, "while it runs"));
 }
 
 TEST(ModelKeeperTest, HoldersAreTheLiveOnesWithADataPlaneForTheCommittedRoundOnly) {
@@ -72,7 +70,7 @@ TEST(ModelKeeperTest, HoldersAreTheLiveOnesWithADataPlaneForTheCommittedRoundOnl
   EXPECT_EQ(holders[0].data_address(), "10.0.0.1:7000");
   EXPECT_TRUE(keeper.Holders("run-1", 4, live).empty());  // another round
   EXPECT_TRUE(keeper.Holders("run-0", 5, live).empty());  // another run
-  keeper.StartRun(RunAt("run-2"));                          // a new run forgets them
+  keeper.StartRun(RunAt("run-2"));                        // a new run forgets them
   EXPECT_TRUE(keeper.Holders("run-2", 0, live).empty());
 }
 

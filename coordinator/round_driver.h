@@ -13,6 +13,7 @@
 #include "coordinator/control_plane.h"
 #include "coordinator/round_sessions.h"
 #include "coordinator/suspensions.h"
+#include "exchange/model_digest.h"
 #include "exchange/range_reducer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
@@ -26,7 +27,8 @@ class RoundContext {
  public:
   struct Round {
     int64_t number = 0;
-    int fragment = 0;  // RunSpec.fragments: the fragment it carries
+    int fragment = 0;     // RunSpec.fragments: the fragment it carries
+    int first_chunk = 0;  // the fragment's first chunk in the model (GlobalModel::first_chunk)
     absl::Time opened;
     // What it averages on (GlobalModel::RoundReducer).
     std::shared_ptr<RangeReducer> reducer;
@@ -50,9 +52,11 @@ class RoundContext {
 
   // Whether a commit the driver decided may go ahead now (else it waits for the next Advance).
   virtual bool MayCommit() const = 0;
-  // The round's update is in its reducer: commit it with `included` at global step `step`;
-  // `log` describes the round. The driver is destroyed with the round.
-  virtual void Commit(const std::vector<std::string>& included, int64_t step, std::string log) = 0;
+  // The round's update is in its reducer: commit it with `included` at global step `step`,
+  // the fragment's digest now `digest` (ModelDigest from its first chunk); `log` describes the
+  // round. The driver is destroyed with the round.
+  virtual void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
+                      std::string log) = 0;
   // Ends every session with ABORTED and records the round. The driver is destroyed with it.
   virtual void Abort(const std::string& reason) = 0;
 };

@@ -275,6 +275,7 @@ void RoundManager::OpenRound(int64_t number, int fragment) {
   round.info.number = number;
   round.info.fragment = fragment;
   round.info.reducer = model().RoundReducer(fragment);
+  round.info.first_chunk = model().first_chunk(fragment);
   round.info.opened = options_.clock();
   std::vector<ControlPlane::Leader> leaders;
   for (ControlPlane::Leader& leader : plane_->LiveLeaders()) {
@@ -479,9 +480,9 @@ void RoundManager::Advance() {
 }
 
 void RoundManager::Publish(const std::vector<std::string>& included, int64_t step,
-                           std::string log) {
+                           DigestPair digest, std::string log) {
   model().CommitFragment(round_->info.fragment, *round_->info.reducer);
-  model().Committed(round_->info.number, step, round_->info.fragment);
+  model().Committed(round_->info.number, step, round_->info.fragment, digest);
   PendingCommit commit;
   commit.run_id = model().run_id();
   commit.round = round_->info.number;
@@ -628,8 +629,9 @@ bool RoundManager::Context::MayCommit() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
 }
 
 void RoundManager::Context::Commit(const std::vector<std::string>& included, int64_t step,
+                                   DigestPair digest,
                                    std::string log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  m_->Publish(included, step, std::move(log));
+  m_->Publish(included, step, digest, std::move(log));
 }
 
 void RoundManager::Context::Abort(const std::string& reason) ABSL_NO_THREAD_SAFETY_ANALYSIS {

@@ -116,7 +116,8 @@ class RoundManager {
     RoundSessions& sessions() override;
     void CountBytes(int64_t received, int64_t sent) override;
     bool MayCommit() const override;
-    void Commit(const std::vector<std::string>& included, int64_t step, std::string log) override;
+    void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
+                std::string log) override;
     void Abort(const std::string& reason) override;
 
    private:
@@ -159,8 +160,8 @@ class RoundManager {
   // The update is in the round's reducer: records round and step, then (once the model is
   // saved, when there is a state folder) commits the run, sends the RoundCommit and ends the
   // round's streams. `log` describes the round.
-  void Publish(const std::vector<std::string>& included, int64_t step, std::string log)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Publish(const std::vector<std::string>& included, int64_t step, DigestPair digest,
+               std::string log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Has a model saved behind a commit written now, and waits until no model is being saved:
   // neither a pending commit's nor one saved behind.
   void AwaitNoSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

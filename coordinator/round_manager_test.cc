@@ -14,6 +14,7 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "exchange/codec.h"
+#include "exchange/model_digest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/fake_clock.h"
@@ -74,6 +75,14 @@ class FakeMember : public RoundMember {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_ ABSL_GUARDED_BY(mu_);
 };
+
+// A snapshot's digest as a fetch from its holders checks it (ModelDigest).
+DigestPair DigestOf(const RoundManager::ModelSnapshot& model) {
+  return ModelDigest(*model.values,
+                     model.momentum != nullptr ? absl::Span<const float>(*model.momentum)
+                                               : absl::Span<const float>(),
+                     model.layout);
+}
 
 class RoundManagerTest : public ::testing::Test {
  protected:
@@ -242,6 +251,7 @@ TEST_F(RoundManagerTest, ACommitIsAnnouncedBeforeItsModelIsOnDiskAndARestartGoes
   ASSERT_THAT(model, IsOk());
   EXPECT_EQ(model->round, 1);
   EXPECT_FLOAT_EQ((*model->values)[0], 1.5f);
+  EXPECT_EQ(model->digest, DigestOf(*model));  // kept at the commit, not computed per fetch
 
   // A coordinator started on the folder now (the old one's save still blocked) finds round 0.
   RoundManager::Options again;
@@ -255,6 +265,7 @@ TEST_F(RoundManagerTest, ACommitIsAnnouncedBeforeItsModelIsOnDiskAndARestartGoes
   EXPECT_EQ(restored->round, 2);
   EXPECT_EQ(restored->global_step, 0);
   EXPECT_FLOAT_EQ((*restored->values)[0], 1.0f);  // the initial model, the one on disk
+  EXPECT_EQ(restored->digest, DigestOf(*restored));
   // The member, which holds round 1, offers round 2: it is stale, and told the model to adopt.
   auto ahead = std::make_shared<FakeMember>();
   EXPECT_THAT(restarted.Join(Header(2), ahead),
@@ -530,6 +541,7 @@ TEST_F(RoundManagerTest, TheFinalModelsOfTheLastThreeEndedRunsAreKept) {
   ASSERT_THAT(kept, IsOk());
   EXPECT_EQ(kept->round, 1);
   EXPECT_FLOAT_EQ((*kept->values)[0], 1.5f);
+  EXPECT_EQ(kept->digest, DigestOf(*kept));
   EXPECT_THAT(restarted.FetchModel("../state"),
               StatusIs(absl::StatusCode::kNotFound, "no model of run"));
   EXPECT_THAT(restarted.FetchModel("run-never"),

@@ -55,7 +55,7 @@ ShardedDriver::ShardedDriver(RoundContext* context,
   next_ = std::make_shared<NextModel>();
   next_->global = reducer_->SpareBuffer(static_cast<size_t>(reducer_->layout().num_values));
   next_->momentum = reducer_->SpareBuffer(reducer_->momentum().size());
-  next_->digests = RangeDigests(reducer_->layout().num_chunks());
+  next_->digests = RangeDigests(reducer_->layout().num_chunks(), context->round().first_chunk);
 }
 
 absl::StatusOr<int64_t> ShardedDriver::Arrive(const v1::SyncHeader& header,
@@ -133,9 +133,19 @@ absl::Status ShardedDriver::FinishMean(int64_t session, int index, int64_t bytes
 }
 
 absl::Status ShardedDriver::Deliver(int64_t session, const v1::Delivered& delivered) {
-  absl::Status status = round_.Deliver(
-      context_->sessions().MemberOf(session),
-      {delivered.range_digests().begin(), delivered.range_digests().end()}, context_->Now());
+  absl::Status status;
+  if (delivered.value_digests_size() != delivered.range_digests_size()) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("delivered.value_digests: ", delivered.value_digests_size(), " digests for ",
+                     delivered.range_digests_size(), " range_digests"));
+  } else {
+    std::vector<DigestPair> digests;
+    for (int s = 0; s < delivered.range_digests_size(); ++s) {
+      digests.push_back({delivered.range_digests(s), delivered.value_digests(s)});
+    }
+    status =
+        round_.Deliver(context_->sessions().MemberOf(session), std::move(digests), context_->Now());
+  }
   if (status.ok()) {
     delivered_.insert(session);
   } else {
@@ -160,9 +170,11 @@ void ShardedDriver::Advance() {
              means_done_ == reducer_->layout().num_chunks()) {
     // Every member applies the same decoded mean through the same outer step; so did this
     // copy, chunk by chunk, into next_. Nothing commits on copies that differ.
-    std::vector<uint64_t> reference;
+    std::vector<DigestPair> reference;
+    DigestPair digest;  // the fragment's
     for (const ShardedRound::Shard& shard : round_.shards()) {
       reference.push_back(next_->digests.Of(shard.begin_chunk, shard.end_chunk));
+      digest = RangeDigests::Combine(digest, reference.back());
     }
     if (!round_.Verify(reference)) {
       SendDiverged();
@@ -173,7 +185,7 @@ void ShardedDriver::Advance() {
     const std::vector<std::string> included = round_.Included();
     const size_t owners = round_.shards().size();
     context_->Commit(
-        included, round_.Step(context_->committed_step()),
+        included, round_.Step(context_->committed_step()), digest,
         absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                      expected_.size(), " members (", absl::StrJoin(included, ", "),
                      "), sharded over ", owners, owners == 1 ? " owner" : " owners"));
@@ -265,6 +277,7 @@ void ShardedDriver::SendLayout() {
   header->set_ring(round_.ring());
   if (round_.ring()) header->set_ring_streams(context_->spec().ring_streams());
   header->set_fragment(context_->round().fragment);
+  header->set_first_chunk(context_->round().first_chunk);
   for (const ShardedRound::Shard& shard : round_.shards()) {
     v1::ShardRange* range = header->add_shards();
     range->set_owner_id(shard.owner_id);

@@ -45,7 +45,7 @@ class ShardedDriver : public RoundDriver {
     std::shared_ptr<std::vector<float>> global;
     std::shared_ptr<std::vector<float>> momentum;  // empty without outer momentum
     // Each chunk's digest, taken as its mean is applied (the members' are checked against it).
-    RangeDigests digests{0};
+    RangeDigests digests{0, 0};
   };
   // An owner's mean, claimed under the lock and applied outside it.
   struct MeanWork {

@@ -135,7 +135,7 @@ absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::
 }
 
 absl::Status ShardedRound::Deliver(const std::string& member_id,
-                                   std::vector<uint64_t> range_digests, absl::Time now) {
+                                   std::vector<DigestPair> range_digests, absl::Time now) {
   Member* member = Find(member_id);
   if (phase_ != Phase::kExchanging || member == nullptr || member->slot < 0 || member->dropped) {
     return absl::FailedPreconditionError(
@@ -253,7 +253,7 @@ void ShardedRound::Advance(absl::Time now) {
   phase_ = Phase::kCommitted;
 }
 
-bool ShardedRound::Verify(const std::vector<uint64_t>& range_digests) {
+bool ShardedRound::Verify(const std::vector<DigestPair>& range_digests) {
   if (phase_ != Phase::kCommitted) return phase_ != Phase::kAborted;
   std::vector<std::string> named;
   for (const Member& member : expected_) {

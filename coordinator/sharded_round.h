@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "coordinator/suspensions.h"
 #include "exchange/chunking.h"
+#include "exchange/model_digest.h"
 
 namespace localsgd {
 
@@ -84,12 +85,12 @@ class ShardedRound {
   // The member holds every averaged chunk (at `now`), and its copy of each range will have
   // `range_digests` (by shard) at the commit. INVALID_ARGUMENT naming the field when there is
   // not one digest per range.
-  absl::Status Deliver(const std::string& member_id, std::vector<uint64_t> range_digests,
+  absl::Status Deliver(const std::string& member_id, std::vector<DigestPair> range_digests,
                        absl::Time now);
   // Once complete (kCommitted): the coordinator's own digests of the ranges. Every member
   // still in the round must have delivered the same; if one did not, the round aborts naming
   // it (and the ranges), diverged() lists it, and false is returned.
-  bool Verify(const std::vector<uint64_t>& range_digests);
+  bool Verify(const std::vector<DigestPair>& range_digests);
   // Deadlines.
   void Tick(absl::Time now);
 
@@ -130,7 +131,7 @@ class ShardedRound {
     bool arrived = false;
     bool dropped = false;
     bool delivered = false;
-    std::vector<uint64_t> range_digests;  // by shard, once delivered
+    std::vector<DigestPair> range_digests;  // by shard, once delivered
     double weight = 0;
     int64_t step = 0;
     int slot = -1;  // in members_, once laid out

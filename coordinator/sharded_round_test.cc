@@ -61,9 +61,9 @@ class ShardedRoundTest : public ::testing::Test {
   absl::Status Deliver(ShardedRound& round, const std::string& member_id) {
     return round.Deliver(member_id, Reference(round), clock_.Now());
   }
-  static std::vector<uint64_t> Reference(const ShardedRound& round) {
-    std::vector<uint64_t> digests;
-    for (size_t s = 0; s < round.shards().size(); ++s) digests.push_back(1000 + s);
+  static std::vector<DigestPair> Reference(const ShardedRound& round) {
+    std::vector<DigestPair> digests;
+    for (size_t s = 0; s < round.shards().size(); ++s) digests.push_back({1000 + s, 2000 + s});
     return digests;
   }
 
@@ -200,8 +200,8 @@ TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
   ASSERT_EQ(round.shards().size(), 3u);
   SendAllMeans(round);
   ASSERT_THAT(Deliver(round, "m0"), IsOk());
-  std::vector<uint64_t> differs = Reference(round);
-  differs[2] ^= 1;
+  std::vector<DigestPair> differs = Reference(round);
+  differs[2].with_momentum ^= 1;
   ASSERT_THAT(round.Deliver("m1", differs, clock_.Now()), IsOk());
   ASSERT_THAT(Deliver(round, "m2"), IsOk());
   ASSERT_EQ(round.phase(), Phase::kCommitted);  // complete: the digests are checked now
@@ -222,6 +222,18 @@ TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
   EXPECT_TRUE(agreed.Verify(Reference(agreed)));
   EXPECT_EQ(agreed.phase(), Phase::kCommitted);
   EXPECT_THAT(agreed.diverged(), IsEmpty());
+
+  // The values' digest counts on its own: a copy whose momentum digest agrees but not its
+  // values' differs.
+  ShardedRound values_differ = Make(2, 4);
+  ArriveAll(values_differ, 2);
+  SendAllMeans(values_differ);
+  ASSERT_THAT(Deliver(values_differ, "m0"), IsOk());
+  std::vector<DigestPair> values_only = Reference(values_differ);
+  values_only[0].values ^= 1;
+  ASSERT_THAT(values_differ.Deliver("m1", values_only, clock_.Now()), IsOk());
+  EXPECT_FALSE(values_differ.Verify(Reference(values_differ)));
+  EXPECT_THAT(values_differ.diverged(), ElementsAre("m1"));
 }
 
 // Issue 50, finding 3: a member refused for bringing another fragment than the round's (a
@@ -246,7 +258,7 @@ TEST_F(ShardedRoundTest, DigestsMustBeOnePerRange) {
   EXPECT_THAT(round.Deliver("m0", {}, clock_.Now()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "delivered.range_digests: 0 digests for 2 ranges"));
-  EXPECT_THAT(round.Deliver("m0", {1, 2, 3}, clock_.Now()),
+  EXPECT_THAT(round.Deliver("m0", {{1, 1}, {2, 2}, {3, 3}}, clock_.Now()),
               StatusIs(absl::StatusCode::kInvalidArgument, "3 digests for 2 ranges"));
   EXPECT_THAT(Deliver(round, "m0"), IsOk());
 }

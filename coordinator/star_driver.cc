@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "exchange/model_digest.h"
 
 namespace localsgd {
 namespace {
@@ -127,8 +128,11 @@ void StarDriver::Advance() {
   } else if (round_.phase() == StarRound::Phase::kCommitted && context_->MayCommit()) {
     reducer_.Commit();
     const std::vector<std::string> included = round_.Included();
+    // The coordinator averaged: the digest is its own copy's.
+    const DigestPair digest = ModelDigest(reducer_.global(), reducer_.momentum(), reducer_.layout(),
+                                          context_->round().first_chunk);
     context_->Commit(
-        included, round_.Step(context_->committed_step()),
+        included, round_.Step(context_->committed_step()), digest,
         absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                      round_.members().size(), " members (", absl::StrJoin(included, ", "), ")"));
   }

@@ -17,6 +17,7 @@
 #include "coordinator/model_store.h"
 #include "coordinator/run_store.h"
 #include "exchange/chunking.h"
+#include "exchange/model_digest.h"
 #include "proto/localsgd/v1/state.pb.h"
 
 namespace localsgd {
@@ -31,6 +32,8 @@ struct ModelSnapshot {
   std::shared_ptr<const std::vector<float>> values;
   // The outer momentum buffer; null when the outer optimizer has none.
   std::shared_ptr<const std::vector<float>> momentum;
+  // ModelDigest(values, momentum) (docs/design.md, "Digests").
+  DigestPair digest;
 };
 
 // The run record as the control plane hands it to the writer: copied under the plane's lock

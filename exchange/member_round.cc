@@ -16,7 +16,8 @@ absl::Status CheckLayout(const v1::RoundHeader& header, const std::string& membe
         "is EXCHANGE_STAR)");
   }
   if (header.chunk_values() <= 0 || layout.num_chunks() != header.num_chunks() ||
-      header.weights_size() != header.members_size() || header.shards_size() == 0) {
+      header.weights_size() != header.members_size() || header.shards_size() == 0 ||
+      header.first_chunk() < 0) {
     return absl::InternalError("the round's layout does not match the vector");
   }
   if (std::find(header.members().begin(), header.members().end(), member_id) ==

@@ -150,16 +150,26 @@ uint64_t LaneCrc::Digest() const {
   return Mix(digest ^ lanes_[2]);
 }
 
-uint64_t ChunkDigest(absl::Span<const float> next_global, absl::Span<const float> next_momentum) {
+namespace {
+
+// A chunk's digests from its values' and its momentum's LaneCrc.
+DigestPair Digests(const LaneCrc& values, const LaneCrc& momentum) {
+  static const uint64_t kNoMomentum = Mix(LaneCrc().Digest());
+  return {Mix(values.Digest() ^ Mix(momentum.Digest())), Mix(values.Digest() ^ kNoMomentum)};
+}
+
+}  // namespace
+
+DigestPair ChunkDigest(absl::Span<const float> next_global, absl::Span<const float> next_momentum) {
   LaneCrc global;
   global.Update(next_global.data(), next_global.size() * sizeof(float));
   LaneCrc momentum;
   momentum.Update(next_momentum.data(), next_momentum.size() * sizeof(float));
-  return Mix(global.Digest() ^ Mix(momentum.Digest()));
+  return Digests(global, momentum);
 }
 
-uint64_t NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
-                         absl::Span<const float> global, absl::Span<const float> momentum) {
+DigestPair NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
+                           absl::Span<const float> global, absl::Span<const float> momentum) {
   constexpr size_t kBlock = 1024;  // whole 8-byte words, as LaneCrc's pieces must be
   std::array<float, kBlock> next;
   std::array<float, kBlock> next_momentum;
@@ -176,20 +186,22 @@ uint64_t NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> me
     global_crc.Update(next.data(), n * sizeof(float));
     if (has_momentum) momentum_crc.Update(next_momentum.data(), n * sizeof(float));
   }
-  return Mix(global_crc.Digest() ^ Mix(momentum_crc.Digest()));
+  return Digests(global_crc, momentum_crc);
 }
 
-uint64_t RangeDigests::Of(int begin, int end) const {
-  uint64_t digest = 0;
+DigestPair RangeDigests::Of(int begin, int end) const {
+  DigestPair digest;
   for (int c = begin; c < end; ++c) {
-    digest ^= Mix(Mix(static_cast<uint64_t>(c)) ^ chunks_[static_cast<size_t>(c)]);
+    const uint64_t index = Mix(static_cast<uint64_t>(first_chunk_ + c));
+    const DigestPair& chunk = chunks_[static_cast<size_t>(c)];
+    digest = Combine(digest, {Mix(index ^ chunk.with_momentum), Mix(index ^ chunk.values)});
   }
   return digest;
 }
 
-uint64_t ModelDigest(absl::Span<const float> values, absl::Span<const float> momentum,
-                     const ChunkLayout& layout) {
-  RangeDigests digests(layout.num_chunks());
+DigestPair ModelDigest(absl::Span<const float> values, absl::Span<const float> momentum,
+                       const ChunkLayout& layout, int first_chunk) {
+  RangeDigests digests(layout.num_chunks(), first_chunk);
   for (int c = 0; c < layout.num_chunks(); ++c) {
     const size_t begin = static_cast<size_t>(layout.begin(c));
     const size_t size = static_cast<size_t>(layout.size(c));

@@ -74,7 +74,7 @@ TEST(ModelDigestTest, NextChunkDigestIsTheSteppedChunksDigest) {
         OuterStepInto(outer, absl::MakeSpan(next), global,
                       has_momentum ? absl::MakeConstSpan(momentum) : absl::Span<const float>(),
                       absl::MakeSpan(next_momentum)));
-    const uint64_t expected = ChunkDigest(next, next_momentum);
+    const DigestPair expected = ChunkDigest(next, next_momentum);
     EXPECT_EQ(
         NextChunkDigest(outer, mean, global,
                         has_momentum ? absl::MakeConstSpan(momentum) : absl::Span<const float>()),
@@ -90,46 +90,94 @@ TEST(ModelDigestTest, NextChunkDigestIsTheSteppedChunksDigest) {
 TEST(ModelDigestTest, OneValueChangesTheDigest) {
   const std::vector<float> mean = Values(1000, 0.01f);
   std::vector<float> global = Values(1000, 1.0f);
-  const uint64_t before = NextChunkDigest(OuterOptimizer{}, mean, global, {});
+  const DigestPair before = NextChunkDigest(OuterOptimizer{}, mean, global, {});
   global[999] = std::nextafter(global[999], 2.0f);
-  EXPECT_NE(NextChunkDigest(OuterOptimizer{}, mean, global, {}), before);
+  const DigestPair after = NextChunkDigest(OuterOptimizer{}, mean, global, {});
+  EXPECT_NE(after.with_momentum, before.with_momentum);
+  EXPECT_NE(after.values, before.values);
 }
 
+DigestPair Pair(uint64_t d) { return {d, d + 1000}; }
+
 TEST(RangeDigestsTest, OrderFreeAndEveryChunkCounts) {
-  RangeDigests a(4);
-  RangeDigests b(4);
-  for (int c = 0; c < 4; ++c) a.Set(c, 100 + c);
-  for (int c = 3; c >= 0; --c) b.Set(c, 100 + c);
+  RangeDigests a(4, 0);
+  RangeDigests b(4, 0);
+  for (int c = 0; c < 4; ++c) a.Set(c, Pair(100 + c));
+  for (int c = 3; c >= 0; --c) b.Set(c, Pair(100 + c));
   EXPECT_EQ(a.Of(0, 4), b.Of(0, 4));
   EXPECT_EQ(a.Of(1, 3), b.Of(1, 3));
   // Swapping two chunks' digests is a change (the index is in each term).
-  b.Set(1, 102);
-  b.Set(2, 101);
+  b.Set(1, Pair(102));
+  b.Set(2, Pair(101));
   EXPECT_NE(a.Of(0, 4), b.Of(0, 4));
   // A change outside the range does not touch it.
-  b.Set(1, 101);
-  b.Set(2, 102);
-  b.Set(3, 7);
+  b.Set(1, Pair(101));
+  b.Set(2, Pair(102));
+  b.Set(3, Pair(7));
   EXPECT_EQ(a.Of(0, 3), b.Of(0, 3));
   EXPECT_NE(a.Of(0, 4), b.Of(0, 4));
-  EXPECT_EQ(RangeDigests(2).Of(0, 0), 0u);
+  EXPECT_EQ(RangeDigests(2, 0).Of(0, 0), DigestPair());
+  // Ranges combine into their union.
+  EXPECT_EQ(RangeDigests::Combine(a.Of(0, 1), a.Of(1, 4)), a.Of(0, 4));
+}
+
+// A fragment's chunks counted from its first chunk in the model: the fragments' digests
+// combine into the whole model's, however the model is cut.
+TEST(RangeDigestsTest, FragmentsCombineIntoTheModelsDigest) {
+  const ChunkLayout layout{1000, 100};  // 10 chunks
+  const std::vector<float> values = Values(1000, 1.0f);
+  const std::vector<float> momentum = Values(1000, 0.3f);
+  const DigestPair whole = ModelDigest(values, momentum, layout);
+  for (const std::vector<int>& cuts :
+       std::vector<std::vector<int>>{{0, 10}, {0, 3, 10}, {0, 1, 5, 9, 10}}) {
+    DigestPair combined;
+    for (size_t f = 0; f + 1 < cuts.size(); ++f) {
+      RangeDigests fragment(cuts[f + 1] - cuts[f], cuts[f]);
+      for (int c = 0; c < cuts[f + 1] - cuts[f]; ++c) {
+        const int64_t begin = layout.begin(cuts[f] + c);
+        const int64_t size = layout.size(cuts[f] + c);
+        fragment.Set(c, ChunkDigest(absl::MakeConstSpan(values).subspan(begin, size),
+                                    absl::MakeConstSpan(momentum).subspan(begin, size)));
+      }
+      combined = RangeDigests::Combine(combined, fragment.Of(0, cuts[f + 1] - cuts[f]));
+    }
+    EXPECT_EQ(combined, whole) << cuts.size();
+  }
+  // Counted from 0 instead, a fragment's digest is another.
+  RangeDigests wrong(7, 0);
+  RangeDigests right(7, 3);
+  for (int c = 0; c < 7; ++c) {
+    const DigestPair d =
+        ChunkDigest(absl::MakeConstSpan(values).subspan(layout.begin(3 + c), 100), {});
+    wrong.Set(c, d);
+    right.Set(c, d);
+  }
+  EXPECT_NE(wrong.Of(0, 7), right.Of(0, 7));
 }
 
 TEST(ModelDigestTest, AModelsDigestIsItsChunksAndCountsTheMomentum) {
   const ChunkLayout layout{1000, 256};  // 4 chunks, the last short
   std::vector<float> values = Values(1000, 1.0f);
   std::vector<float> momentum = Values(1000, 0.5f);
-  RangeDigests chunks(layout.num_chunks());
+  RangeDigests chunks(layout.num_chunks(), 0);
   for (int c = 0; c < layout.num_chunks(); ++c) {
     chunks.Set(c,
                ChunkDigest(absl::MakeConstSpan(values).subspan(layout.begin(c), layout.size(c)),
                            absl::MakeConstSpan(momentum).subspan(layout.begin(c), layout.size(c))));
   }
-  const uint64_t digest = ModelDigest(values, momentum, layout);
+  const DigestPair digest = ModelDigest(values, momentum, layout);
   EXPECT_EQ(digest, chunks.Of(0, layout.num_chunks()));
-  EXPECT_NE(ModelDigest(values, {}, layout), digest);
+  // The values' digest is the model's without its momentum.
+  const DigestPair plain = ModelDigest(values, {}, layout);
+  EXPECT_NE(plain.with_momentum, digest.with_momentum);
+  EXPECT_EQ(plain.values, digest.values);
+  EXPECT_EQ(plain.with_momentum, plain.values);
   momentum[999] = std::nextafter(momentum[999], 1.0f);
-  EXPECT_NE(ModelDigest(values, momentum, layout), digest);
+  const DigestPair changed = ModelDigest(values, momentum, layout);
+  EXPECT_NE(changed.with_momentum, digest.with_momentum);
+  EXPECT_EQ(changed.values, digest.values);  // the values did not change
+  values[0] = std::nextafter(values[0], 2.0f);
+  EXPECT_NE(ModelDigest(values, momentum, layout).values, digest.values);
 }
 
 }  // namespace

@@ -157,7 +157,9 @@ absl::Status ModelFetcher::FromHolders(const v1::ModelHeader& header, absl::Dura
   }
   std::vector<std::string> names = served_by;
   names.erase(std::unique(names.begin(), names.end()), names.end());
-  if (ModelDigest(fetched.model.values, fetched.model.momentum, layout) != header.digest()) {
+  // Without the momentum, the digest with an empty momentum: the values' (DigestPair).
+  if (ModelDigest(fetched.model.values, fetched.model.momentum, layout).with_momentum !=
+      header.digest()) {
     return absl::DataLossError(absl::StrCat("the model from ", absl::StrJoin(names, ", "),
                                             " does not match the coordinator's digest"));
   }

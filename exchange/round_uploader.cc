@@ -22,7 +22,7 @@ void RoundUploader::OnFailure(const absl::Status& status) {
   context_->TryCancel();
 }
 
-void RoundUploader::Deliver(std::vector<uint64_t> range_digests) {
+void RoundUploader::Deliver(std::vector<DigestPair> range_digests) {
   MutexLock lock(&mu_);
   deliver_ = std::move(range_digests);
 }
@@ -53,7 +53,7 @@ void RoundUploader::Run() {
   while (true) {
     std::shared_ptr<const OwnerMean> mean;
     bool more = false;  // another mean is queued behind this one
-    std::optional<std::vector<uint64_t>> deliver;
+    std::optional<std::vector<DigestPair>> deliver;
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -86,7 +86,10 @@ void RoundUploader::Run() {
       continue;
     }
     if (deliver.has_value()) {
-      *request.mutable_delivered()->mutable_range_digests() = {deliver->begin(), deliver->end()};
+      for (const DigestPair& range : *deliver) {
+        request.mutable_delivered()->add_range_digests(range.with_momentum);
+        request.mutable_delivered()->add_value_digests(range.values);
+      }
     }  // else: a report, copied above
     if (!stream_->Write(request)) return;
   }

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "common/mutex.h"
+#include "exchange/model_digest.h"
 #include "exchange/shard_owner.h"
 #include "exchange/sync_stream.h"
 #include "exchange/write_batch.h"
@@ -34,8 +35,8 @@ class RoundUploader : public MeanSink {
   void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) override;
   // Cancels the stream: the coordinator sees this owner leave and aborts the round.
   void OnFailure(const absl::Status& status) override;
-  // Every averaged chunk is here; `range_digests` are this copy's (Delivered.range_digests).
-  void Deliver(std::vector<uint64_t> range_digests);
+  // Every averaged chunk is here; `range_digests` are this copy's (Delivered), by range.
+  void Deliver(std::vector<DigestPair> range_digests);
   // This member's exchange with `peer_id` failed (the coordinator aborts the round).
   void Unreachable(const std::string& peer_id, const absl::Status& why);
   // Sends nothing more; waits for the write in flight.
@@ -51,7 +52,7 @@ class RoundUploader : public MeanSink {
   Mutex mu_;
   std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::vector<uint64_t>> deliver_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<DigestPair>> deliver_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   WriteBatch batch_;  // the writer thread's

@@ -95,7 +95,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   // `momentum` by it in place (one pass, no model-sized copy).
   averaged_.resize(params.size());
   const absl::Span<float> averaged = absl::MakeSpan(averaged_);
-  RangeDigests digests(layout.num_chunks());
+  RangeDigests digests(layout.num_chunks(), header.first_chunk());
   Mutex take_mu;  // serialises the round's bookkeeping across the schedule's threads
   // Takes averaged chunk `c` of range `s`, decoded by `decode` into the chunk's values.
   auto take = [&](int s, int c, const auto& decode) -> absl::Status {
@@ -116,7 +116,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       last = round.Mark(s, c);
     }
     if (last) {
-      std::vector<uint64_t> range_digests;
+      std::vector<DigestPair> range_digests;
       for (int r = 0; r < round.num_ranges(); ++r) {
         range_digests.push_back(
             digests.Of(round.range(r).begin_chunk(), round.range(r).end_chunk()));

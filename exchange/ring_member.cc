@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -154,9 +155,12 @@ void RingMember::Write(int stripe) {
   bool done = false;  // every message of the round went to some stripe
   WriteBatch batch;
   while (ok) {
-    grpc::ByteBuffer message;
-    int start = -1;     // a chunk of pred's range whose chain starts with this message
-    bool more = false;  // another message is queued behind this one
+    // What this stripe writes next: the queued messages (up to a batch's bytes), or the start
+    // of a chunk of pred's chain. Taken together because only a message this same stream writes
+    // next may follow one sent with the buffer hint: taken by another stripe, it would leave
+    // the hinted one held in gRPC's buffers while succ waits for it, and the ring would stall.
+    std::vector<grpc::ByteBuffer> messages;
+    int start = -1;  // a chunk of pred's range whose chain starts with this message
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &RingMember::ReadyToWrite));
@@ -165,20 +169,28 @@ void RingMember::Write(int stripe) {
         done = true;
         break;
       }
-      std::deque<grpc::ByteBuffer>& queue = means_out_.empty() ? sums_out_ : means_out_;
-      if (!queue.empty()) {
-        message = std::move(queue.front());
-        queue.pop_front();
-      } else {
+      if (means_out_.empty() && sums_out_.empty()) {
         start = chain_next_++;
+        ++taken_;
       }
-      ++taken_;
-      more = (!means_out_.empty() || !sums_out_.empty()) && !AllTaken();
+      for (int64_t bytes = 0;
+           start < 0 && bytes < WriteBatch::kDefaultMaxHeldBytes && !AllTaken();) {
+        std::deque<grpc::ByteBuffer>& queue = means_out_.empty() ? sums_out_ : means_out_;
+        if (queue.empty()) break;
+        bytes += static_cast<int64_t>(queue.front().Length());
+        messages.push_back(std::move(queue.front()));
+        queue.pop_front();
+        ++taken_;
+      }
     }
     if (start >= 0) {
-      message = ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, start, OwnDelta(start));
+      messages.push_back(
+          ChunkMessageBuffer(v1::PassRequest::kSumFieldNumber, start, OwnDelta(start)));
     }
-    ok = stream->Write(message, batch.Next(static_cast<int64_t>(message.Length()), more));
+    for (size_t i = 0; ok && i < messages.size(); ++i) {
+      ok = stream->Write(messages[i], batch.Next(static_cast<int64_t>(messages[i].Length()),
+                                                 i + 1 < messages.size()));
+    }
   }
   if (ok && done) stream->WritesDone();
   const grpc::Status status = stream->Finish();

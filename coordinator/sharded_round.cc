@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/digest_vote.h"
 #include "coordinator/round_refusal.h"
 #include "coordinator/round_step.h"
 
@@ -255,25 +256,49 @@ void ShardedRound::Advance(absl::Time now) {
 
 bool ShardedRound::Verify(const std::vector<DigestPair>& range_digests) {
   if (phase_ != Phase::kCommitted) return phase_ != Phase::kAborted;
-  std::vector<std::string> named;
+  std::vector<DigestBallot> ballots;
   for (const Member& member : expected_) {
-    if (member.slot < 0 || member.dropped) continue;
-    std::vector<std::string> ranges;
-    for (size_t s = 0; s < shards_.size() && s < range_digests.size(); ++s) {
-      if (member.range_digests[s] != range_digests[s]) ranges.push_back(absl::StrCat(s));
+    if (member.slot >= 0 && !member.dropped) {
+      ballots.push_back({member.candidate.member_id, member.range_digests});
     }
-    if (ranges.empty()) continue;
-    const std::string& id = member.candidate.member_id;
-    diverged_.push_back(id);
-    blamed_.push_back(RoundFault{id, "its copy of the global model differs from the others'", ""});
-    named.push_back(absl::StrCat(id, " (range", ranges.size() == 1 ? " " : "s ",
-                                 absl::StrJoin(ranges, ", "), ")"));
   }
-  if (named.empty()) return true;
-  AbortWith(absl::StrCat(
-      "the digests of ", absl::StrJoin(named, ", "),
-      " differ from the coordinator's: ", named.size() == 1 ? "its copy" : "their copies",
-      " of the global model would not be the others'"));
+  // While the coordinator keeps its own copy, that copy breaks ties.
+  std::vector<std::optional<DigestPair>> tie_breakers(shards_.size());
+  for (size_t s = 0; s < shards_.size() && s < range_digests.size(); ++s) {
+    tie_breakers[s] = range_digests[s];
+  }
+  const DigestVote vote = VoteOnDigests(ballots, tie_breakers);
+  std::vector<std::string> named;
+  for (const DigestVote::Differing& differing : vote.differing) {
+    diverged_.push_back(differing.member_id);
+    blamed_.push_back(RoundFault{differing.member_id,
+                                 "its copy of the global model differs from the others'", ""});
+    named.push_back(absl::StrCat(differing.member_id, " (range",
+                                 differing.ranges.size() == 1 ? " " : "s ",
+                                 absl::StrJoin(differing.ranges, ", "), ")"));
+  }
+  if (!named.empty()) {
+    AbortWith(absl::StrCat("the digests of ", absl::StrJoin(named, ", "),
+                           " differ from the copy most members (or the coordinator) hold: ",
+                           named.size() == 1 ? "its copy" : "their copies",
+                           " of the global model would not be the others'"));
+    return false;
+  }
+  // The members agree; the coordinator's copy, made from the means the owners sent it, must
+  // be theirs too.
+  std::vector<std::string> ranges;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (s < range_digests.size() && range_digests[s] == *vote.agreed[s]) continue;
+    ranges.push_back(absl::StrCat(s, " (", shards_[s].owner_id, ")"));
+    blamed_.push_back(RoundFault{shards_[s].owner_id,
+                                 "the means it sent the coordinator are not those it sent members",
+                                 ""});
+  }
+  if (ranges.empty()) return true;
+  AbortWith(
+      absl::StrCat("the coordinator's copy of range", ranges.size() == 1 ? " " : "s ",
+                   absl::StrJoin(ranges, ", "),
+                   " differs from the members' (its owner sent the coordinator other means)"));
   return false;
 }
 

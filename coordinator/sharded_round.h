@@ -87,9 +87,12 @@ class ShardedRound {
   // not one digest per range.
   absl::Status Deliver(const std::string& member_id, std::vector<DigestPair> range_digests,
                        absl::Time now);
-  // Once complete (kCommitted): the coordinator's own digests of the ranges. Every member
-  // still in the round must have delivered the same; if one did not, the round aborts naming
-  // it (and the ranges), diverged() lists it, and false is returned.
+  // Once complete (kCommitted): `range_digests` are the coordinator's own digests of the
+  // ranges. The members still in the round vote (VoteOnDigests: a strict majority, else the
+  // coordinator's copy); a member whose copy differs from the agreed one is named in the abort
+  // (with the ranges) and listed in diverged(). When the members agree but the coordinator's
+  // copy of a range differs, the round aborts naming the range's owner (it sent the
+  // coordinator other means). False when the round aborted.
   bool Verify(const std::vector<DigestPair>& range_digests);
   // Deadlines.
   void Tick(absl::Time now);
@@ -117,7 +120,7 @@ class ShardedRound {
   int ShardOf(int chunk) const;
   // Every member dropped so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
-  // The members whose digests differed from the coordinator's (Verify), in slot order.
+  // The members whose digests differed from the agreed ones (Verify), in slot order.
   const std::vector<std::string>& diverged() const { return diverged_; }
   // From the first member's delivery to the last one's (0 before two deliveries).
   absl::Duration SlowestWait() const;

@@ -234,6 +234,24 @@ TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
   ASSERT_THAT(values_differ.Deliver("m1", values_only, clock_.Now()), IsOk());
   EXPECT_FALSE(values_differ.Verify(Reference(values_differ)));
   EXPECT_THAT(values_differ.diverged(), ElementsAre("m1"));
+
+  // The members agree, but the coordinator's copy of range 1 is another: its owner sent the
+  // coordinator other means than the members. The owner is named; no member diverged.
+  ShardedRound owner_lied = Make(3, 6);
+  ArriveAll(owner_lied, 3);
+  SendAllMeans(owner_lied);
+  for (const char* id : {"m0", "m1", "m2"}) ASSERT_THAT(Deliver(owner_lied, id), IsOk());
+  std::vector<DigestPair> coordinators = Reference(owner_lied);
+  coordinators[1].values ^= 1;
+  EXPECT_FALSE(owner_lied.Verify(coordinators));
+  EXPECT_EQ(owner_lied.phase(), Phase::kAborted);
+  const std::string owner = owner_lied.shards()[1].owner_id;
+  EXPECT_THAT(owner_lied.abort_reason(),
+              HasSubstr(absl::StrCat("the coordinator's copy of range 1 (", owner, ")")));
+  EXPECT_THAT(owner_lied.diverged(), IsEmpty());
+  blamed.clear();
+  for (const RoundFault& fault : owner_lied.Faults()) blamed.push_back(fault.member_id);
+  EXPECT_THAT(blamed, ElementsAre(owner));
 }
 
 // Issue 50, finding 3: a member refused for bringing another fragment than the round's (a

@@ -31,12 +31,12 @@
 namespace localsgd {
 
 // The sync rounds of the active run (docs/design.md, "One round, both modes"): the facade
-// over one lock, the session table, the run's model (global[r] and the outer optimizer
-// state, handed out as immutable snapshots) and the commit pipeline through the state
-// writer. It opens a round when the first member's header arrives (its members are the node
-// leaders alive then) and gives it to the driver of the run's exchange mode (StarDriver,
-// ShardedDriver), which sees the round through a RoundContext. Knows nothing of gRPC.
-// Thread-safe. Lock order: this manager's lock, then the control plane's.
+// over one lock that guards the members' streams (RoundSessions) and the models
+// (ModelKeeper: global[r] and the outer optimizer state, handed out as immutable snapshots),
+// and the commit pipeline through the state writer. It opens a round when the first member's header
+// arrives (its members are the node leaders alive then) and gives it to the driver of the run's
+// exchange mode (StarDriver, ShardedDriver), which sees the round through a RoundContext. Knows
+// nothing of gRPC. Thread-safe. Lock order: this manager's lock, then the control plane's.
 class RoundManager {
  public:
   struct Options {

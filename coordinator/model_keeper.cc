@@ -110,6 +110,12 @@ absl::Status ModelKeeper::NotKept(const std::string& run_id) const {
       " ended runs", state_ != nullptr ? "" : " while it runs", ")"));
 }
 
+void ModelKeeper::AddHolder(const std::string& member_id) {
+  if (std::find(holders_.begin(), holders_.end(), member_id) == holders_.end()) {
+    holders_.push_back(member_id);
+  }
+}
+
 std::vector<v1::ModelHolder> ModelKeeper::Holders(
     const std::string& run_id, int64_t round, const std::vector<ControlPlane::Leader>& live) const {
   std::vector<v1::ModelHolder> holders;

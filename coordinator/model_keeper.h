@@ -53,6 +53,10 @@ class ModelKeeper {
   // The members that hold the active model's round: the members of its commit, or the initial
   // model's uploader.
   void SetHolders(std::vector<std::string> member_ids) { holders_ = std::move(member_ids); }
+  // `member_id` holds the active model's round too: its admitted Sync header is for the next
+  // round (a claim, which a fetch checks by digest). So a restarted coordinator, which knows
+  // no holders until a commit, learns them as the members sync.
+  void AddHolder(const std::string& member_id);
   // Those of `live` that hold round `round` of run `run_id` and serve a data plane; none for
   // another round or run.
   std::vector<v1::ModelHolder> Holders(const std::string& run_id, int64_t round,

@@ -69,6 +69,11 @@ TEST(ModelKeeperTest, HoldersAreTheLiveOnesWithADataPlaneForTheCommittedRoundOnl
   EXPECT_EQ(holders[0].member_id(), "node-a");
   EXPECT_EQ(holders[0].data_address(), "10.0.0.1:7000");
   EXPECT_TRUE(keeper.Holders("run-1", 4, live).empty());  // another round
+  keeper.AddHolder("node-d");                             // it synced for the next round
+  keeper.AddHolder("node-a");                             // once
+  holders = keeper.Holders("run-1", 5, live);
+  ASSERT_EQ(holders.size(), 2u);
+  EXPECT_EQ(holders[1].member_id(), "node-d");
   EXPECT_TRUE(keeper.Holders("run-0", 5, live).empty());  // another run
   keeper.StartRun(RunAt("run-2"));                        // a new run forgets them
   EXPECT_TRUE(keeper.Holders("run-2", 0, live).empty());

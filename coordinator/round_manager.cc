@@ -266,6 +266,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
   if (round_.has_value()) at.open_fragment = round_->info.fragment;
   suspensions_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
   LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
+  models_.AddHolder(header.member_id());  // admitted: its round is the next, so it holds ours
   if (!round_.has_value()) OpenRound(model().round() + 1, header.fragment());
   return round_->driver->Arrive(header, member);
 }

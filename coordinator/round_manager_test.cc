@@ -407,6 +407,26 @@ TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructur
   EXPECT_EQ(status.recent_rounds(0).exchange(), v1::EXCHANGE_SHARDED);
 }
 
+// A leader whose header for the next round is admitted holds the committed round: it is named
+// a holder at once, so a coordinator that knows no holders (restarted, say) learns them as the
+// members sync.
+TEST_F(RoundManagerTest, ALeaderAdmittedToTheNextRoundIsAHolderOfTheCommittedOne) {
+  Start(RoundManager::Options(), "star");
+  v1::JoinRequest join;
+  join.mutable_identity()->set_node_name("d");
+  join.mutable_identity()->set_local_world_size(1);
+  join.set_data_address("10.0.0.9:7000");
+  JoinMember(join);
+  EXPECT_TRUE(rounds_->Holders(run_id_, 0).empty());  // n/0 uploaded it but serves no data plane
+  auto member = std::make_shared<FakeMember>();
+  ASSERT_THAT(rounds_->Join(Header(1, "d/0"), member), IsOk());
+  std::vector<v1::ModelHolder> holders = rounds_->Holders(run_id_, 0);
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_EQ(holders[0].member_id(), "d/0");
+  EXPECT_EQ(holders[0].data_address(), "10.0.0.9:7000");
+  EXPECT_TRUE(rounds_->Holders(run_id_, 1).empty());  // not a round committed yet
+}
+
 // Finding 2 of issue 37: a leader that joins and heartbeats but never syncs holds three rounds
 // until their deadline, then sits them out (recorded, with an event) and the rounds commit
 // without waiting for it; its header is refused, naming why; once its suspension is over it is

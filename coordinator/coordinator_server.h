@@ -45,7 +45,7 @@ class CoordinatorServer {
     absl::Duration lease_timeout = absl::Seconds(15);
     absl::Duration heartbeat_interval = absl::Seconds(3);
     std::function<absl::Time()> clock = [] { return absl::Now(); };
-    // Testing: called on the state writer's thread before each write (a slow disk).
+    // Testing: called on a state writer thread before each write (a slow disk).
     std::function<void(const std::string& file)> before_state_write;
   };
 

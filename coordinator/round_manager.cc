@@ -85,27 +85,47 @@ void RoundManager::SaveBehind() {
   });
 }
 
-void RoundManager::Save(PendingCommit commit) {
-  pending_ = std::move(commit);
+void RoundManager::SaveModel() {
   if (options_.state == nullptr) {
-    FinishCommit(*pending_);
-    pending_.reset();
+    RecordCommit();
     return;
   }
-  options_.state->SaveModel(model().snapshot(),
-                            [this](const absl::Status& saved) { OnSaved(saved); });
+  options_.state->SaveModel(model().snapshot(), [this](const absl::Status& saved) {
+    Resume([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (!saved.ok()) {
+        LogError(absl::StrCat("run ", pending_->run_id, ": the global model of round ",
+                              pending_->round, " is not on disk: ", saved.ToString()));
+      }
+      RecordCommit();
+    });
+  });
 }
 
-void RoundManager::OnSaved(const absl::Status& saved) {
+void RoundManager::RecordCommit() {
+  const PendingCommit& commit = *pending_;
+  if (commit.round > 0) {
+    if (absl::Status s = plane_->CommitRound(commit.run_id, commit.round, commit.global_step,
+                                             commit.synced_step);
+        !s.ok()) {
+      LogError(
+          absl::StrCat("round ", commit.round, ": the run refused the commit: ", s.ToString()));
+    }
+    if (options_.state != nullptr) {
+      // The writer logs a failed write; the commit is announced either way.
+      options_.state->SaveStateThen([this](const absl::Status&) {
+        Resume([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { Announce(); });
+      });
+      return;
+    }
+  }
+  Announce();
+}
+
+void RoundManager::Resume(absl::FunctionRef<void()> next) {
   std::vector<std::shared_ptr<RoundMember>> touched;
   {
     MutexLock lock(&mu_);
-    if (!saved.ok()) {
-      LogError(absl::StrCat("run ", pending_->run_id, ": the global model of round ",
-                            pending_->round, " is not on disk: ", saved.ToString()));
-    }
-    FinishCommit(*pending_);
-    pending_.reset();
+    next();
     Advance();  // a commit that waited for this one
     touched = sessions_.TakeTouched();
   }
@@ -167,9 +187,9 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::ve
   models_.SetHolders({header.member_id()});
   response->set_round(model().round());
   response->set_global_step(model().global_step());
-  PendingCommit initial;  // round 0: nothing to record or announce, only the save
-  initial.run_id = model().run_id();
-  Save(std::move(initial));
+  pending_.emplace();  // round 0: nothing to record or announce, only the save
+  pending_->run_id = model().run_id();
+  SaveModel();
   return absl::OkStatus();
 }
 
@@ -235,10 +255,11 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       member->Enqueue(std::move(response));
       sessions_.Touch(member);
     }
-    // Nor one whose round aborted (quorum lost, say): that is no fault of the member, and a
-    // refusal kept for the next attempt would drop it there and abort that one too.
+    // Nor one whose round aborted (quorum lost, say) or that is to try again: that is no fault of
+    // the member, and a refusal kept for the next attempt would drop it there and abort that one
+    // too.
     if (!session.ok() && !absl::IsAlreadyExists(session.status()) &&
-        !absl::IsAborted(session.status()) && !stale) {
+        !absl::IsAborted(session.status()) && !absl::IsUnavailable(session.status()) && !stale) {
       // A member a step apart brings another fragment than the round's: it sits the round
       // out, but that is no fault of its (it goes stale, adopts the run's model and step, and
       // is in phase again); held against it, two nodes out of phase suspended each other.
@@ -256,6 +277,11 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
                                                  const ControlPlane::Leader& leader,
                                                  const std::shared_ptr<RoundMember>& member) {
   LOCALSGD_RETURN_IF_ERROR(RunningRun(claimed.run_id()).status());
+  if (pending_.has_value() && claimed.round() <= model().round()) {
+    // Told now that it is stale, it would adopt a round the run record may not hold yet.
+    return absl::UnavailableError(
+        absl::StrCat("round: round ", model().round(), " is being committed; try again"));
+  }
   SyncAdmission at;
   at.local_world_size = leader.local_world_size;
   at.ranks = leader.ranks;
@@ -497,22 +523,20 @@ void RoundManager::Publish(const std::vector<std::string>& included, int64_t ste
                    commit.record.bytes_received(), " B in, ", commit.record.bytes_sent(), " B out");
   Judge(included);
   round_.reset();
-  if (CommitEndsRun(model().spec(), commit.synced_step)) {
-    Save(std::move(commit));  // the run's final model: on disk before the run ends
+  const bool ends_run = CommitEndsRun(model().spec(), commit.synced_step);
+  pending_ = std::move(commit);
+  if (ends_run) {
+    SaveModel();  // the run's final model: on disk before the run ends
     return;
   }
-  FinishCommit(commit);
+  RecordCommit();
   SaveBehind();
 }
 
-void RoundManager::FinishCommit(PendingCommit& commit) {
+void RoundManager::Announce() {
+  PendingCommit commit = *std::move(pending_);
+  pending_.reset();
   if (commit.round == 0) return;  // the initial model
-  // The run record, then the members hear of the commit.
-  if (absl::Status s =
-          plane_->CommitRound(commit.run_id, commit.round, commit.global_step, commit.synced_step);
-      !s.ok()) {
-    LogError(absl::StrCat("round ", commit.round, ": the run refused the commit: ", s.ToString()));
-  }
   auto response = std::make_shared<v1::SyncResponse>();
   response->mutable_commit()->set_round(commit.round);
   response->mutable_commit()->set_global_step(commit.global_step);

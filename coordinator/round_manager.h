@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -135,8 +136,8 @@ class RoundManager {
     StarDriver* star = nullptr;
     ShardedDriver* sharded = nullptr;
   };
-  // A model applied but not yet saved (a commit, or the initial model without members): what
-  // to do once it is on disk.
+  // A model applied but not yet announced (a commit, or the initial model without members):
+  // what to do once it is on disk.
   struct PendingCommit {
     std::string run_id;
     int64_t round = 0;
@@ -171,16 +172,23 @@ class RoundManager {
   bool MayCommit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !pending_.has_value() && !stopping_run_;
   }
-  // Hands the model's snapshot to the state writer with `commit` to finish once it is durable (at
-  // once without a state folder): the initial model and a run's final commit.
-  void Save(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the model's snapshot to the state writer and records the pending commit once it is
+  // durable (at once without a state folder): the initial model and a run's final commit.
+  void SaveModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the model's snapshot to the state writer after a commit that was announced already
   // (StateWriter::SaveModelLater; docs/design.md, "Persistence"): the commit does not wait for
   // the disk.
   void SaveBehind() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The state writer saved the pending model (on its thread).
-  void OnSaved(const absl::Status& saved) ABSL_LOCKS_EXCLUDED(mu_);
-  void FinishCommit(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits the pending commit to the run record and announces it once the record is on disk
+  // (at once without a state folder): a member never holds a round the record has not, so a
+  // restarted coordinator never reuses the number of a round a member holds (docs/design.md,
+  // "Persistence").
+  void RecordCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the pending commit's RoundCommit to its members, ends their streams and forgets it.
+  void Announce() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On a state writer thread: runs `next` under the lock, acts on the round's decisions and
+  // flushes the streams touched.
+  void Resume(absl::FunctionRef<void()> next) ABSL_LOCKS_EXCLUDED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one);
@@ -224,8 +232,8 @@ class RoundManager {
   // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
-  // A commit waiting for its model to be on disk; while it waits, no other commit starts and
-  // FetchModel waits.
+  // A commit waiting for its model or its run record to be on disk; while it waits, no other
+  // commit starts and FetchModel waits.
   std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
   // Models of announced commits handed to the state writer and not yet on disk (SaveBehind).
   int saves_in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<StateWriter>> StateWriter::Open(Options options) 
 
 StateWriter::StateWriter(Options options, ModelStore models, RunStore runs)
     : options_(std::move(options)), models_(std::move(models)), runs_(std::move(runs)) {
-  thread_ = std::thread([this] { Loop(); });
+  model_thread_ = std::thread([this] { ModelLoop(); });
+  record_thread_ = std::thread([this] { RecordLoop(); });
 }
 
 StateWriter::~StateWriter() {
@@ -44,7 +45,8 @@ StateWriter::~StateWriter() {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  model_thread_.join();
+  record_thread_.join();
 }
 
 absl::StatusOr<std::optional<v1::SavedState>> StateWriter::LoadState() {
@@ -160,10 +162,16 @@ int64_t StateWriter::StateChanged() {
   MutexLock lock(&mu_);
   // One queued job writes every change made before it starts.
   if (!state_queued_) {
-    queue_.push_back(Job{});
+    records_.push_back(Job{});
     state_queued_ = true;
   }
   return ++state_requested_;
+}
+
+void StateWriter::SaveStateThen(std::function<void(const absl::Status&)> written) {
+  MutexLock lock(&mu_);
+  records_.push_back(Job{nullptr, std::move(written)});
+  state_queued_ = true;
 }
 
 void StateWriter::AwaitState(int64_t ticket) {
@@ -173,7 +181,25 @@ void StateWriter::AwaitState(int64_t ticket) {
   mu_.Await(absl::Condition(&written));
 }
 
-void StateWriter::Loop() {
+void StateWriter::RecordLoop() {
+  while (true) {
+    Job job;
+    {
+      MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !records_.empty() || stopping_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (records_.empty()) return;  // stopping, everything written
+      job = std::move(records_.front());
+      records_.pop_front();
+    }
+    const absl::Status written = WriteState();
+    if (job.durable) job.durable(written);
+  }
+}
+
+void StateWriter::ModelLoop() {
   while (true) {
     Job job;
     {
@@ -199,10 +225,6 @@ void StateWriter::Loop() {
         return;  // stopping, everything written
       }
     }
-    if (job.model == nullptr) {
-      WriteState();
-      continue;
-    }
     if (job.archive) {
       if (options_.before_write) options_.before_write("runs");
       WriteArchive(*job.model);
@@ -226,7 +248,7 @@ void StateWriter::Loop() {
   }
 }
 
-void StateWriter::WriteState() {
+absl::Status StateWriter::WriteState() {
   std::function<StateSnapshot()> source;
   int64_t ticket = 0;
   {
@@ -257,9 +279,11 @@ void StateWriter::WriteState() {
     in_source_ = false;
     unchanged = !snapshot.has_value() || serialized == written_state_;
   }
+  absl::Status status;
   if (!unchanged) {
     if (options_.before_write) options_.before_write("state.textproto");
-    if (absl::Status status = runs_.Save(state); !status.ok()) {
+    status = runs_.Save(state);
+    if (!status.ok()) {
       LogError(absl::StrCat("cannot save the coordinator's state: ", status.ToString()));
     } else {
       MutexLock lock(&mu_);
@@ -268,6 +292,7 @@ void StateWriter::WriteState() {
   }
   MutexLock lock(&mu_);
   state_written_ = std::max(state_written_, ticket);
+  return status;
 }
 
 }  // namespace localsgd

@@ -45,21 +45,22 @@ struct StateSnapshot {
   std::shared_ptr<const std::vector<v1::RunInfo>> history;
 };
 
-// The one thread that writes the coordinator's state folder: model.bin (ModelStore) and
-// state.textproto (RunStore). Callers queue immutable snapshots and return at once; nothing
-// they hold is needed while a file is serialised, written or fsynced. Writes happen in the
-// order they were queued, except that a model queued while another still waits replaces it
-// (model.bin only ever needs the newest; docs/design.md, "Persistence"), and that models saved
-// behind commits (SaveModelLater) wait for their turn: the writer spends at most
-// Options::model_save_share of its time on model.bin. Changes to the run record coalesce: the
-// writer asks the state source for the record when it gets to write it, so many changes make
-// one write.
+// The two threads that write the coordinator's state folder: one writes models (model.bin,
+// ModelStore, and ended runs' archives), the other the run record (state.textproto, RunStore),
+// so that a record never waits behind a model. Callers queue immutable snapshots and return at
+// once; nothing they hold is needed while a file is serialised, written or fsynced. Models are
+// written in the order they were queued, except that a model queued while another still waits
+// replaces it (model.bin only ever needs the newest; docs/design.md, "Persistence"), and that
+// models saved behind commits (SaveModelLater) wait for their turn: the model thread spends at
+// most Options::model_save_share of its time on model.bin. Changes to the run record coalesce:
+// the record thread asks the state source for the record when it gets to write it, so many
+// changes make one write.
 // Thread-safe.
 class StateWriter {
  public:
   struct Options {
     std::string state_dir;
-    // Testing: called on the writer thread before every write, with the file's name.
+    // Testing: called on the writing thread before every write, with the file's name.
     std::function<void(const std::string& file)> before_write;
     // The share of the time models may take to write (SaveModelLater): after a model.bin
     // write that took T, the next waiting model is written no sooner than T (1 / share - 1)
@@ -80,7 +81,7 @@ class StateWriter {
   const std::string& model_path() const { return models_.path(); }
 
   // Queues `model` for model.bin, in place of a model queued earlier that is not being written
-  // yet; `durable` runs on the writer thread, with no lock of the writer's held, once model.bin
+  // yet; `durable` runs on the model thread, with no lock of the writer's held, once model.bin
   // holds it or a newer model that replaced it (or with the error that kept it off the disk).
   void SaveModel(std::shared_ptr<const ModelSnapshot> model,
                  std::function<void(const absl::Status&)> durable);
@@ -102,28 +103,33 @@ class StateWriter {
   // need.
   absl::StatusOr<std::optional<ModelCheckpoint>> LoadArchivedModel(const std::string& run_id) const;
 
-  // Where the run record comes from: called on the writer thread, without the writer's lock.
+  // Where the run record comes from: called on the record thread, without the writer's lock.
   // Set it before the first StateChanged; null detaches it, waiting for a call in progress
   // (the control plane's end).
   void SetStateSource(std::function<StateSnapshot()> source);
   // The run record changed: returns a ticket that AwaitState waits for.
   int64_t StateChanged();
   // Waits until state.textproto holds every change up to `ticket` (or its write failed,
-  // which is logged). Never call it on the writer thread (from a `durable` callback).
+  // which is logged). Never call it on the record thread (from a SaveStateThen callback).
   void AwaitState(int64_t ticket);
+  // Queues a write of the run record as it is now (every change made before the call), then
+  // calls `written` on the record thread, with no lock of the writer's held, with the write's
+  // status: what must not be told before the record holds it waits for this.
+  void SaveStateThen(std::function<void(const absl::Status&)> written);
 
  private:
   struct Job {
-    std::shared_ptr<const ModelSnapshot> model;  // null: the run record
-    std::function<void(const absl::Status&)> durable;
-    bool archive = false;  // an ended run's final model (ArchiveModel)
+    std::shared_ptr<const ModelSnapshot> model;        // null: the run record
+    std::function<void(const absl::Status&)> durable;  // the run record's: SaveStateThen's
+    bool archive = false;                              // an ended run's final model (ArchiveModel)
     // The job's model replaces `other`'s: both callbacks run once it is written.
     void Supersede(Job other);
   };
 
   StateWriter(Options options, ModelStore models, RunStore runs);
-  void Loop();
-  void WriteState();
+  void ModelLoop();
+  void RecordLoop();
+  absl::Status WriteState();
   void WriteArchive(const ModelSnapshot& model);
   std::string ArchivePath(const std::string& run_id) const;
 
@@ -132,11 +138,12 @@ class StateWriter {
   const RunStore runs_;
 
   Mutex mu_;
-  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);    // models
+  std::deque<Job> records_ ABSL_GUARDED_BY(mu_);  // run records
   // A model saved behind a commit, waiting for its turn (SaveModelLater), and when that is.
   std::optional<Job> later_ ABSL_GUARDED_BY(mu_);
   absl::Time later_turn_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool state_queued_ ABSL_GUARDED_BY(mu_) = false;  // a run-record job waits in queue_
+  bool state_queued_ ABSL_GUARDED_BY(mu_) = false;  // a run-record job waits in records_
   int64_t state_requested_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t state_written_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<StateSnapshot()> source_ ABSL_GUARDED_BY(mu_);
@@ -144,7 +151,8 @@ class StateWriter {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The last record written (or loaded), serialised, to skip unchanged writes.
   std::string written_state_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  std::thread model_thread_;
+  std::thread record_thread_;
 };
 
 }  // namespace localsgd

@@ -47,7 +47,9 @@ class StateWriterTest : public ::testing::Test {
         MutexLock lock(&mu_);
         writes_.push_back(file);
       }
-      if (blocked_) release_.WaitForNotification();
+      if (blocked_ && (!models_only_ || file != "state.textproto")) {
+        release_.WaitForNotification();
+      }
     };
     absl::StatusOr<std::unique_ptr<StateWriter>> writer = StateWriter::Open(options);
     EXPECT_THAT(writer, IsOk());
@@ -60,6 +62,7 @@ class StateWriterTest : public ::testing::Test {
 
   std::string dir_;
   std::atomic<bool> blocked_{false};
+  std::atomic<bool> models_only_{false};  // blocked_ holds up models, not the run record
   absl::Notification release_;
   Mutex mu_;
   std::vector<std::string> writes_ ABSL_GUARDED_BY(mu_);
@@ -146,29 +149,29 @@ TEST_F(StateWriterTest, AModelSavedLaterWaitsForItsTurnButNotTheRecord) {
               StatusIs(absl::StatusCode::kInvalidArgument, "model_save_share"));
 }
 
-// While one write blocks, a hundred changes to the run record make one write, with the
-// newest record, after the model queued before them; AwaitState returns once it is written.
-TEST_F(StateWriterTest, RecordChangesCoalesceAndKeepTheirPlaceAfterModels) {
+// While a write of the run record blocks, a hundred changes make one more write, of the
+// newest record; AwaitState returns once it is written.
+TEST_F(StateWriterTest, RecordChangesCoalesce) {
   std::unique_ptr<StateWriter> writer = Open("coalesce");
-  std::atomic<int> round{0};
+  std::atomic<int> round{1};
   std::atomic<int> asked{0};
   writer->SetStateSource([&] {
     ++asked;
     return Record("r", round.load());
   });
   blocked_ = true;
-  writer->SaveModel(Model("r", 1), nullptr);
+  writer->StateChanged();
   ASSERT_TRUE(WaitFor([&] { return !writes().empty(); }, absl::Seconds(5)));
   int64_t ticket = 0;
-  for (int i = 1; i <= 100; ++i) {
+  for (int i = 2; i <= 100; ++i) {
     round = i;
     ticket = writer->StateChanged();
   }
   blocked_ = false;
   release_.Notify();
   writer->AwaitState(ticket);
-  EXPECT_EQ(asked.load(), 1);
-  EXPECT_EQ(writes(), (std::vector<std::string>{"model.bin", "state.textproto"}));
+  EXPECT_EQ(asked.load(), 2);
+  EXPECT_EQ(writes(), (std::vector<std::string>{"state.textproto", "state.textproto"}));
   absl::StatusOr<std::optional<v1::SavedState>> saved = writer->LoadState();
   ASSERT_THAT(saved, IsOk());
   ASSERT_TRUE(saved->has_value());
@@ -176,6 +179,30 @@ TEST_F(StateWriterTest, RecordChangesCoalesceAndKeepTheirPlaceAfterModels) {
   // The same record again is not written again.
   writer->AwaitState(writer->StateChanged());
   EXPECT_EQ(writes().size(), 2u);
+  writer->SetStateSource(nullptr);
+}
+
+// The run record never waits behind a model being written: a commit's announcement waits for
+// its record (SaveStateThen), never for a model of gigabytes.
+TEST_F(StateWriterTest, TheRunRecordIsWrittenWhileAModelIsBeingWritten) {
+  std::unique_ptr<StateWriter> writer = Open("beside");
+  writer->SetStateSource([] { return Record("r", 5); });
+  models_only_ = true;
+  blocked_ = true;
+  std::atomic<bool> model_durable{false};
+  writer->SaveModel(Model("r", 4), [&](const absl::Status&) { model_durable = true; });
+  ASSERT_TRUE(WaitFor([&] { return !writes().empty(); }, absl::Seconds(5)));
+  std::atomic<bool> recorded{false};
+  writer->SaveStateThen([&](const absl::Status& status) {
+    EXPECT_THAT(status, IsOk());
+    recorded = true;
+  });
+  EXPECT_TRUE(WaitFor([&] { return recorded.load(); }, absl::Seconds(5)));
+  EXPECT_FALSE(model_durable.load());
+  EXPECT_EQ((*writer->LoadState())->run().round(), 5);
+  blocked_ = false;
+  release_.Notify();
+  EXPECT_TRUE(WaitFor([&] { return model_durable.load(); }, absl::Seconds(5)));
   writer->SetStateSource(nullptr);
 }
 

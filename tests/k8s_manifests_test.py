@@ -109,8 +109,11 @@ for (kind, name), doc in objects.items():
             get("ConfigMap", volume["configMap"]["name"])
         if "persistentVolumeClaim" in volume:
             get("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
-check(images == {"localsgd-coordinator:latest", "localsgd-worker:cuda"},
-      f"the images are not the coordinator's and the CUDA worker's: {images}")
+# Pinned to the release (VERSION), never a moving tag such as `latest`.
+VERSION = open(f"{ROOT}/VERSION").read().strip()
+check(re.fullmatch(r"\d+\.\d+\.\d+", VERSION), f"VERSION: {VERSION!r} is not MAJOR.MINOR.PATCH")
+check(images == {f"localsgd-coordinator:{VERSION}", f"localsgd-worker:{VERSION}-cuda"},
+      f"the images are not the coordinator's and the CUDA worker's of release {VERSION}: {images}")
 # Secrets are created by the operator (documented commands), never shipped with placeholders
 # (a placeholder token is one anyone knows, and the coordinator would accept it).
 header = "".join(open(path).read() for path in glob.glob(f"{ROOT}/deploy/k8s/*.yaml"))
@@ -129,11 +132,13 @@ check(re.search(r"^ARG TORCH=cpu$", dockerfile, re.M) is not None, "Dockerfile: 
 check('deploy/image/stage.sh "$TORCH" /opt/localsgd' in dockerfile,
       "Dockerfile: does not stage the build with deploy/image/stage.sh")
 check("deploy/bin/launch-ranks" in open(stage).read(), "stage.sh: no launch-ranks")
-check("--build-arg TORCH=cuda" in dockerfile and "-t localsgd-worker:cuda" in dockerfile,
+check("--build-arg TORCH=cuda" in dockerfile and
+      '-t "localsgd-worker:$(cat VERSION)-cuda"' in dockerfile,
       "Dockerfile: the CUDA worker image's build command is not documented")
 check(re.search(r'^ENTRYPOINT \["/opt/localsgd/bin/worker"\]$', dockerfile, re.M) is not None,
       "Dockerfile: the worker image's entrypoint is not the worker")
 build_sh = open(f"{ROOT}/deploy/image/build.sh").read()
+check("tag=$(cat VERSION)" in build_sh, "build.sh: the images are not tagged with VERSION by default")
 check("image coordinator coordinator" in build_sh and '"$bin/localsgdctl"' in build_sh,
       "build.sh: the coordinator image (with localsgdctl, for the start-run Job) is not built")
 # The CUDA build refuses, naming the folder, when its inputs are not there (nothing is built).
@@ -401,8 +406,9 @@ kustomization = yaml.safe_load(open(KUSTOMIZATION))
 check(sorted(kustomization["resources"]) ==
       sorted(os.path.basename(p) for p in set(glob.glob(f"{ROOT}/deploy/k8s/*.yaml")) - {KUSTOMIZATION}),
       "kustomization.yaml: resources are not every manifest")
-check(sorted(i["name"] for i in kustomization["images"]) == sorted(i.split(":")[0] for i in images),
-      "kustomization.yaml: images does not name the manifests' images")
+check(sorted((i["name"], i["newTag"]) for i in kustomization["images"]) ==
+      sorted(tuple(i.split(":")) for i in images),
+      "kustomization.yaml: images does not name the manifests' images with their tags")
 check(starter["image"].startswith("localsgd-coordinator:"),
       "start job: not the small coordinator image (it needs only localsgdctl)")
 literals = dict(l.split("=", 1) for l in kustomization["configMapGenerator"][0]["literals"])

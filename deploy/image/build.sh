@@ -11,13 +11,13 @@
 # LibTorch and toolkit that Debian does not package.
 #
 # Usage: deploy/image/build.sh [--tag TAG] [--bin DIR] [--suite SUITE] [--mirror URL]
-#   TAG: default the commit; DIR: coordinator, localsgdctl, worker and launch-ranks built
+#   TAG: default the release in VERSION (what deploy/k8s pins); DIR: coordinator, localsgdctl, worker and launch-ranks built
 #   already (default: stage.sh builds them); SUITE: default bookworm; URL: default the host's
 #   apt sources.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-tag=$(git rev-parse --short HEAD 2>/dev/null || echo dev)
+tag=$(cat VERSION)
 suite=bookworm
 mirror=()
 bin=""

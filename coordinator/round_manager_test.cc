@@ -86,14 +86,24 @@ DigestPair DigestOf(const RoundManager::ModelSnapshot& model) {
 
 class RoundManagerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { NewPlane(); }
+
+  // A control plane (keeping its run record with `state`, when given) where node "n" (one
+  // rank) has joined; ends the round manager first.
+  void NewPlane(StateWriter* state = nullptr) {
+    rounds_.reset();
     ControlPlane::Options plane_options;
     plane_options.clock = clock_.AsFunction();
+    plane_options.state = state;
     plane_ = *ControlPlane::Create(plane_options);
+    JoinMember(NodeJoin("n"));
+  }
+
+  static v1::JoinRequest NodeJoin(const std::string& node) {
     v1::JoinRequest join;
-    join.mutable_identity()->set_node_name("n");
+    join.mutable_identity()->set_node_name(node);
     join.mutable_identity()->set_local_world_size(1);
-    JoinMember(join);
+    return join;
   }
 
   // Joins on the plane and keeps the member's credential for its headers and heartbeats.
@@ -303,23 +313,13 @@ TEST_F(RoundManagerTest, ACommitIsAnnouncedOnlyOnceTheRunRecordHoldsIt) {
     if (!saving_.HasBeenNotified()) saving_.Notify();
     release_.WaitForNotification();
   });
-  ControlPlane::Options plane_options;
-  plane_options.clock = clock_.AsFunction();
-  plane_options.state = options.state;
-  rounds_.reset();
-  plane_ = *ControlPlane::Create(plane_options);
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("n");
-  join.mutable_identity()->set_local_world_size(1);
-  JoinMember(join);
+  NewPlane(options.state);
   Start(options, "star");
   *hold = true;
   std::shared_ptr<FakeMember> member = StarRound(1);
   saving_.WaitForNotification();
   EXPECT_FALSE(WaitFor([&] { return member->committed(); }, absl::Milliseconds(100)));
-  v1::JoinRequest other = join;
-  other.mutable_identity()->set_node_name("s");
-  JoinMember(other);
+  JoinMember(NodeJoin("s"));
   auto late = std::make_shared<FakeMember>();
   EXPECT_THAT(rounds_->Join(Header(1, "s/0"), late),
               StatusIs(absl::StatusCode::kUnavailable, "round 1 is being committed"));
@@ -348,15 +348,7 @@ TEST_F(RoundManagerTest, HeartbeatsJoinsStatusAndCommitsGoOnWhileTheWriterIsBloc
       release_.WaitForNotification();
     }
   });
-  ControlPlane::Options plane_options;
-  plane_options.clock = clock_.AsFunction();
-  plane_options.state = options.state;
-  rounds_.reset();
-  plane_ = *ControlPlane::Create(plane_options);
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("n");
-  join.mutable_identity()->set_local_world_size(1);
-  JoinMember(join);
+  NewPlane(options.state);
   Start(options, "star");
   std::shared_ptr<FakeMember> member = StarRound(1);
   saving_.WaitForNotification();
@@ -368,9 +360,7 @@ TEST_F(RoundManagerTest, HeartbeatsJoinsStatusAndCommitsGoOnWhileTheWriterIsBloc
   beat.set_worker_id("n/0");
   beat.set_member_credential(credentials_["n/0"]);
   EXPECT_THAT(plane_->Heartbeat(beat), IsOk());
-  v1::JoinRequest other = join;
-  other.mutable_identity()->set_node_name("m");
-  JoinMember(other);
+  JoinMember(NodeJoin("m"));
   EXPECT_EQ(plane_->Status().members_size(), 2);
   EXPECT_EQ(plane_->Status().run().round(), 2);
   clock_.Advance(absl::Seconds(60));  // every lease expires
@@ -456,9 +446,7 @@ TEST_F(RoundManagerTest, ShardedHeadersWaitForTheLayoutAndAStaleOneGetsAStructur
 // members sync.
 TEST_F(RoundManagerTest, ALeaderAdmittedToTheNextRoundIsAHolderOfTheCommittedOne) {
   Start(RoundManager::Options(), "star");
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("d");
-  join.mutable_identity()->set_local_world_size(1);
+  v1::JoinRequest join = NodeJoin("d");
   join.set_data_address("10.0.0.9:7000");
   JoinMember(join);
   EXPECT_TRUE(rounds_->Holders(run_id_, 0).empty());  // n/0 uploaded it but serves no data plane
@@ -477,10 +465,7 @@ TEST_F(RoundManagerTest, ALeaderAdmittedToTheNextRoundIsAHolderOfTheCommittedOne
 // expected again, and a round committed with it clears its record.
 TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater) {
   Start(RoundManager::Options(), "star");  // suspend_after_failed_rounds: 3, for 30 s
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("s");
-  join.mutable_identity()->set_local_world_size(1);
-  JoinMember(join);
+  JoinMember(NodeJoin("s"));
   // Time passes with both leaders heartbeating (their leases are 15 s).
   auto wait = [&](absl::Duration d) {
     for (absl::Duration left = d; left > absl::ZeroDuration(); left -= absl::Seconds(5)) {
@@ -548,10 +533,7 @@ TEST_F(RoundManagerTest, AMembersNewStreamCancelsItsEarlierOne) {
 // Finding 6 of issue 37: a header in another member's name is refused before it touches that
 // member's stream.
 TEST_F(RoundManagerTest, AHeaderNeedsItsMembersCredential) {
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("m");
-  join.mutable_identity()->set_local_world_size(1);
-  JoinMember(join);
+  JoinMember(NodeJoin("m"));
   Start(RoundManager::Options(), "star");
   auto honest = std::make_shared<FakeMember>();
   absl::StatusOr<int64_t> session = rounds_->Join(Header(1, "n/0"), honest);
@@ -624,10 +606,7 @@ TEST_F(RoundManagerTest, TheFinalModelsOfTheLastThreeEndedRunsAreKept) {
 // the member left alone keeps offering its rounds and is never suspended for it, and once the
 // other member is back the round commits.
 TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
-  v1::JoinRequest join;
-  join.mutable_identity()->set_node_name("m");
-  join.mutable_identity()->set_local_world_size(1);
-  JoinMember(join);
+  JoinMember(NodeJoin("m"));
   Start(RoundManager::Options(), "star", /*min_workers=*/2);
   v1::LeaveRequest leave;
   leave.set_worker_id("m/0");
@@ -648,7 +627,7 @@ TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
   for (const v1::Event& event : status.events()) {
     EXPECT_NE(event.kind(), "member_suspended") << event.text();
   }
-  JoinMember(join);
+  JoinMember(NodeJoin("m"));
   auto first = std::make_shared<FakeMember>();
   auto second = std::make_shared<FakeMember>();
   absl::StatusOr<int64_t> b = rounds_->Join(Header(1, "m/0"), second);

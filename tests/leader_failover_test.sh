@@ -27,8 +27,9 @@ start_workers 2 3 --log_every=50 --save_model="$WORK/model.pt"
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }
-local_sgd_steps: 4
+local_sgd_steps: ${LOCAL_SGD_STEPS:-4}
 overlap_steps: ${OVERLAP:-0}
+fragments: ${FRAGMENTS:-1}
 total_steps: $(( ${OVERLAP:-0} > 0 ? 402 : 400 ))
 batch_size: 32
 min_workers: 4

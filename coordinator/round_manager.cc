@@ -255,17 +255,26 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
       member->Enqueue(std::move(response));
       sessions_.Touch(member);
     }
+    // A member a step apart brings another fragment than the round's (after aborted rounds,
+    // nodes' steps drift apart): it sits the round out, told the round's fragment, and moves its
+    // steps into the round's phase, so that its next rounds carry the others' fragments. That
+    // is no fault of its: held against it, two nodes out of phase suspended each other.
+    const bool other_fragment = absl::IsFailedPrecondition(session.status()) &&
+                                round_.has_value() && header.run_id() == model().run_id() &&
+                                header.round() == round_->info.number &&
+                                header.fragment() != round_->info.fragment;
+    if (other_fragment) {
+      auto response = std::make_shared<v1::SyncResponse>();
+      response->mutable_other_fragment()->set_round(round_->info.number);
+      response->mutable_other_fragment()->set_fragment(round_->info.fragment);
+      member->Enqueue(std::move(response));
+      sessions_.Touch(member);
+    }
     // Nor one whose round aborted (quorum lost, say) or that is to try again: that is no fault of
     // the member, and a refusal kept for the next attempt would drop it there and abort that one
     // too.
     if (!session.ok() && !absl::IsAlreadyExists(session.status()) &&
         !absl::IsAborted(session.status()) && !absl::IsUnavailable(session.status()) && !stale) {
-      // A member a step apart brings another fragment than the round's: it sits the round
-      // out, but that is no fault of its (it goes stale, adopts the run's model and step, and
-      // is in phase again); held against it, two nodes out of phase suspended each other.
-      const bool other_fragment = round_.has_value() && header.run_id() == model().run_id() &&
-                                  header.round() == round_->info.number &&
-                                  header.fragment() != round_->info.fragment;
       Refuse(header.member_id(), session.status(), other_fragment);
     }
     Advance();

@@ -31,6 +31,11 @@ class FragmentPlan {
   // The fragment whose round falls at `step` (RoundAt): fragment f syncs at the steps s with
   // s - f * local_sgd_steps / fragments a multiple of local_sgd_steps.
   static int FragmentAt(int64_t step, int local_sgd_steps, int fragments);
+  // The steps, a multiple of local_sgd_steps / fragments below local_sgd_steps, that move the
+  // round at `step` into the phase where it carries `fragment` (0 for a fragment out of
+  // range): a member whose rounds carry other fragments than the others' moves its step by
+  // this much (docs/design.md, "Streaming fragments").
+  static int64_t StepsToPhase(int64_t step, int local_sgd_steps, int fragments, int fragment);
 
  private:
   std::vector<int64_t> begin_ = {0, 0};  // P + 1 boundaries

@@ -54,5 +54,19 @@ TEST(FragmentPlanTest, FragmentFSyncsAtTheStepsFKOverPApartFromMultiplesOfK) {
   EXPECT_EQ(FragmentPlan::FragmentAt(16, 8, 1), 0);
 }
 
+// A member whose round at step 10 (fragment 1) meets an open round of fragment f moves by the
+// steps that make its round at the moved step carry f (issue 50, finding 3).
+TEST(FragmentPlanTest, StepsToPhaseMoveARoundIntoTheOpenRoundsFragment) {
+  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 1), 0);
+  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 2), 2);
+  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 0), 6);
+  for (int f = 0; f < 4; ++f) {
+    EXPECT_EQ(FragmentPlan::FragmentAt(10 + FragmentPlan::StepsToPhase(10, 8, 4, f), 8, 4), f);
+  }
+  EXPECT_EQ(FragmentPlan::StepsToPhase(12, 8, 2, 0), 4);
+  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 4), 0);  // no such fragment
+  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, -1), 0);
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -10,7 +10,20 @@ namespace localsgd {
 
 namespace {
 constexpr char kStaleRoundPayload[] = "type.googleapis.com/localsgd.v1.StaleRound";
+constexpr char kRoundFragmentPayload[] = "type.googleapis.com/localsgd.v1.RoundFragment";
 }  // namespace
+
+std::optional<int> RoundFragmentOf(const absl::Status& status) {
+  absl::optional<absl::Cord> payload = status.GetPayload(kRoundFragmentPayload);
+  v1::RoundFragment round;
+  if (!payload.has_value() || !round.ParseFromString(std::string(*payload))) return std::nullopt;
+  return round.fragment();
+}
+
+absl::Status WithRoundFragment(absl::Status status, const v1::RoundFragment& round) {
+  if (!status.ok()) status.SetPayload(kRoundFragmentPayload, absl::Cord(round.SerializeAsString()));
+  return status;
+}
 
 std::optional<v1::StaleRound> StaleRoundOf(const absl::Status& status) {
   if (!absl::IsFailedPrecondition(status)) return std::nullopt;
@@ -57,19 +70,28 @@ absl::StatusOr<v1::RoundHeader> BeginSync(SyncStream* stream, grpc::ClientContex
     if (response.header().fragment() == fragment) return response.header();
     context->TryCancel();
     stream->Finish();
-    return absl::AbortedError(absl::StrCat("round ", round, " carries fragment ",
-                                           response.header().fragment(), ", this member's ",
-                                           fragment, " (its step differs from the others')"));
+    v1::RoundFragment other;
+    other.set_round(round);
+    other.set_fragment(response.header().fragment());
+    return WithRoundFragment(
+        absl::AbortedError(absl::StrCat("round ", round, " carries fragment ", other.fragment(),
+                                        ", this member's ", fragment,
+                                        " (its step differs from the others')")),
+        other);
   }
   std::optional<v1::StaleRound> stale;
+  std::optional<v1::RoundFragment> other;
   if (response.has_stale()) {
     stale = response.stale();
+  } else if (response.has_other_fragment()) {
+    other = response.other_fragment();
   } else if (response.kind_case() != v1::SyncResponse::KIND_NOT_SET) {
     context->TryCancel();  // not a message that can come first: do not wait for more
   }
   stream->WritesDone();
   grpc::Status status = stream->Finish();
   if (stale.has_value() && !status.ok()) return StaleRoundError(*stale, status.error_message());
+  if (other.has_value() && !status.ok()) return WithRoundFragment(FromGrpcStatus(status), *other);
   return status.ok() ? absl::InternalError("no round header") : FromGrpcStatus(status);
 }
 

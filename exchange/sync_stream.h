@@ -24,6 +24,11 @@ namespace localsgd {
 // (the committed round and global step) as a payload of its FAILED_PRECONDITION status.
 std::optional<v1::StaleRound> StaleRoundOf(const absl::Status& status);
 absl::Status StaleRoundError(const v1::StaleRound& stale, absl::string_view message);
+// A Sync whose fragment was not the open round's carries that round's RoundFragment as a
+// payload of its status (FAILED_PRECONDITION from the coordinator's refusal, ABORTED when the
+// round's header came back with the other fragment).
+std::optional<int> RoundFragmentOf(const absl::Status& status);
+absl::Status WithRoundFragment(absl::Status status, const v1::RoundFragment& round);
 
 // Who is syncing: the fields of the SyncHeader besides round and vector length.
 struct SyncMember {

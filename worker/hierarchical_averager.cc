@@ -19,20 +19,23 @@ struct Shared {
   int code = 0;
   bool flag = false;
   int64_t step = 0;
+  int fragment = -1;
 };
 absl::StatusOr<Shared> BroadcastFromLeader(IntraNodeAverager& intra, Shared mine,
                                            const at::Device& device) {
   constexpr int64_t kPart = int64_t{1} << 20;
   at::Tensor info =
       torch::tensor({static_cast<float>(mine.code), mine.flag ? 1.0f : 0.0f,
-                     static_cast<float>(mine.step / kPart), static_cast<float>(mine.step % kPart)},
+                     static_cast<float>(mine.step / kPart), static_cast<float>(mine.step % kPart),
+                     static_cast<float>(mine.fragment)},
                     torch::TensorOptions().device(device))
           .contiguous();
   LOCALSGD_RETURN_IF_ERROR(intra.Broadcast(info));
   at::Tensor host = info.to(torch::kCPU);
   return Shared{static_cast<int>(host[0].item<float>()), host[1].item<float>() != 0,
                 static_cast<int64_t>(host[2].item<float>()) * kPart +
-                    static_cast<int64_t>(host[3].item<float>())};
+                    static_cast<int64_t>(host[3].item<float>()),
+                static_cast<int>(host[4].item<float>())};
 }
 
 // Whether the leader's round left it holding a model every rank takes: the round's result,
@@ -182,14 +185,15 @@ absl::StatusOr<std::optional<HierarchicalAverager::Verdict>> HierarchicalAverage
   const bool took = leader_ != nullptr && TookModel(*sync_status);
   absl::StatusOr<Shared> shared = BroadcastFromLeader(
       intra(),
-      Shared{static_cast<int>(sync_status->code()), took, took ? leader_->global_step() : *step},
+      Shared{static_cast<int>(sync_status->code()), took, took ? leader_->global_step() : *step,
+             RoundFragmentOf(*sync_status).value_or(-1)},
       flat.device());
   if (!shared.ok()) {
     LogWarning(absl::StrCat("could not share the round's outcome: ", shared.status().ToString()));
     return std::optional<Verdict>();
   }
-  return std::optional<Verdict>(
-      Verdict{static_cast<absl::StatusCode>(shared->code), shared->flag, shared->step});
+  return std::optional<Verdict>(Verdict{static_cast<absl::StatusCode>(shared->code), shared->flag,
+                                        shared->step, shared->fragment});
 }
 
 absl::Status HierarchicalAverager::StatusOfRound(const absl::Status& sync_status,
@@ -198,8 +202,12 @@ absl::Status HierarchicalAverager::StatusOfRound(const absl::Status& sync_status
     return absl::OutOfRangeError("the run ended; the node leader took its final model");
   }
   if (sync_status.ok() && verdict.code != absl::StatusCode::kOk) {
-    return absl::Status(verdict.code,
-                        "the node leader's round did not commit with this node (see its log)");
+    // Every rank learns the open round's fragment when the leader's was another.
+    v1::RoundFragment round;
+    round.set_fragment(verdict.round_fragment);
+    const absl::Status status(
+        verdict.code, "the node leader's round did not commit with this node (see its log)");
+    return verdict.round_fragment >= 0 ? WithRoundFragment(status, round) : status;
   }
   return sync_status;
 }

@@ -73,6 +73,7 @@ class HierarchicalAverager : public ParameterAverager {
     absl::StatusCode code = absl::StatusCode::kOk;
     bool took = false;
     int64_t step = 0;
+    int round_fragment = -1;  // the open round's, when the leader's header carried another
   };
   // An overlapped round between Launch and Merge.
   struct InFlight {

@@ -1,11 +1,13 @@
 #include "worker/local_sgd.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "exchange/fragment_plan.h"
+#include "exchange/sync_stream.h"
 
 namespace localsgd {
 
@@ -31,10 +33,29 @@ absl::Status LocalSGD::Step() {
   ++steps_;
   if (!enabled_) return absl::OkStatus();
   absl::Status merged;
-  if (round_in_flight() && steps_ >= launched_at_ + overlap_steps_) merged = MergeNow();
+  if (round_in_flight() && steps_ >= launched_at_ + overlap_steps_) {
+    const int64_t launched_at = launched_at_;
+    merged = IntoPhase(MergeNow(), launched_at);
+  }
   if (!FragmentPlan::RoundAt(steps_, local_sgd_steps_, fragments_)) return merged;
+  const int64_t boundary = steps_;
   const int fragment = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
-  return overlap_steps_ == 0 ? Sync(fragment) : Launch(fragment);
+  return IntoPhase(overlap_steps_ == 0 ? Sync(fragment) : Launch(fragment), boundary);
+}
+
+absl::Status LocalSGD::IntoPhase(absl::Status status, int64_t boundary) {
+  const std::optional<int> round_fragment = RoundFragmentOf(status);
+  if (!round_fragment.has_value()) return status;
+  const int64_t moved =
+      FragmentPlan::StepsToPhase(boundary, local_sgd_steps_, fragments_, *round_fragment);
+  if (moved > 0) {
+    LogWarning(absl::StrCat("the open round carries fragment ", *round_fragment,
+                            ", this copy's round at step ", boundary,
+                            " another: going on from step ", steps_ + moved, " (was ", steps_,
+                            "), in the others' phase"));
+    steps_ += moved;
+  }
+  return status;
 }
 
 absl::Status LocalSGD::MergeNow() {

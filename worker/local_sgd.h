@@ -77,6 +77,9 @@ class LocalSGD {
  private:
   absl::Status Sync(int fragment);
   absl::Status Launch(int fragment);
+  // After a round of the step `boundary` whose fragment was not the open round's (the
+  // status's RoundFragment): moves steps() into the round's phase. Returns `status`.
+  absl::Status IntoPhase(absl::Status status, int64_t boundary);
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;

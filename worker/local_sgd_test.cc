@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "exchange/sync_stream.h"
 #include "gtest/gtest.h"
 
 namespace localsgd {
@@ -55,6 +56,26 @@ TEST(LocalSgdTest, FragmentsSyncOneAtATimeOnTheirScheduleAndAllAtTheEnd) {
   ASSERT_TRUE(local_sgd.Finish().ok());
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 6, 8, 10, 10, 10, 10}));
   EXPECT_EQ(averager.fragments, (std::vector<int>{1, 2, 3, 0, 1, 0, 2, 3}));
+}
+
+// Issue 50, finding 3: a round refused because the open round carries another fragment moves
+// the copy into the open round's phase, so that its next rounds carry the others' fragments.
+TEST(LocalSgdTest, ARoundOfAnotherFragmentThanTheOpenOnesMovesIntoItsPhase) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 8, true, 0, 0, /*fragments=*/4);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // fragment 1 at step 2
+  v1::RoundFragment open;
+  open.set_round(7);
+  open.set_fragment(3);
+  averager.status = WithRoundFragment(absl::FailedPreconditionError("fragment: 2"), open);
+  EXPECT_TRUE(absl::IsFailedPrecondition(local_sgd.Step()));  // step 4, fragment 2: refused
+  EXPECT_EQ(local_sgd.steps(), 6);                            // where fragment 3 syncs
+  averager.status = absl::OkStatus();
+  ASSERT_TRUE(local_sgd.Step().ok());
+  ASSERT_TRUE(local_sgd.Step().ok());  // step 8: fragment 0, as the others' next round
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 8}));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 2, 0}));
 }
 
 // A last sync that finds the run ended (its final model taken) ends the fragments' syncs.

@@ -151,6 +151,9 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
     refused_.clear();       // refusals, suspensions and streams belong to the run they were made in
     sessions_.ForgetLatest();
     suspensions_ = SuspensionsFor(run.spec());
+    heard_in_run_.clear();
+    heard_since_commit_.clear();
+    credentials_.clear();
   }
   return run;
 }
@@ -234,7 +237,17 @@ absl::StatusOr<int64_t> RoundManager::Join(const v1::SyncHeader& header,
   {
     MutexLock lock(&mu_);
     sessions_.Supersede(header.member_id(), member);
+    if (auto [known, inserted] =
+            credentials_.try_emplace(header.member_id(), header.member_credential());
+        !inserted && known->second != header.member_credential()) {
+      // Joined again (a restarted process): the failures and the silence were the old one's.
+      known->second = header.member_credential();
+      suspensions_.Forget(header.member_id());
+      heard_in_run_.erase(header.member_id());
+    }
     session = JoinLocked(header, leader, member);
+    heard_in_run_.insert(header.member_id());
+    heard_since_commit_.insert(header.member_id());
     // A live leader whose header is refused is left out of the round at once, so the others
     // need not wait for it until the deadline. (A duplicate header changes nothing.) Not a
     // stale one: it missed a commit, adopts the model and comes back for the next round at its
@@ -574,8 +587,17 @@ void RoundManager::Abort(const std::string& reason) {
 }
 
 void RoundManager::Judge(const std::vector<std::string>& committed) {
+  std::vector<RoundFault> faults = round_->driver->Faults();
+  // Silent only once it has synced in this run (its first round may find it still starting
+  // up), and not when it sent a header since the last commit (a stale one, told so, comes back
+  // at its next boundary).
+  for (RoundFault& fault : faults) {
+    fault.silent &=
+        heard_in_run_.count(fault.member_id) > 0 && heard_since_commit_.count(fault.member_id) == 0;
+  }
+  if (!committed.empty()) heard_since_commit_.clear();
   for (const Suspensions::Verdict& verdict :
-       suspensions_.RoundEnded(options_.clock(), committed, round_->driver->Faults())) {
+       suspensions_.RoundEnded(options_.clock(), committed, faults)) {
     plane_->RecordEvent(
         v1::EVENT_SEVERITY_WARNING, "member_suspended",
         absl::StrCat(verdict.member_id, " sits out rounds for ",

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -239,6 +240,12 @@ class RoundManager {
   int saves_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
   bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
+  // Members that sent a Sync header in this run, and since its last commit: silent in a round
+  // (RoundFault::silent) is only one of the first and none of the second.
+  std::set<std::string> heard_in_run_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> heard_since_commit_ ABSL_GUARDED_BY(mu_);
+  // Each member's credential in its latest header: another one is a new process.
+  std::map<std::string, std::string> credentials_ ABSL_GUARDED_BY(mu_);
   // Who sits out rounds for failing earlier ones (this run's, under its spec).
   Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
   // Live leaders refused before the round opened: member id -> (round, reason).

@@ -99,6 +99,22 @@ class RoundManagerTest : public ::testing::Test {
     JoinMember(NodeJoin("n"));
   }
 
+  // Time passes, `d`, with `leaders` heartbeating (their leases are 15 s), and the plane and
+  // the rounds ticking.
+  void PassWithLeaders(absl::Duration d, const std::vector<std::string>& leaders) {
+    for (absl::Duration left = d; left > absl::ZeroDuration(); left -= absl::Seconds(5)) {
+      clock_.Advance(std::min(left, absl::Seconds(5)));
+      for (const std::string& id : leaders) {
+        v1::HeartbeatRequest beat;
+        beat.set_worker_id(id);
+        beat.set_member_credential(credentials_[id]);
+        ASSERT_THAT(plane_->Heartbeat(beat), IsOk());
+      }
+      plane_->Tick();
+      rounds_->Tick();
+    }
+  }
+
   static v1::JoinRequest NodeJoin(const std::string& node) {
     v1::JoinRequest join;
     join.mutable_identity()->set_node_name(node);
@@ -466,20 +482,7 @@ TEST_F(RoundManagerTest, ALeaderAdmittedToTheNextRoundIsAHolderOfTheCommittedOne
 TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater) {
   Start(RoundManager::Options(), "star");  // suspend_after_failed_rounds: 3, for 30 s
   JoinMember(NodeJoin("s"));
-  // Time passes with both leaders heartbeating (their leases are 15 s).
-  auto wait = [&](absl::Duration d) {
-    for (absl::Duration left = d; left > absl::ZeroDuration(); left -= absl::Seconds(5)) {
-      clock_.Advance(std::min(left, absl::Seconds(5)));
-      for (const char* id : {"n/0", "s/0"}) {
-        v1::HeartbeatRequest beat;
-        beat.set_worker_id(id);
-        beat.set_member_credential(credentials_[id]);
-        ASSERT_THAT(plane_->Heartbeat(beat), IsOk());
-      }
-      plane_->Tick();
-      rounds_->Tick();
-    }
-  };
+  auto wait = [&](absl::Duration d) { PassWithLeaders(d, {"n/0", "s/0"}); };
   for (int64_t round = 1; round <= 3; ++round) {
     std::shared_ptr<FakeMember> member = StarRound(round);
     EXPECT_FALSE(member->committed()) << round;  // waiting for s/0
@@ -516,6 +519,34 @@ TEST_F(RoundManagerTest, ALeaderThatNeverSyncsSitsOutRoundsAndIsReadmittedLater)
   const v1::Chunk chunk = DeltaChunk();
   ASSERT_THAT(rounds_->AddChunk(*session, chunk), IsOk());
   EXPECT_TRUE(WaitFor([&] { return member->committed() && back->committed(); }, absl::Seconds(5)));
+}
+
+// Issue 50, finding 6: a leader that synced and then goes silent (heartbeating, no header)
+// holds one round until its deadline, not three: the others all arrived. Once it joins again
+// (a restarted process) its record is clean.
+TEST_F(RoundManagerTest, ALeaderThatGoesSilentSitsOutAfterOneRound) {
+  Start(RoundManager::Options(), "star");
+  JoinMember(NodeJoin("s"));
+  std::shared_ptr<FakeMember> member = StarRound(1);
+  auto other = std::make_shared<FakeMember>();
+  absl::StatusOr<int64_t> session = rounds_->Join(Header(1, "s/0"), other);
+  ASSERT_THAT(session, IsOk());
+  ASSERT_THAT(rounds_->AddChunk(*session, DeltaChunk()), IsOk());
+  ASSERT_TRUE(WaitFor([&] { return member->committed() && other->committed(); }, absl::Seconds(5)));
+  member = StarRound(2);  // s/0 is silent from here on
+  EXPECT_FALSE(member->committed());
+  PassWithLeaders(absl::Seconds(61), {"n/0", "s/0"});
+  EXPECT_TRUE(member->committed());
+  auto silent = std::make_shared<FakeMember>();
+  EXPECT_THAT(rounds_->Join(Header(3, "s/0"), silent),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "suspended from rounds"));
+  member = StarRound(3);  // not waited for
+  EXPECT_TRUE(WaitFor([&] { return member->committed(); }, absl::Seconds(5)));
+  // Restarted, it joins again (a new credential): the old process's record is not held
+  // against it.
+  JoinMember(NodeJoin("s"));
+  auto restarted = std::make_shared<FakeMember>();
+  EXPECT_THAT(rounds_->Join(Header(4, "s/0"), restarted), IsOk());
 }
 
 // Finding 5 of issue 37: a member's next header cancels its earlier stream (which its member

@@ -158,8 +158,11 @@ absl::Status ShardedRound::Deliver(const std::string& member_id,
 
 void ShardedRound::Tick(absl::Time now) {
   if (phase_ == Phase::kGathering && now > options_.opened + options_.deadline) {
+    int missing = 0;
+    for (const Member& member : expected_) missing += !member.arrived && !member.dropped;
     for (Member& member : expected_) {
       if (!member.arrived && !member.dropped) {
+        if (missing == 1) silent_.push_back(member.candidate.member_id);
         Drop(member, absl::StrCat("did not arrive within the round deadline (",
                                   absl::FormatDuration(options_.deadline), ")"));
       }
@@ -306,7 +309,8 @@ std::vector<RoundFault> ShardedRound::Faults() const {
   std::vector<RoundFault> faults;
   for (const auto& [id, reason] : all_drops_) {
     if (std::find(excused_.begin(), excused_.end(), id) != excused_.end()) continue;
-    faults.push_back(RoundFault{id, reason, ""});
+    faults.push_back(
+        RoundFault{id, reason, "", std::find(silent_.begin(), silent_.end(), id) != silent_.end()});
   }
   faults.insert(faults.end(), blamed_.begin(), blamed_.end());
   return faults;

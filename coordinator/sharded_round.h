@@ -165,6 +165,7 @@ class ShardedRound {
   std::vector<std::pair<std::string, std::string>> all_drops_;
   std::vector<RoundFault> blamed_;    // by the abort
   std::vector<std::string> excused_;  // dropped, not held against them
+  std::vector<std::string> silent_;   // dropped at the deadline, alone in not arriving
   std::vector<std::string> diverged_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();

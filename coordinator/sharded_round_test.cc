@@ -305,6 +305,8 @@ TEST_F(ShardedRoundTest, LateAndUnexpectedMembersAreToldSo) {
   EXPECT_EQ(round.phase(), Phase::kExchanging);
   EXPECT_THAT(round.members(), ElementsAre("m0"));
   EXPECT_THAT(round.TakeDrops(), ElementsAre(Pair("m1", ::testing::HasSubstr("did not arrive"))));
+  ASSERT_EQ(round.Faults().size(), 1u);
+  EXPECT_TRUE(round.Faults()[0].silent);  // it alone did not arrive
   EXPECT_THAT(round.Arrive("m1", 1, 0, clock_.Now()),
               StatusIs(absl::StatusCode::kFailedPrecondition, "laid out without member m1"));
 }

@@ -77,6 +77,8 @@ void StarRound::Fail(const std::string& reason) {
 }
 
 void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leaders) {
+  int missing = 0;
+  for (const Member& member : state_) missing += !member.arrived && !member.dropped;
   for (size_t slot = 0; slot < members_.size() && phase_ == Phase::kOpen; ++slot) {
     const Member& member = state_[slot];
     if (member.dropped) continue;
@@ -84,6 +86,7 @@ void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leader
     if (std::find(live_leaders.begin(), live_leaders.end(), members_[slot]) == live_leaders.end()) {
       Leave(s, "lease expired or left", absl::UnavailableError("no longer a live member"));
     } else if (now > options_.opened + options_.deadline && !member.delivered) {
+      if (!member.arrived && missing == 1) silent_.push_back(members_[slot]);
       Leave(s,
             absl::StrCat("missed the round deadline (", absl::ToDoubleSeconds(options_.deadline),
                          " s)"),
@@ -96,7 +99,8 @@ std::vector<RoundFault> StarRound::Faults() const {
   std::vector<RoundFault> faults;
   for (const auto& [id, reason] : all_drops_) {
     if (std::find(excused_.begin(), excused_.end(), id) != excused_.end()) continue;
-    faults.push_back(RoundFault{id, reason, ""});
+    faults.push_back(
+        RoundFault{id, reason, "", std::find(silent_.begin(), silent_.end(), id) != silent_.end()});
   }
   return faults;
 }

@@ -114,6 +114,7 @@ class StarRound {
   std::vector<Drop> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
   std::vector<std::string> excused_;  // dropped, not held against them
+  std::vector<std::string> silent_;   // dropped at the deadline, alone in not arriving
   std::vector<std::pair<std::string, std::string>> excluded_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();

@@ -78,6 +78,11 @@ TEST_F(StarRoundTest, TheDeadlineDropsWhoHasNotDeliveredAndTheRoundGoesOnWithout
   EXPECT_THAT(drops[0].status, StatusIs(absl::StatusCode::kDeadlineExceeded, ""));
   EXPECT_THAT(round.dropped(), ElementsAre(Pair("m1", "missed the round deadline (10 s)"),
                                            Pair("m2", "missed the round deadline (10 s)")));
+  // m2 alone never arrived: silent (one such round suspends it); m1 arrived.
+  std::vector<RoundFault> faults = round.Faults();
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_FALSE(faults[0].silent);
+  EXPECT_TRUE(faults[1].silent);
   EXPECT_THAT(round.Arrive("m2", 8, 1),
               StatusIs(absl::StatusCode::kFailedPrecondition, "was dropped from round 3"));
   EXPECT_EQ(round.phase(), Phase::kOpen);
@@ -85,6 +90,19 @@ TEST_F(StarRoundTest, TheDeadlineDropsWhoHasNotDeliveredAndTheRoundGoesOnWithout
   EXPECT_EQ(round.phase(), Phase::kCommitted);
   EXPECT_THAT(round.Included(), ElementsAre("m0"));
   EXPECT_THAT(round.Present(), ElementsAre("m0"));
+}
+
+// Two that never arrive: neither is silent (the round did not wait for one member alone).
+TEST_F(StarRoundTest, MembersMissingTogetherAreNotSilent) {
+  StarRound round = Make(3);
+  ASSERT_THAT(round.Arrive("m0", 8, 1), IsOkAndHolds(0));
+  round.Delivered(0, clock_.Now());
+  clock_.Advance(absl::Seconds(11));
+  round.Tick(clock_.Now(), live_);
+  std::vector<RoundFault> faults = round.Faults();
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_FALSE(faults[0].silent);
+  EXPECT_FALSE(faults[1].silent);
 }
 
 TEST_F(StarRoundTest, LosingTheQuorumAbortsAndNothingCommitsAfterIt) {

@@ -14,9 +14,11 @@ std::vector<Suspensions::Verdict> Suspensions::RoundEnded(absl::Time now,
   for (const std::string& id : committed) records_.erase(id);
   // Who is to blame, once per member and round.
   std::map<std::string, std::string> blamed;
+  std::set<std::string> silent;
   for (const RoundFault& fault : faults) {
     if (fault.reported_by.empty()) {
       blamed.emplace(fault.member_id, fault.reason);
+      if (fault.silent) silent.insert(fault.member_id);
       continue;
     }
     Record& claimant = records_[fault.reported_by];
@@ -36,7 +38,7 @@ std::vector<Suspensions::Verdict> Suspensions::RoundEnded(absl::Time now,
     if (record.until > now) continue;  // suspended already
     ++record.strikes;
     record.reason = std::move(reason);
-    if (!record.probation && record.strikes < options_.strikes) continue;
+    if (!record.probation && record.strikes < options_.strikes && silent.count(id) == 0) continue;
     absl::Duration length = options_.first;
     for (int i = 0; i < record.suspensions && length < options_.longest; ++i) length *= 2;
     length = std::min(length, options_.longest);

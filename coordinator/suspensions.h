@@ -18,13 +18,16 @@ struct RoundFault {
   std::string member_id;
   std::string reason;
   std::string reported_by;
+  // It never arrived while every other member did (the round waited its whole deadline for
+  // it alone): one such round suspends it.
+  bool silent = false;
 };
 
 // Which members sit out rounds because they failed earlier ones (docs/design.md, "Faults"):
 // a pure decision over round outcomes and a clock the caller passes in.
 //
 // A member is suspended after `strikes` rounds in a row that it failed with no round it was
-// committed in between, for `first`,
+// committed in between (after one, when it was silent in it: RoundFault::silent), for `first`,
 // doubling with each suspension up to `longest`. Its suspension over, it is readmitted on
 // probation: the next round it fails suspends it again at once (for the doubled time); a round
 // committed with it clears its record. A claim by one member against another (an unreachable owner)
@@ -54,6 +57,8 @@ class Suspensions {
   // Whether `member_id` sits out rounds at `now`; when it does, `*why` says for how long and
   // why (when not null).
   bool Suspended(const std::string& member_id, absl::Time now, std::string* why = nullptr) const;
+  // Forgets `member_id`'s record (a new process in its place: its failures were the old one's).
+  void Forget(const std::string& member_id) { records_.erase(member_id); }
   // Members whose suspension ended by `now`, each reported once.
   std::vector<std::string> TakeReadmitted(absl::Time now);
 

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-tag=$(cat VERSION)
+tag=""
 suite=bookworm
 mirror=()
 bin=""
@@ -31,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "build.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ -n $tag ]] || tag=$(cat VERSION)
 for tool in mmdebstrap podman; do
   command -v "$tool" >/dev/null || { echo "build.sh: needs $tool (scripts/setup.sh)" >&2; exit 2; }
 done

@@ -190,8 +190,9 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::ve
   models_.SetHolders({header.member_id()});
   response->set_round(model().round());
   response->set_global_step(model().global_step());
-  pending_.emplace();  // round 0: nothing to record or announce, only the save
-  pending_->run_id = model().run_id();
+  PendingCommit initial;  // round 0: nothing to record or announce, only the save
+  initial.run_id = model().run_id();
+  pending_ = std::move(initial);
   SaveModel();
   return absl::OkStatus();
 }

@@ -72,7 +72,7 @@ void StateWriter::SaveModel(std::shared_ptr<const ModelSnapshot> model,
   }
   // A model still waiting in the queue is superseded: the newer one takes its place.
   for (Job& queued : queue_) {
-    if (queued.model == nullptr || queued.archive) continue;
+    if (queued.archive) continue;
     job.Supersede(std::move(queued));
     queued = std::move(job);
     return;

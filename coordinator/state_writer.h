@@ -119,7 +119,7 @@ class StateWriter {
 
  private:
   struct Job {
-    std::shared_ptr<const ModelSnapshot> model;        // null: the run record
+    std::shared_ptr<const ModelSnapshot> model;        // null: a run record (records_)
     std::function<void(const absl::Status&)> durable;  // the run record's: SaveStateThen's
     bool archive = false;                              // an ended run's final model (ArchiveModel)
     // The job's model replaces `other`'s: both callbacks run once it is written.

@@ -35,7 +35,11 @@ absl::Status LocalSGD::Step() {
   absl::Status merged;
   if (round_in_flight() && steps_ >= launched_at_ + overlap_steps_) {
     const int64_t launched_at = launched_at_;
+    const int64_t at = steps_;
     merged = IntoPhase(MergeNow(), launched_at);
+    // A step the round set (the run's, after a commit without this copy, or one in the open
+    // round's phase) has had its round: the next one is the run's next.
+    if (steps_ != at) return merged;
   }
   if (!FragmentPlan::RoundAt(steps_, local_sgd_steps_, fragments_)) return merged;
   const int64_t boundary = steps_;
@@ -49,13 +53,19 @@ absl::Status LocalSGD::IntoPhase(absl::Status status, int64_t boundary) {
   const int64_t moved =
       FragmentPlan::StepsToPhase(boundary, local_sgd_steps_, fragments_, *round_fragment);
   if (moved > 0) {
+    const int64_t was = steps_;
+    steps_ += moved;
+    HoldAtLastStep();
     LogWarning(absl::StrCat("the open round carries fragment ", *round_fragment,
                             ", this copy's round at step ", boundary,
-                            " another: going on from step ", steps_ + moved, " (was ", steps_,
+                            " another: going on from step ", steps_, " (was ", was,
                             "), in the others' phase"));
-    steps_ += moved;
   }
   return status;
+}
+
+void LocalSGD::HoldAtLastStep() {
+  if (last_step_ > 0 && steps_ > last_step_) steps_ = last_step_;
 }
 
 absl::Status LocalSGD::MergeNow() {
@@ -63,6 +73,7 @@ absl::Status LocalSGD::MergeNow() {
   launched_at_ = -1;
   ++rounds_completed_;
   absl::Status status = averager_->Merge(tensors_, &steps_);
+  HoldAtLastStep();
   failed_[launched_fragment_] = !status.ok() && !absl::IsOutOfRange(status);
   return status;
 }
@@ -94,6 +105,7 @@ absl::Status LocalSGD::Resync() {
 absl::Status LocalSGD::Launch(int fragment) {
   ++syncs_;
   absl::Status status = averager_->Launch(tensors_, fragment, &steps_);
+  HoldAtLastStep();
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok();
   if (status.ok()) {
@@ -109,6 +121,7 @@ absl::Status LocalSGD::Sync(int fragment) {
   ++syncs_;
   ++rounds_completed_;
   absl::Status status = averager_->Average(tensors_, fragment, &steps_);
+  HoldAtLastStep();
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok() && !absl::IsOutOfRange(status);
   return status;

@@ -66,6 +66,12 @@ class LocalSGD {
   // step and a sync would only wait for them); Finish and the destructor then do nothing.
   void Abandon() { finished_ = true; }
 
+  // The run's last step, when the caller knows it (0: unknown): steps() never passes it. A
+  // round's outcome that would (a merge after the run's step reached it, a move into the open
+  // round's phase) holds the copy there, so that it takes part in the run's last round rather
+  // than training past it.
+  void set_last_step(int64_t last_step) { last_step_ = last_step; }
+
   int64_t steps() const { return steps_; }
   int64_t syncs() const { return syncs_; }
   // Rounds whose outcome this copy has taken (a sync, a merge, or a launch that failed).
@@ -80,6 +86,8 @@ class LocalSGD {
   // After a round of the step `boundary` whose fragment was not the open round's (the
   // status's RoundFragment): moves steps() into the round's phase. Returns `status`.
   absl::Status IntoPhase(absl::Status status, int64_t boundary);
+  // After the averager or a move set steps(): no further than the last step.
+  void HoldAtLastStep();
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
@@ -88,6 +96,7 @@ class LocalSGD {
   const int fragments_;
   const int overlap_steps_;
   int64_t steps_ = 0;
+  int64_t last_step_ = 0;
   int64_t launched_at_ = -1;        // the step of the overlapped round in flight, or -1
   int launched_fragment_ = 0;       // and its fragment
   std::vector<int64_t> synced_at_;  // by fragment: the step of its last sync

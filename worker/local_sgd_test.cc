@@ -78,6 +78,70 @@ TEST(LocalSgdTest, ARoundOfAnotherFragmentThanTheOpenOnesMovesIntoItsPhase) {
   EXPECT_EQ(averager.fragments, (std::vector<int>{1, 2, 0}));
 }
 
+// No round's outcome takes a copy past the run's last step: it would train past the run and
+// skip the run's last round (every fragment synced at the last step).
+TEST(LocalSgdTest, NoRoundOutcomeTakesTheCopyPastTheLastStep) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, 4, true, 0, 0, /*fragments=*/2);  // fragment 1 at 2, 6, ...
+  local_sgd.set_last_step(9);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  v1::RoundFragment open;
+  open.set_round(3);
+  open.set_fragment(1);
+  averager.status = WithRoundFragment(absl::FailedPreconditionError("fragment: 0"), open);
+  EXPECT_TRUE(absl::IsFailedPrecondition(local_sgd.Step()));  // step 4, fragment 0: refused
+  EXPECT_EQ(local_sgd.steps(), 6);                            // into the phase
+  local_sgd.Step().IgnoreError();
+  EXPECT_TRUE(absl::IsFailedPrecondition(local_sgd.Step()));  // step 8, fragment 0: refused
+  EXPECT_EQ(local_sgd.steps(), 9);                            // 10 would pass the last step
+
+  FakeAverager ahead;
+  ahead.move_to = 8;  // the run's step, which the copy follows
+  LocalSGD follower(&ahead, {w}, 4);
+  follower.set_last_step(6);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(follower.Step().ok());
+  EXPECT_EQ(follower.steps(), 6);
+}
+
+// Launches overlapped rounds and, at their merge, takes the run's step `adopt` (a stale
+// round: the node adopted the run's committed model and its step).
+class AdoptingAverager : public ParameterAverager {
+ public:
+  absl::Status Average(const std::vector<at::Tensor>&, int, int64_t*) override {
+    return absl::OkStatus();
+  }
+  absl::Status Launch(const std::vector<at::Tensor>&, int fragment, int64_t* step) override {
+    launches.push_back(*step);
+    fragments.push_back(fragment);
+    return absl::OkStatus();
+  }
+  absl::Status Merge(const std::vector<at::Tensor>&, int64_t* step) override {
+    if (adopt >= 0) *step = adopt;
+    adopt = -1;
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> launches;
+  std::vector<int> fragments;
+  int64_t adopt = -1;
+};
+
+// A merge that takes the run's step (a boundary: the round the run committed there) launches
+// no round at that step: the next round is the run's next one, not the one it committed.
+TEST(LocalSgdTest, AMergeThatTakesTheRunsStepLaunchesNoRoundThere) {
+  AdoptingAverager averager;
+  LocalSGD local_sgd(&averager, {torch::zeros({3})}, 4, true, 0, /*overlap_steps=*/1,
+                     /*fragments=*/2);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // launches at 2, fragment 1
+  averager.adopt = 4;  // the run committed fragment 0 at step 4 meanwhile
+  ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(local_sgd.steps(), 4);
+  EXPECT_FALSE(local_sgd.round_in_flight());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(averager.launches, (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 1}));
+}
+
 // A last sync that finds the run ended (its final model taken) ends the fragments' syncs.
 TEST(LocalSgdTest, AFragmentSyncThatFindsTheRunEndedStopsTheLastSyncs) {
   FakeAverager averager;

@@ -91,6 +91,8 @@ Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tenso
   local_sgd_ = std::make_unique<LocalSGD>(
       session_.get(), std::move(tensors), spec.local_sgd_steps(), spec.enabled(),
       session_->first_step(), spec.overlap_steps(), spec.fragments());
+  if (spec.duration_case() == v1::RunSpec::kTotalSteps)
+    local_sgd_->set_last_step(spec.total_steps());
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor> tensors,

@@ -108,6 +108,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
     LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()),
                        spec.local_sgd_steps(), spec.enabled(), options.first_step,
                        spec.overlap_steps(), spec.fragments());
+    local_sgd.set_last_step(total);
     torch::manual_seed(spec.seed() * 1000003 + options.global_rank);
     torch::Tensor order = torch::randperm(shard.size(), torch::kInt64);
     int64_t cursor = 0;
@@ -159,7 +160,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       const int64_t completed = local_sgd.rounds_completed();
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
-      if (step + 1 == total) {
+      if (local_sgd.steps() == total) {  // the last step, or a round's outcome held it there
         progress.sync_status =
             SyncLastStep(local_sgd, averager, completed, std::move(progress.sync_status));
       }

@@ -27,6 +27,8 @@ constexpr double kDefaultSgdLr = 0.05;
 constexpr double kDefaultAdamWLr = 1e-3;
 constexpr double kDefaultRoundDeadlineSeconds = 60;
 constexpr int kDefaultSuspendAfterFailedRounds = 3;
+// RunSpec.max_unsynced_steps by default: this many rounds of local_sgd_steps.
+constexpr int kDefaultUnsyncedRounds = 4;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
 // Star rounds: every chunk passes through the coordinator, which handles fewer, larger
 // messages best. Sharded rounds: a ring round's pipeline is 2 (N - 1) hops deep, each hop a
@@ -223,6 +225,10 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
                        " (one fragment round in flight at a time)"));
     }
   }
+  if (spec.has_max_unsynced_steps() && spec.max_unsynced_steps() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckInt("max_unsynced_steps", spec.max_unsynced_steps(), local_sgd_steps, 1'000'000'000));
+  }
   if (spec.has_gradient_accumulation_steps()) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("gradient_accumulation_steps", spec.gradient_accumulation_steps(), 1, 10'000));
@@ -343,6 +349,9 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   }
   if (!out.has_min_shard_bytes()) out.set_min_shard_bytes(kDefaultMinShardBytes);
   if (out.fragments() == 0) out.set_fragments(1);
+  if (!out.has_max_unsynced_steps()) {
+    out.set_max_unsynced_steps(int64_t{kDefaultUnsyncedRounds} * out.local_sgd_steps());
+  }
   if (out.ring_streams() == 0) out.set_ring_streams(1);
   if (!out.has_suspend_after_failed_rounds()) {
     out.set_suspend_after_failed_rounds(kDefaultSuspendAfterFailedRounds);

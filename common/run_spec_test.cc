@@ -62,6 +62,7 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   EXPECT_DOUBLE_EQ(spec->outer_optimizer().lr(), 1.0);
   EXPECT_TRUE(spec->average_buffers());
   EXPECT_EQ(spec->exchange(), v1::EXCHANGE_SHARDED);
+  EXPECT_EQ(spec->max_unsynced_steps(), 32);  // four rounds of local_sgd_steps
   // Defaults are a fixed point: normalising twice changes nothing.
   auto again = NormalizeRunSpec(*spec);
   ASSERT_TRUE(again.ok());
@@ -106,6 +107,10 @@ TEST(RunSpecTest, ExplicitValuesAreKept) {
   EXPECT_FALSE(spec->has_total_steps());
   EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 1e-3);
   EXPECT_DOUBLE_EQ(spec->optimizer().beta2(), 0.999);
+  // No bound on training alone, asked for, stays so.
+  auto unbounded = NormalizeRunSpec(Parse("model { builtin: \"mlp\" } max_unsynced_steps: 0"));
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_EQ(unbounded->max_unsynced_steps(), 0);
 }
 
 struct BadCase {
@@ -169,6 +174,9 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } fragments: -1", "spec.fragments:"},
       {"model { builtin: \"mlp\" } ring_streams: 9", "spec.ring_streams:"},
       {"model { builtin: \"mlp\" } ring_streams: -1", "spec.ring_streams:"},
+      {"model { builtin: \"mlp\" } max_unsynced_steps: -1", "spec.max_unsynced_steps:"},
+      {"model { builtin: \"mlp\" } max_unsynced_steps: 7", "spec.max_unsynced_steps:"},
+      {"model { builtin: \"mlp\" } max_unsynced_steps: 1000000001", "spec.max_unsynced_steps:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 128 fragments: 65", "spec.fragments:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 8 fragments: 3", "spec.fragments:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 8 fragments: 4 overlap_steps: 2",

@@ -163,8 +163,17 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
   }
   SavedOnReturn saved(options_.state);
   MutexLock lock(&mu_);
+  const Member* previous = membership_.Find(request.worker_id());
+  const int64_t unsynced_before = previous != nullptr ? previous->unsynced_steps : 0;
   LOCALSGD_RETURN_IF_ERROR(membership_.Heartbeat(request));
   ++heartbeats_total_;
+  if (const int64_t bound = runs_.info().spec().max_unsynced_steps();
+      runs_.active() && bound > 0 && request.unsynced_steps() >= bound && unsynced_before < bound) {
+    Note(v1::EVENT_SEVERITY_WARNING, "member_unsynced", request.worker_id(),
+         absl::StrCat(request.worker_id(), " trained ", request.unsynced_steps(),
+                      " steps since the last round its node took (max_unsynced_steps ", bound,
+                      "): it waits for a round"));
+  }
   const v1::RunState before = runs_.info().state();
   bool run_changed = false;
   bool results_changed = false;
@@ -340,6 +349,7 @@ v1::CoordinatorStatus ControlPlane::Status() const {
     out->set_heartbeat_age_seconds(absl::ToDoubleSeconds(now - member.last_seen));
     out->set_finished(member.finished);
     out->set_test_accuracy(member.test_accuracy);
+    out->set_unsynced_steps(member.unsynced_steps);
   }
   status.set_version(version_);
   *status.mutable_time() = ToProtoTime(now);

@@ -185,6 +185,38 @@ TEST_F(ControlPlaneTest, StatusShowsMembersWithHeartbeatAge) {
   EXPECT_EQ(status.heartbeats_total(), 1);
 }
 
+// Issue 50, finding 5: a worker's steps trained alone show per member, and reaching the run's
+// max_unsynced_steps (default 4 x local_sgd_steps = 32) makes one event, not one per heartbeat.
+TEST_F(ControlPlaneTest, AWorkerReachingTheUnsyncedBoundIsAnEvent) {
+  auto plane = Make();
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(1)), IsOk());
+  const auto unsynced_events = [&] {
+    int n = 0;
+    const v1::CoordinatorStatus status = plane->Status();
+    for (const v1::Event& event : status.events()) {
+      if (event.kind() == "member_unsynced") n += static_cast<int>(event.times());
+    }
+    return n;
+  };
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("a/0");
+  beat.set_step(40);
+  beat.set_unsynced_steps(31);
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
+  EXPECT_EQ(plane->Status().members(0).unsynced_steps(), 31);
+  EXPECT_EQ(unsynced_events(), 0);
+  beat.set_unsynced_steps(32);
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
+  EXPECT_EQ(unsynced_events(), 1);
+  beat.set_unsynced_steps(0);
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
+  beat.set_unsynced_steps(33);
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
+  EXPECT_EQ(unsynced_events(), 2);  // a second wait
+}
+
 // Issue 12, finding 6: a NaN loss used to be reported as 0.0 and the run completed.
 TEST_F(ControlPlaneTest, NonFiniteLossesShowAndFailTheRunWhenEveryWorkerReportsOne) {
   auto plane = Make();

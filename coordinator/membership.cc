@@ -156,6 +156,11 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   if (!(request.test_accuracy() >= 0 && request.test_accuracy() <= 1)) {
     return absl::InvalidArgumentError("test_accuracy: must be in [0, 1]");
   }
+  if (request.unsynced_steps() < 0 || request.unsynced_steps() > request.step()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsynced_steps: must be in [0, step = ", request.step(), "], got ",
+                     request.unsynced_steps()));
+  }
   LOCALSGD_RETURN_IF_ERROR(Authenticate(request.worker_id(), request.member_credential()));
   Member& member = members_.at(request.worker_id());
   member.step = request.step();
@@ -163,6 +168,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   member.samples_per_second = request.samples_per_second();
   member.finished = request.finished();
   member.test_accuracy = request.test_accuracy();
+  member.unsynced_steps = request.unsynced_steps();
   member.last_seen = clock_();
   return absl::OkStatus();
 }

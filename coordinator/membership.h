@@ -30,6 +30,7 @@ struct Member {
   double samples_per_second = 0;
   bool finished = false;
   double test_accuracy = 0;
+  int64_t unsynced_steps = 0;
   absl::Time join_time;
   absl::Time last_seen;
 };

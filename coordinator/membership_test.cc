@@ -171,6 +171,12 @@ TEST_F(MembershipTest, BadHeartbeatsChangeNothing) {
               StatusIs(absl::StatusCode::kInvalidArgument, "samples_per_second"));
   EXPECT_THAT(membership_.Heartbeat(Beat("", 1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "worker_id"));
+  for (int64_t unsynced : {-1, 6}) {
+    v1::HeartbeatRequest bad_unsynced = Beat("n/0", 5);
+    bad_unsynced.set_unsynced_steps(unsynced);
+    EXPECT_THAT(membership_.Heartbeat(bad_unsynced),
+                StatusIs(absl::StatusCode::kInvalidArgument, "unsynced_steps"));
+  }
   EXPECT_EQ(membership_.Find("n/0")->step, 0);
 }
 

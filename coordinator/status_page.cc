@@ -157,8 +157,9 @@ std::string Header(const v1::CoordinatorStatus& status) {
 std::string Members(const v1::CoordinatorStatus& status) {
   std::string out =
       "<section><h2>Members</h2><table id=\"members\"><thead><tr><th>worker</th><th>host</th>"
-      "<th>step</th><th>loss</th><th>samples/s</th><th>test acc.</th><th>heartbeat age</th>"
-      "<th>state</th></tr></thead><tbody>";
+      "<th>step</th><th>loss</th><th>samples/s</th><th>test acc.</th>"
+      "<th title=\"steps trained since the last round its node took\">unsynced</th>"
+      "<th>heartbeat age</th><th>state</th></tr></thead><tbody>";
   std::set<std::string> live;
   for (const v1::MemberStatus& m : status.members()) {
     live.insert(m.worker_id());
@@ -167,10 +168,10 @@ std::string Members(const v1::CoordinatorStatus& status) {
     absl::StrAppendFormat(
         &out,
         "<tr class=\"%s\" data-worker=\"%s\"><td>%s%s</td><td>%s</td><td>%d</td><td>%s</td>"
-        "<td>%s</td><td>%s</td><td>%s s</td><td>%s</td></tr>",
+        "<td>%s</td><td>%s</td><td class=\"unsynced\">%d</td><td>%s s</td><td>%s</td></tr>",
         state, Esc(m.worker_id()), Esc(m.worker_id()), m.node_leader() ? " &#9733;" : "",
         Esc(m.hostname()), m.step(), Fixed(m.loss(), 4), Fixed(m.samples_per_second(), 1),
-        m.test_accuracy() > 0 ? Fixed(m.test_accuracy(), 4) : "-",
+        m.test_accuracy() > 0 ? Fixed(m.test_accuracy(), 4) : "-", m.unsynced_steps(),
         Fixed(m.heartbeat_age_seconds(), 1), state);
   }
   // Workers of the run that left, with their last figures and why.
@@ -180,7 +181,7 @@ std::string Members(const v1::CoordinatorStatus& status) {
     absl::StrAppendFormat(
         &out,
         "<tr class=\"%s\" data-worker=\"%s\"><td>%s</td><td>%s</td><td>%d</td><td>%s</td>"
-        "<td>%s</td><td>%s</td><td></td><td>left: %s</td></tr>",
+        "<td>%s</td><td>%s</td><td></td><td></td><td>left: %s</td></tr>",
         reason == "finished" ? "left" : "gone", Esc(r.worker_id()), Esc(r.worker_id()),
         Esc(r.hostname()), r.step(), Fixed(r.loss(), 4),
         r.samples_per_second() > 0 ? Fixed(r.samples_per_second(), 1) : "-",

@@ -34,6 +34,7 @@ PageData Sample() {
   member->set_step(60);
   member->set_heartbeat_age_seconds(30);  // late
   member->set_test_accuracy(0.8123);
+  member->set_unsynced_steps(12);
   v1::Event* event = data.status.add_events();
   event->set_severity(v1::EVENT_SEVERITY_ERROR);
   event->set_kind("worker_failed");
@@ -68,6 +69,7 @@ TEST(StatusPageTest, ShowsProgressNumbersChartsMembersAndFailures) {
   EXPECT_THAT(page, HasSubstr("<b id=\"global-step\">56</b>"));
   EXPECT_THAT(page, HasSubstr("<b id=\"members-count\">1</b>"));
   EXPECT_THAT(page, HasSubstr("<b id=\"accuracy\">0.8123</b>"));
+  EXPECT_THAT(page, HasSubstr("<td class=\"unsynced\">12</td>"));  // steps trained alone
   EXPECT_THAT(page, HasSubstr("data-percent=\"28.0\""));
   EXPECT_THAT(page, HasSubstr("<span id=\"eta\">3 min 00 s</span>"));
   EXPECT_THAT(page, HasSubstr("<span id=\"elapsed\">1 min 10 s</span>"));

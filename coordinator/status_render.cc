@@ -128,6 +128,8 @@ void AddMemberMetrics(const v1::CoordinatorStatus& status, Metrics& m) {
       m.gauge("localsgd_member_heartbeat_age_seconds", "Seconds since a worker's last heartbeat.");
   auto& accuracy = m.gauge("localsgd_member_test_accuracy",
                            "A worker's test accuracy at its latest evaluation (0 before any).");
+  auto& unsynced = m.gauge("localsgd_member_unsynced_steps",
+                           "Optimizer steps a worker trained since the last round its node took.");
   for (const v1::MemberStatus& member : status.members()) {
     prometheus::Labels labels = {{"worker_id", member.worker_id()},
                                  {"node", member.identity().node_name()}};
@@ -136,6 +138,7 @@ void AddMemberMetrics(const v1::CoordinatorStatus& status, Metrics& m) {
     rate.Add(labels).Set(member.samples_per_second());
     age.Add(labels).Set(member.heartbeat_age_seconds());
     accuracy.Add(labels).Set(member.test_accuracy());
+    unsynced.Add(labels).Set(static_cast<double>(member.unsynced_steps()));
   }
 }
 

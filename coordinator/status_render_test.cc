@@ -87,6 +87,7 @@ TEST(StatusRenderTest, PrometheusTextFormat) {
   EXPECT_THAT(text, HasSubstr("localsgd_round_members_dropped_total{reason=\"error\"} 0"));
   EXPECT_THAT(text, HasSubstr("localsgd_run_total_steps 200"));
   EXPECT_THAT(text, HasSubstr("localsgd_member_test_accuracy{"));
+  EXPECT_THAT(text, HasSubstr("localsgd_member_unsynced_steps{"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("process_open_fds")));
   ProcessStats process;
   process.open_fds = 12;

@@ -22,7 +22,8 @@ from a saved model older than its record, to that model's step (status polled ev
 docs/design.md, "Persistence"); a run stopped by
 StopRun ends its workers; every rank of a node holds the same parameters after each of its
 syncs, and two nodes whose syncs at the same step both succeeded (one round: nodes follow the
-run's global step) hold the same parameters;
+run's global step) hold the same parameters; no worker reports max_unsynced_steps +
+local_sgd_steps steps or more trained alone (twice local_sgd_steps with fragments);
 the last run completes; every rank in it ends on FetchModel's final model, bit for bit, and
 the saved model names FetchModel's round and global step, and its nodes' rendezvous folders are
 gone, and so are those that killed ranks of earlier runs left; no process is left behind.
@@ -102,6 +103,7 @@ class Soak:
         self.runs = []  # run ids, in order
         self.stopped_runs = set()
         self.seen = {}  # run id -> (round, global step), the highest seen
+        self.most_unsynced = 0  # the most steps trained alone a worker reported
         self.violations = []
         self.lock = threading.Lock()
         self.counts = collections.Counter()
@@ -241,7 +243,23 @@ class Soak:
                             self.violations.append(
                                 f"run {run_id} went back: round/global step {before} -> {now}")
                         self.seen[run_id] = max(before, now)
+                        self.check_unsynced(run, status.get("members", []))
             time.sleep(0.2)
+
+    def check_unsynced(self, run, members):
+        """No worker trained alone past the bound: it waits at the first round that fails
+        once it has trained max_unsynced_steps since the last round it took, so it reports
+        less than max_unsynced_steps + local_sgd_steps; with fragments, a round of another
+        fragment sends it on into the others' phase first, at most local_sgd_steps more
+        (docs/design.md, "Faults")."""
+        bound = int(run.get("spec", {}).get("max_unsynced_steps", 0))
+        for member in members:
+            unsynced = int(member.get("unsynced_steps", 0))
+            self.most_unsynced = max(self.most_unsynced, unsynced)
+            if bound > 0 and unsynced >= bound + LOCAL_SGD_STEPS * min(self.args.fragments, 2):
+                self.violations.append(
+                    f"run {run.get('run_id')}: {member.get('worker_id')} trained {unsynced} "
+                    f"steps alone (max_unsynced_steps {bound})")
 
     def run_state(self):
         status = self.status(wait=True)
@@ -522,6 +540,7 @@ class Soak:
                 "coordinator_starts": self.coord_starts,
                 "node_starts": sum(self.incarnation.values()),
                 "last_run_steps_compared_across_nodes": total_checked,
+                "most_unsynced_steps_reported": self.most_unsynced,
                 "seconds": round(time.time() - self.start, 1),
             }
             print("chaos soak: all invariants held: " + json.dumps(summary), flush=True)

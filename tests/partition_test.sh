@@ -3,10 +3,10 @@
 # as a network partition would): its lease expires and it is dropped, the other node trains
 # on, and when the link comes back the worker joins again, adopts the global model and takes
 # part in the rounds again; the run completes on the synthetic task. Two nodes x one rank.
-# (The cut-off worker trains on alone meanwhile, faster than its peer, whose rounds wait: the
-# batch and the run are large enough that it still has steps left when the link returns. The
-# rounds it missed would suspend it for 30 s, longer than the rest of the run: suspensions are
-# off here, //tests:sharded_test covers them.)
+# Meanwhile the cut-off worker trains alone only up to max_unsynced_steps (8 here): then it
+# waits for a round, and the coordinator hears of it (event
+# member_unsynced) once the link is back. (The rounds it missed would suspend it for 30 s,
+# longer than the rest of the run: suspensions are off here, //tests:sharded_test covers them.)
 set -euo pipefail
 
 BIN="$TEST_SRCDIR/$TEST_WORKSPACE"
@@ -39,6 +39,7 @@ local_sgd_steps: 4
 total_steps: 3000
 batch_size: 512
 suspend_after_failed_rounds: 0
+max_unsynced_steps: 8
 min_workers: 1
 round_deadline_seconds: 2
 optimizer { lr: 0.05 momentum: 0.9 }
@@ -56,6 +57,13 @@ wait_status 'len(events("worker_joined", "node-1/0")) >= 2' "no rejoin after the
 # and with both again after the rejoin.
 expect_status 'any(members_of(r) == ["node-0/0"] for r in committed)' "no round without the cut-off node"
 last_alone=$(status_value 'max(r["round"] for r in committed if members_of(r) == ["node-0/0"])')
+# The cut-off worker stopped training alone at the bound: 8 steps or more since its last
+# round, fewer than 8 + local_sgd_steps (it waits at the first round that fails past it).
+wait_status 'events("member_unsynced", "node-1/0")' "the coordinator never heard node-1 waited" 20
+alone=$(sed -n 's/.* trained \([0-9]*\) steps since the last round this node took (max_unsynced_steps 8).*/\1/p' \
+  "$WORK/w1.err" | head -1)
+[[ -n "$alone" ]] || fail "node-1 never waited for a round: $(tail -5 "$WORK/w1.err")"
+((alone >= 8 && alone < 12)) || fail "node-1 waited after $alone steps alone (bound 8)"
 
 for p in "${workers[@]}"; do wait "$p" || fail "worker $p failed"; done
 expect_status 'run["state"] == "RUN_STATE_COMPLETED"' "run not completed"

@@ -105,6 +105,8 @@ absl::Status CoordinatorClient::Beat() {
     MutexLock lock(&mu_);
     claim_pending = claim_pending_;
     request = progress_;
+    // Reported apart from the step: never more than the step it is sent with.
+    request.set_unsynced_steps(std::min(peak_unsynced_, request.step()));
     request.set_worker_id(worker_id_);
     request.set_member_credential(credential_);
   }
@@ -119,6 +121,7 @@ absl::Status CoordinatorClient::Beat() {
   if (!status.ok()) return FromGrpcStatus(status);
   MutexLock lock(&mu_);
   run_ = response.run();
+  peak_unsynced_ = progress_.unsynced_steps();
   return absl::OkStatus();
 }
 
@@ -173,6 +176,13 @@ void CoordinatorClient::Report(int64_t step, double loss, double samples_per_sec
 void CoordinatorClient::ReportTotalSteps(int64_t total_steps) {
   MutexLock lock(&mu_);
   progress_.set_total_steps(total_steps);
+}
+
+void CoordinatorClient::ReportUnsynced(int64_t step, int64_t unsynced_steps) {
+  MutexLock lock(&mu_);
+  progress_.set_step(step);
+  progress_.set_unsynced_steps(unsynced_steps);
+  peak_unsynced_ = std::max(peak_unsynced_, unsynced_steps);
 }
 
 void CoordinatorClient::ReportModelPath(const std::string& path) {

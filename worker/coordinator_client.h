@@ -51,6 +51,9 @@ class CoordinatorClient {
               double test_accuracy);
   // The steps this worker trains in all, for the next heartbeats (the run's progress).
   void ReportTotalSteps(int64_t total_steps);
+  // HeartbeatRequest.unsynced_steps (LocalSGD::unsynced_steps) at optimizer step `step`: the
+  // next heartbeat sends the most reported since the last one.
+  void ReportUnsynced(int64_t step, int64_t unsynced_steps);
   // Where this worker saved the trained model, for the next heartbeats.
   void ReportModelPath(const std::string& path);
 
@@ -103,6 +106,9 @@ class CoordinatorClient {
   std::string credential_ ABSL_GUARDED_BY(mu_);
   absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(3);
   v1::HeartbeatRequest progress_ ABSL_GUARDED_BY(mu_);
+  // The most unsynced steps reported since the last heartbeat that got through, so that the
+  // coordinator sees a wait that ended between two heartbeats.
+  int64_t peak_unsynced_ ABSL_GUARDED_BY(mu_) = 0;
   v1::RunInfo run_ ABSL_GUARDED_BY(mu_);
   bool left_ ABSL_GUARDED_BY(mu_) = false;
   bool node_leader_ ABSL_GUARDED_BY(mu_) = false;

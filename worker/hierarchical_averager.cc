@@ -201,6 +201,13 @@ absl::Status HierarchicalAverager::StatusOfRound(const absl::Status& sync_status
   if (sync_status.ok() && verdict.code == absl::StatusCode::kOutOfRange) {
     return absl::OutOfRangeError("the run ended; the node leader took its final model");
   }
+  if (sync_status.ok() && verdict.took && verdict.code != absl::StatusCode::kOk) {
+    // The leader took the run's model (a round committed without the node): every rank says
+    // so alike (LocalSGD::unsynced_steps counts from it).
+    v1::StaleRound stale;
+    stale.set_global_step(verdict.step);
+    return StaleRoundError(stale, "the node leader took the run's model (see its log)");
+  }
   if (sync_status.ok() && verdict.code != absl::StatusCode::kOk) {
     // Every rank learns the open round's fragment when the leader's was another.
     v1::RoundFragment round;

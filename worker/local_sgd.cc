@@ -21,6 +21,7 @@ LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
       fragments_(fragments >= 1 && local_sgd_steps_ % fragments == 0 ? fragments : 1),
       overlap_steps_(std::clamp(overlap_steps, 0, local_sgd_steps_ / fragments_ - 1)),
       steps_(first_step),
+      took_at_(first_step),
       synced_at_(static_cast<size_t>(fragments_), first_step),
       failed_(static_cast<size_t>(fragments_), false) {}
 
@@ -68,12 +69,19 @@ void LocalSGD::HoldAtLastStep() {
   if (last_step_ > 0 && steps_ > last_step_) steps_ = last_step_;
 }
 
+void LocalSGD::Took(const absl::Status& status) {
+  if (status.ok() || absl::IsOutOfRange(status) || StaleRoundOf(status).has_value()) {
+    took_at_ = steps_;
+  }
+}
+
 absl::Status LocalSGD::MergeNow() {
   if (!round_in_flight()) return absl::OkStatus();
   launched_at_ = -1;
   ++rounds_completed_;
   absl::Status status = averager_->Merge(tensors_, &steps_);
   HoldAtLastStep();
+  Took(status);
   failed_[launched_fragment_] = !status.ok() && !absl::IsOutOfRange(status);
   return status;
 }
@@ -83,7 +91,9 @@ absl::Status LocalSGD::Finish() {
   finished_ = true;
   if (!enabled_) return absl::OkStatus();
   absl::Status status = MergeNow();
-  for (int f = 0; f < fragments_ && !absl::IsOutOfRange(status); ++f) {
+  const int first = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
+  for (int i = 0; i < fragments_ && !absl::IsOutOfRange(status); ++i) {
+    const int f = (first + i) % fragments_;
     if (synced_at_[f] == steps_) continue;
     absl::Status synced = Sync(f);
     if (status.ok() || absl::IsOutOfRange(synced)) status = std::move(synced);
@@ -93,7 +103,9 @@ absl::Status LocalSGD::Finish() {
 
 absl::Status LocalSGD::Resync() {
   absl::Status status;
-  for (int f = 0; f < fragments_; ++f) {
+  const int first = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
+  for (int i = 0; i < fragments_; ++i) {
+    const int f = (first + i) % fragments_;
     if (synced_at_[f] == steps_ && !failed_[f]) continue;
     absl::Status synced = Sync(f);
     if (absl::IsOutOfRange(synced)) return synced;
@@ -106,6 +118,7 @@ absl::Status LocalSGD::Launch(int fragment) {
   ++syncs_;
   absl::Status status = averager_->Launch(tensors_, fragment, &steps_);
   HoldAtLastStep();
+  if (!status.ok()) Took(status);  // a launch that ran its round at once (a rank died)
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok();
   if (status.ok()) {
@@ -122,6 +135,7 @@ absl::Status LocalSGD::Sync(int fragment) {
   ++rounds_completed_;
   absl::Status status = averager_->Average(tensors_, fragment, &steps_);
   HoldAtLastStep();
+  Took(status);
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok() && !absl::IsOutOfRange(status);
   return status;

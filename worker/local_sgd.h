@@ -51,7 +51,9 @@ class LocalSGD {
 
   // The syncs at this step once more, after one failed (the run's last round, say, while the
   // coordinator was unreachable): every fragment whose last sync failed or was not at this
-  // step; it stops at a sync that finds the run ended. steps() may move, as after any sync.
+  // step, this step's own first (FragmentPlan::FragmentAt: the round missed at a merge), then
+  // the next ones; it stops at a sync that finds the run ended. steps() may move, as after
+  // any sync.
   absl::Status Resync();
   // Merges the overlapped round in flight now, if any (the run's last step: its outcome decides
   // whether to try the last round again). OK when none is in flight.
@@ -59,7 +61,8 @@ class LocalSGD {
   bool round_in_flight() const { return launched_at_ >= 0; }
 
   // The last sync of every fragment that took steps since its previous one, after merging a
-  // round in flight; it stops at a sync that finds the run ended. Idempotent.
+  // round in flight, in Resync's order; it stops at a sync that finds the run ended.
+  // Idempotent.
   absl::Status Finish();
 
   // Ends without the last sync (e.g. on SIGTERM, when the other workers are not at the same
@@ -73,6 +76,9 @@ class LocalSGD {
   void set_last_step(int64_t last_step) { last_step_ = last_step; }
 
   int64_t steps() const { return steps_; }
+  // Optimizer steps since the last round this copy took (one that committed with it, or one
+  // that found the run ahead: it took the run's model); since first_step before any.
+  int64_t unsynced_steps() const { return steps_ - took_at_; }
   int64_t syncs() const { return syncs_; }
   // Rounds whose outcome this copy has taken (a sync, a merge, or a launch that failed).
   int64_t rounds_completed() const { return rounds_completed_; }
@@ -88,6 +94,8 @@ class LocalSGD {
   absl::Status IntoPhase(absl::Status status, int64_t boundary);
   // After the averager or a move set steps(): no further than the last step.
   void HoldAtLastStep();
+  // After a round's outcome `status`: whether the copy took the round (see unsynced_steps).
+  void Took(const absl::Status& status);
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
@@ -97,6 +105,7 @@ class LocalSGD {
   const int overlap_steps_;
   int64_t steps_ = 0;
   int64_t last_step_ = 0;
+  int64_t took_at_ = 0;             // the step of the last round taken
   int64_t launched_at_ = -1;        // the step of the overlapped round in flight, or -1
   int launched_fragment_ = 0;       // and its fragment
   std::vector<int64_t> synced_at_;  // by fragment: the step of its last sync

@@ -17,6 +17,7 @@
 #include "common/tls.h"
 #include "worker/environment.h"
 #include "worker/last_step.h"
+#include "worker/unsynced_bound.h"
 
 namespace localsgd {
 namespace {
@@ -155,6 +156,14 @@ absl::Status Replica::Step() {
   const v1::RunSpec& spec = session_->spec();
   if (spec.duration_case() == v1::RunSpec::kTotalSteps && steps() == spec.total_steps()) {
     status = SyncLastStep(*local_sgd_, session_.get(), completed, std::move(status));
+  } else {
+    UnsyncedBound bound;
+    bound.max_unsynced_steps = spec.max_unsynced_steps();
+    bound.stop = [this] { return session_->RunHalted(); };
+    bound.on_wait = [this](int64_t step, int64_t unsynced_steps) {
+      session_->coordinator().ReportUnsynced(step, unsynced_steps);
+    };
+    status = WaitWithinBound(*local_sgd_, session_.get(), bound, completed, std::move(status));
   }
   LOCALSGD_RETURN_IF_ERROR(session_->Health());
   if (absl::IsOutOfRange(status)) return status;  // the run ended without this rank
@@ -162,6 +171,7 @@ absl::Status Replica::Step() {
     LogWarning(absl::StrCat("sync at step ", steps(), " failed (", status.ToString(),
                             "); training goes on from the local model"));
   }
+  session_->coordinator().ReportUnsynced(steps(), local_sgd_->unsynced_steps());
   session_->coordinator().Report(steps(), loss_, samples_per_second_, false, test_accuracy_);
   if (const absl::Time now = absl::Now(); now >= next_look_) {
     next_look_ = now + kLookEvery;

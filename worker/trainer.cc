@@ -14,6 +14,7 @@
 #include "exchange/fragment_plan.h"
 #include "worker/last_step.h"
 #include "worker/local_sgd.h"
+#include "worker/unsynced_bound.h"
 
 namespace localsgd {
 namespace {
@@ -109,6 +110,8 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
                        spec.local_sgd_steps(), spec.enabled(), options.first_step,
                        spec.overlap_steps(), spec.fragments());
     local_sgd.set_last_step(total);
+    const UnsyncedBound bound{spec.max_unsynced_steps(), absl::Seconds(1), options.stop,
+                              options.on_wait};
     torch::manual_seed(spec.seed() * 1000003 + options.global_rank);
     torch::Tensor order = torch::randperm(shard.size(), torch::kInt64);
     int64_t cursor = 0;
@@ -163,6 +166,9 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       if (local_sgd.steps() == total) {  // the last step, or a round's outcome held it there
         progress.sync_status =
             SyncLastStep(local_sgd, averager, completed, std::move(progress.sync_status));
+      } else {
+        progress.sync_status =
+            WaitWithinBound(local_sgd, averager, bound, completed, std::move(progress.sync_status));
       }
       // This step ended a round (a sync, or the merge of an overlapped round).
       const bool boundary = local_sgd.rounds_completed() != completed;
@@ -177,6 +183,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
         step = local_sgd.steps() - 1;
         progress.step = step + 1;
       }
+      progress.unsynced_steps = local_sgd.unsynced_steps();
       if (absl::IsOutOfRange(progress.sync_status)) {
         // The run ended without this node's last steps: it holds the run's final model now,
         // and trains no further on its own.

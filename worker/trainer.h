@@ -26,6 +26,7 @@ struct TrainProgress {
   bool evaluated = false;      // eval_every_rounds asked for an evaluation after this step
   double test_accuracy = 0;
   double test_loss = 0;
+  int64_t unsynced_steps = 0;  // LocalSGD::unsynced_steps after this step
 };
 
 struct TrainResult {
@@ -50,6 +51,9 @@ struct TrainOptions {
   int64_t first_step = 0;
   std::function<bool()> stop = [] { return false; };
   std::function<void(const TrainProgress&)> on_progress = [](const TrainProgress&) {};
+  // The node waits for a round at `step`, having trained `unsynced_steps` alone
+  // (UnsyncedBound).
+  std::function<void(int64_t step, int64_t unsynced_steps)> on_wait = [](int64_t, int64_t) {};
 };
 
 // Trains `model` on this rank's shard of `data.train` as the spec says (optimizer, lr

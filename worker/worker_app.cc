@@ -345,6 +345,9 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   double last_round = 0;
   double test_accuracy = 0;
   localsgd::CoordinatorClient& coordinator = session.coordinator();
+  options.on_wait = [&](int64_t step, int64_t unsynced_steps) {
+    coordinator.ReportUnsynced(step, unsynced_steps);
+  };
   options.on_progress = [&](const localsgd::TrainProgress& p) {
     if (p.evaluated) {
       test_accuracy = p.test_accuracy;
@@ -353,6 +356,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
                   p.elapsed_seconds);
     }
     coordinator.ReportTotalSteps(p.total_steps);
+    coordinator.ReportUnsynced(p.step, p.unsynced_steps);
     coordinator.Report(p.step, p.loss, p.samples_per_second, false, test_accuracy);
     if (p.synced) {
       last_round = p.sync_seconds;

@@ -1,0 +1,42 @@
+#include "worker/unsynced_bound.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "exchange/sync_stream.h"
+#include "worker/last_step.h"
+
+namespace localsgd {
+
+absl::Status WaitWithinBound(LocalSGD& local_sgd, const ParameterAverager* averager,
+                             const UnsyncedBound& bound, int64_t completed_before,
+                             absl::Status status) {
+  const auto past_bound = [&] {
+    return bound.max_unsynced_steps > 0 && !local_sgd.round_in_flight() &&
+           local_sgd.unsynced_steps() >= bound.max_unsynced_steps;
+  };
+  // A round of another fragment is open: this copy must train on into the others' phase.
+  const auto worth_waiting = [](const absl::Status& s) {
+    return WorthAnotherTry(s) && !RoundFragmentOf(s).has_value();
+  };
+  if (local_sgd.rounds_completed() == completed_before || !past_bound() ||
+      !worth_waiting(status)) {
+    return status;
+  }
+  LogWarning(absl::StrCat("trained ", local_sgd.unsynced_steps(),
+                          " steps since the last round this node took (max_unsynced_steps ",
+                          bound.max_unsynced_steps, "): waiting for a round at step ",
+                          local_sgd.steps(), " (", status.message(), ")"));
+  if (bound.on_wait) bound.on_wait(local_sgd.steps(), local_sgd.unsynced_steps());
+  const absl::Time start = absl::Now();
+  while (past_bound() && worth_waiting(status) && !(bound.stop && bound.stop())) {
+    if (averager != nullptr && !averager->Health().ok()) break;
+    absl::SleepFor(bound.retry_every);
+    status = local_sgd.Resync();
+  }
+  LogInfo(absl::StrCat("waited ", absl::FormatDuration(absl::Now() - start),
+                       " for a round: ", status.ok() ? "OK" : status.ToString()));
+  return status;
+}
+
+}  // namespace localsgd

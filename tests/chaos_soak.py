@@ -23,7 +23,7 @@ docs/design.md, "Persistence"); a run stopped by
 StopRun ends its workers; every rank of a node holds the same parameters after each of its
 syncs, and two nodes whose syncs at the same step both succeeded (one round: nodes follow the
 run's global step) hold the same parameters; no worker reports max_unsynced_steps +
-local_sgd_steps steps or more trained alone (twice local_sgd_steps with fragments);
+local_sgd_steps steps or more trained alone;
 the last run completes; every rank in it ends on FetchModel's final model, bit for bit, and
 the saved model names FetchModel's round and global step, and its nodes' rendezvous folders are
 gone, and so are those that killed ranks of earlier runs left; no process is left behind.
@@ -249,14 +249,13 @@ class Soak:
     def check_unsynced(self, run, members):
         """No worker trained alone past the bound: it waits at the first round that fails
         once it has trained max_unsynced_steps since the last round it took, so it reports
-        less than max_unsynced_steps + local_sgd_steps; with fragments, a round of another
-        fragment sends it on into the others' phase first, at most local_sgd_steps more
-        (docs/design.md, "Faults")."""
+        less than max_unsynced_steps + local_sgd_steps (a round's steps, and with fragments
+        a move into the others' phase; docs/design.md, "Faults")."""
         bound = int(run.get("spec", {}).get("max_unsynced_steps", 0))
         for member in members:
             unsynced = int(member.get("unsynced_steps", 0))
             self.most_unsynced = max(self.most_unsynced, unsynced)
-            if bound > 0 and unsynced >= bound + LOCAL_SGD_STEPS * min(self.args.fragments, 2):
+            if bound > 0 and unsynced >= bound + LOCAL_SGD_STEPS:
                 self.violations.append(
                     f"run {run.get('run_id')}: {member.get('worker_id')} trained {unsynced} "
                     f"steps alone (max_unsynced_steps {bound})")

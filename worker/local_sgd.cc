@@ -108,6 +108,10 @@ absl::Status LocalSGD::Resync() {
     const int f = (first + i) % fragments_;
     if (synced_at_[f] == steps_ && !failed_[f]) continue;
     absl::Status synced = Sync(f);
+    // The open round carries another fragment (the others' phase): join it with that one.
+    if (const std::optional<int> open = RoundFragmentOf(synced); open.has_value() && *open != f) {
+      synced = Sync(*open);
+    }
     if (absl::IsOutOfRange(synced)) return synced;
     if (status.ok()) status = std::move(synced);
   }

@@ -52,8 +52,9 @@ class LocalSGD {
   // The syncs at this step once more, after one failed (the run's last round, say, while the
   // coordinator was unreachable): every fragment whose last sync failed or was not at this
   // step, this step's own first (FragmentPlan::FragmentAt: the round missed at a merge), then
-  // the next ones; it stops at a sync that finds the run ended. steps() may move, as after
-  // any sync.
+  // the next ones; a sync refused because the open round carries another fragment syncs that
+  // one at once (it joins the others' round). It stops at a sync that finds the run ended.
+  // steps() may move, as after any sync.
   absl::Status Resync();
   // Merges the overlapped round in flight now, if any (the run's last step: its outcome decides
   // whether to try the last round again). OK when none is in flight.

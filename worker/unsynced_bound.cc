@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
-#include "exchange/sync_stream.h"
 #include "worker/last_step.h"
 
 namespace localsgd {
@@ -15,12 +14,8 @@ absl::Status WaitWithinBound(LocalSGD& local_sgd, const ParameterAverager* avera
     return bound.max_unsynced_steps > 0 && !local_sgd.round_in_flight() &&
            local_sgd.unsynced_steps() >= bound.max_unsynced_steps;
   };
-  // A round of another fragment is open: this copy must train on into the others' phase.
-  const auto worth_waiting = [](const absl::Status& s) {
-    return WorthAnotherTry(s) && !RoundFragmentOf(s).has_value();
-  };
   if (local_sgd.rounds_completed() == completed_before || !past_bound() ||
-      !worth_waiting(status)) {
+      !WorthAnotherTry(status)) {
     return status;
   }
   LogWarning(absl::StrCat("trained ", local_sgd.unsynced_steps(),
@@ -29,7 +24,7 @@ absl::Status WaitWithinBound(LocalSGD& local_sgd, const ParameterAverager* avera
                           local_sgd.steps(), " (", status.message(), ")"));
   if (bound.on_wait) bound.on_wait(local_sgd.steps(), local_sgd.unsynced_steps());
   const absl::Time start = absl::Now();
-  while (past_bound() && worth_waiting(status) && !(bound.stop && bound.stop())) {
+  while (past_bound() && WorthAnotherTry(status) && !(bound.stop && bound.stop())) {
     if (averager != nullptr && !averager->Health().ok()) break;
     absl::SleepFor(bound.retry_every);
     status = local_sgd.Resync();

@@ -24,9 +24,9 @@ struct UnsyncedBound {
 // before it): when that Step ended a round this copy did not take (LocalSGD::unsynced_steps)
 // and the copy has trained max_unsynced_steps or more since the last round it took, the node
 // waits for a round instead of training on alone: the round is tried again
-// (LocalSGD::Resync) every retry_every while it fails for a passing reason (WorthAnotherTry;
-// not a refusal naming another fragment's open round: the copy must train on into the others'
-// phase), the averager stays healthy and stop() is false. Every rank of a node sees the same outcomes,
+// (LocalSGD::Resync: a round of another fragment open is joined with that fragment) every
+// retry_every while it fails for a passing reason (WorthAnotherTry), the averager stays
+// healthy and stop() is false. Every rank of a node sees the same outcomes,
 // so all of them wait alike. Returns the last outcome.
 absl::Status WaitWithinBound(LocalSGD& local_sgd, const ParameterAverager* averager,
                              const UnsyncedBound& bound, int64_t completed_before,

@@ -14,8 +14,9 @@ namespace {
 // Answers each Average with the next scripted outcome (OK once the script is used up).
 class ScriptedAverager : public ParameterAverager {
  public:
-  absl::Status Average(const std::vector<at::Tensor>&, int, int64_t* step) override {
+  absl::Status Average(const std::vector<at::Tensor>&, int fragment, int64_t* step) override {
     steps.push_back(*step);
+    fragments.push_back(fragment);
     if (outcomes.empty()) return absl::OkStatus();
     absl::Status next = outcomes.front();
     outcomes.pop_front();
@@ -23,6 +24,7 @@ class ScriptedAverager : public ParameterAverager {
   }
   std::deque<absl::Status> outcomes;
   std::vector<int64_t> steps;
+  std::vector<int> fragments;
 };
 
 UnsyncedBound Bound(int64_t steps) {
@@ -47,7 +49,7 @@ TEST(UnsyncedBoundTest, PastTheBoundTheNodeWaitsForARound) {
   averager.outcomes = {kDown, kDown, kDown, kDown};
   const UnsyncedBound bound = Bound(4);
   for (int i = 0; i < 3; ++i) Step(local_sgd, averager, bound).IgnoreError();
-  EXPECT_EQ(local_sgd.unsynced_steps(), 3);  // the round at 2 failed: training went on
+  EXPECT_EQ(local_sgd.unsynced_steps(), 3);            // the round at 2 failed: training went on
   EXPECT_TRUE(Step(local_sgd, averager, bound).ok());  // 4 failed, then 4 again: 2 more fail
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 4, 4, 4}));
   EXPECT_EQ(local_sgd.unsynced_steps(), 0);
@@ -94,16 +96,20 @@ TEST(UnsyncedBoundTest, AnErrorNoRetryMendsOrAStopEndsTheWait) {
   EXPECT_EQ(stopped.steps, (std::vector<int64_t>{2}));
 }
 
-// A round of another fragment is open: the copy trains on into the others' phase.
-TEST(UnsyncedBoundTest, ARoundOfAnotherFragmentEndsTheWait) {
+// Waiting, a round of another fragment open is joined with that fragment.
+TEST(UnsyncedBoundTest, AWaitingCopyJoinsAnOpenRoundOfAnotherFragment) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({4})}, 2);
+  LocalSGD local_sgd(&averager, {torch::zeros({4})}, 4, true, 0, 0, /*fragments=*/2);
   v1::RoundFragment open;
   open.set_round(4);
   open.set_fragment(1);
-  averager.outcomes = {kDown, WithRoundFragment(absl::FailedPreconditionError("fragment"), open)};
-  for (int i = 0; i < 4; ++i) Step(local_sgd, averager, Bound(2)).IgnoreError();
-  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 2, 4}));
+  averager.outcomes = {kDown, kDown, WithRoundFragment(absl::FailedPreconditionError("f"), open)};
+  for (int i = 0; i < 4; ++i) Step(local_sgd, averager, Bound(4)).IgnoreError();
+  // Fragment 1 at 2 and fragment 0 at 4 failed; waiting at 4: fragment 0 is refused for the
+  // open round's 1, which this copy joins then.
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 4, 4}));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 0, 0, 1}));
+  EXPECT_EQ(local_sgd.unsynced_steps(), 0);
 }
 
 TEST(UnsyncedBoundTest, AResumedCopyCountsFromItsFirstStep) {

@@ -52,22 +52,42 @@ absl::StatusOr<v1::ListRunsResponse> ControlClient::Runs() {
 }
 
 absl::Status ControlClient::Watch(
-    absl::Duration interval, const std::function<bool(const v1::CoordinatorStatus&)>& on_status) {
+    absl::Duration interval, const std::function<bool(const v1::CoordinatorStatus&)>& on_status,
+    int64_t watch_id) {
   v1::WatchStatusRequest request;
   request.set_min_interval_seconds(absl::ToDoubleSeconds(interval));
   grpc::ClientContext context;  // no deadline: until on_status says stop
+  {
+    MutexLock lock(&watches_mu_);
+    if (cancelled_.erase(watch_id) > 0) return absl::OkStatus();
+    watches_[watch_id] = &context;
+  }
   auto reader = stub_->WatchStatus(&context, request);
   v1::CoordinatorStatus status;
-  while (reader->Read(&status)) {
+  bool stopped = false;
+  while (!stopped && reader->Read(&status)) {
     if (!on_status(status)) {
       context.TryCancel();
+      stopped = true;
       while (reader->Read(&status)) {
       }
-      reader->Finish().ok();
-      return absl::OkStatus();
     }
   }
-  return FromGrpcStatus(reader->Finish());
+  const grpc::Status finished = reader->Finish();
+  bool cancelled;
+  {
+    MutexLock lock(&watches_mu_);
+    watches_.erase(watch_id);
+    cancelled = cancelled_.erase(watch_id) > 0;
+  }
+  if (stopped || cancelled) return absl::OkStatus();
+  return FromGrpcStatus(finished);
+}
+
+void ControlClient::CancelWatch(int64_t watch_id) {
+  MutexLock lock(&watches_mu_);
+  cancelled_.insert(watch_id);
+  if (auto it = watches_.find(watch_id); it != watches_.end()) it->second->TryCancel();
 }
 
 }  // namespace localsgd

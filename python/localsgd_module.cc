@@ -158,14 +158,19 @@ class Client {
     return ProtoToPython(Check(WithoutGil([&] { return control_->Runs(); })))["runs"];
   }
   // Calls on_status(dict) until it returns False.
-  void Watch(double interval, const std::function<bool(py::object)>& on_status) {
+  // Calls on_status(dict) until it returns False or cancel_watch(watch_id).
+  void Watch(double interval, const std::function<bool(py::object)>& on_status, int64_t watch_id) {
     Check(WithoutGil([&] {
-      return control_->Watch(absl::Seconds(interval), [&](const v1::CoordinatorStatus& s) {
-        py::gil_scoped_acquire gil;
-        return on_status(ProtoToPython(s));
-      });
+      return control_->Watch(
+          absl::Seconds(interval),
+          [&](const v1::CoordinatorStatus& s) {
+            py::gil_scoped_acquire gil;
+            return on_status(ProtoToPython(s));
+          },
+          watch_id);
     }));
   }
+  void CancelWatch(int64_t watch_id) { control_->CancelWatch(watch_id); }
   py::dict FetchModel(const std::string& run_id) {
     ModelFetcher::Fetched fetched = Check(
         WithoutGil([&] { return fetcher_->Fetch(run_id, timeout_, /*include_momentum=*/false); }));
@@ -289,5 +294,6 @@ PYBIND11_MODULE(_C, m) {
       .def("status", &localsgd::Client::Status)
       .def("runs", &localsgd::Client::Runs)
       .def("watch", &localsgd::Client::Watch)
+      .def("cancel_watch", &localsgd::Client::CancelWatch)
       .def("fetch_model", &localsgd::Client::FetchModel);
 }

@@ -73,6 +73,14 @@ for name in ("a00", "a01", "a10", "a11"):
     flat = torch.cat([p.reshape(-1) for p in params])
     assert torch.equal(flat, final), f"rank {name} differs from the run's model"
 print("every rank holds the run's final model")
+# A watch closed after the run ended (no status will come again) leaves no thread behind in
+# gRPC, where the interpreter's exit would abort it.
+import threading
+before = threading.active_count()
+watch = client.watch(interval=0.5)
+next(watch)
+watch.close()
+assert threading.active_count() == before, "a watch's thread outlived it"
 PYTHON
 for key in 00 01 10 11; do wait "${ranks[$key]}" || fail "rank $key exited with an error"; done
 for key in 00 01 10 11; do

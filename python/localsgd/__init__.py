@@ -14,6 +14,7 @@ fetch_model). Errors raise localsgd.Error (RunEnded, InvalidArgument) with the c
 message.
 """
 
+import itertools
 import json
 import queue
 import threading
@@ -27,6 +28,7 @@ __all__ = ["Client", "Error", "InvalidArgument", "LocalSGD", "RunEnded", "placem
 
 # Enum fields that may be given without their prefix: codec="bf16", exchange="sharded".
 _ENUM_PREFIXES = {"codec": "CODEC_", "exchange": "EXCHANGE_"}
+_WATCH_IDS = itertools.count(1)  # Client.watch: each watch's id, to cancel it
 
 
 def _spec_json(fields):
@@ -262,6 +264,7 @@ class Client:
         until the caller stops iterating."""
         statuses = queue.Queue()
         stop = threading.Event()
+        watch_id = next(_WATCH_IDS)
 
         def on_status(status):
             statuses.put(status)
@@ -269,12 +272,13 @@ class Client:
 
         def run():
             try:
-                self._client.watch(float(interval), on_status)
+                self._client.watch(float(interval), on_status, watch_id)
                 statuses.put(None)
             except Exception as error:  # noqa: BLE001 - handed to the caller
                 statuses.put(error)
 
-        threading.Thread(target=run, daemon=True).start()
+        watcher = threading.Thread(target=run, daemon=True)
+        watcher.start()
         try:
             while True:
                 item = statuses.get()
@@ -284,7 +288,11 @@ class Client:
                     raise item
                 yield item
         finally:
+            # The stream may see no status again (a run that ended): end it now, so that no
+            # thread is left in gRPC when the interpreter exits.
             stop.set()
+            self._client.cancel_watch(watch_id)
+            watcher.join(timeout=10)
 
     def fetch_model(self, run_id="", into=None):
         """A run's committed global model (default: the active or last run): a dict with

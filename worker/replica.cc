@@ -17,7 +17,6 @@
 #include "common/tls.h"
 #include "worker/environment.h"
 #include "worker/last_step.h"
-#include "worker/unsynced_bound.h"
 
 namespace localsgd {
 namespace {
@@ -92,8 +91,14 @@ Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tenso
   local_sgd_ = std::make_unique<LocalSGD>(
       session_.get(), std::move(tensors), spec.local_sgd_steps(), spec.enabled(),
       session_->first_step(), spec.overlap_steps(), spec.fragments());
-  if (spec.duration_case() == v1::RunSpec::kTotalSteps)
+  if (spec.duration_case() == v1::RunSpec::kTotalSteps) {
     local_sgd_->set_last_step(spec.total_steps());
+  }
+  bound_.max_unsynced_steps = spec.max_unsynced_steps();
+  bound_.stop = [this] { return session_->RunHalted(); };
+  bound_.on_wait = [this](int64_t step, int64_t unsynced_steps) {
+    session_->coordinator().ReportUnsynced(step, unsynced_steps);
+  };
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor> tensors,
@@ -157,13 +162,7 @@ absl::Status Replica::Step() {
   if (spec.duration_case() == v1::RunSpec::kTotalSteps && steps() == spec.total_steps()) {
     status = SyncLastStep(*local_sgd_, session_.get(), completed, std::move(status));
   } else {
-    UnsyncedBound bound;
-    bound.max_unsynced_steps = spec.max_unsynced_steps();
-    bound.stop = [this] { return session_->RunHalted(); };
-    bound.on_wait = [this](int64_t step, int64_t unsynced_steps) {
-      session_->coordinator().ReportUnsynced(step, unsynced_steps);
-    };
-    status = WaitWithinBound(*local_sgd_, session_.get(), bound, completed, std::move(status));
+    status = WaitWithinBound(*local_sgd_, session_.get(), bound_, completed, std::move(status));
   }
   LOCALSGD_RETURN_IF_ERROR(session_->Health());
   if (absl::IsOutOfRange(status)) return status;  // the run ended without this rank

@@ -16,6 +16,7 @@
 #include "proto/localsgd/v1/run_spec.pb.h"
 #include "worker/local_sgd.h"
 #include "worker/session.h"
+#include "worker/unsynced_bound.h"
 
 namespace localsgd {
 
@@ -101,6 +102,7 @@ class Replica {
 
   std::unique_ptr<Session> session_;
   std::unique_ptr<LocalSGD> local_sgd_;
+  UnsyncedBound bound_;  // the run's max_unsynced_steps, waiting as the worker does
   double loss_ = 0;
   double test_accuracy_ = 0;
   double samples_per_second_ = 0;

@@ -90,31 +90,37 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes)
 
 namespace {
 
-// WriteFileAtomically for contents given in pieces: `first`, then `rest`.
-absl::Status WritePiecesAtomically(const std::string& path, absl::string_view first,
-                                   std::initializer_list<absl::string_view> rest = {}) {
-  std::string temp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", temp);
-  std::vector<absl::string_view> pieces = {first};
-  pieces.insert(pieces.end(), rest.begin(), rest.end());
-  for (absl::string_view piece : pieces) {
-    const char* data = piece.data();
-    size_t left = piece.size();
-    while (left > 0) {
-      ssize_t n = write(fd, data, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        absl::Status status = ErrnoError("cannot write", temp);
-        close(fd);
-        unlink(temp.c_str());
-        return status;
-      }
-      data += n;
-      left -= static_cast<size_t>(n);
-    }
+absl::Status WriteAll(int fd, absl::string_view piece, const std::string& path) {
+  const char* data = piece.data();
+  size_t left = piece.size();
+  while (left > 0) {
+    const ssize_t n = write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot write", path);
+    data += n;
+    left -= static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
+  return absl::OkStatus();
+}
+
+// Creates the temporary file beside `path` that replaces it (CommitTemporary).
+absl::StatusOr<std::pair<std::string, int>> CreateTemporary(const std::string& path) {
+  std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", temp);
+  return std::make_pair(std::move(temp), fd);
+}
+
+// Flushes and closes `fd` (the file `temp`), renames it over `path` and flushes the folder;
+// removes `temp` on failure.
+absl::Status CommitTemporary(int fd, const std::string& temp, const std::string& path) {
+  if (fsync(fd) != 0) {
+    absl::Status status = ErrnoError("cannot flush", temp);
+    close(fd);
+    unlink(temp.c_str());
+    return status;
+  }
+  if (close(fd) != 0) {
     absl::Status status = ErrnoError("cannot flush", temp);
     unlink(temp.c_str());
     return status;
@@ -124,12 +130,26 @@ absl::Status WritePiecesAtomically(const std::string& path, absl::string_view fi
     unlink(temp.c_str());
     return status;
   }
-  int dir = open(Parent(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = open(Parent(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     fsync(dir);
     close(dir);
   }
   return absl::OkStatus();
+}
+
+// WriteFileAtomically for contents given in pieces.
+absl::Status WritePiecesAtomically(const std::string& path,
+                                   std::initializer_list<absl::string_view> pieces) {
+  LOCALSGD_ASSIGN_OR_RETURN(auto temp, CreateTemporary(path));
+  for (absl::string_view piece : pieces) {
+    if (absl::Status status = WriteAll(temp.second, piece, temp.first); !status.ok()) {
+      close(temp.second);
+      unlink(temp.first.c_str());
+      return status;
+    }
+  }
+  return CommitTemporary(temp.second, temp.first, path);
 }
 
 uint32_t Crc32(absl::string_view data, uint32_t crc = 0) {
@@ -138,23 +158,83 @@ uint32_t Crc32(absl::string_view data, uint32_t crc = 0) {
       crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
+std::string ChecksumHeader(uint32_t crc, uint64_t length) {
+  return absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader, crc, length);
+}
+
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  return WritePiecesAtomically(path, contents);
+  return WritePiecesAtomically(path, {contents});
 }
 
 absl::Status WriteChecksummedFile(const std::string& path,
                                   std::initializer_list<absl::string_view> payload) {
-  uint32_t crc = 0;
-  size_t length = 0;
-  for (absl::string_view piece : payload) {
-    crc = Crc32(piece, crc);
-    length += piece.size();
+  uint64_t length = 0;
+  for (absl::string_view piece : payload) length += piece.size();
+  LOCALSGD_ASSIGN_OR_RETURN(ChecksummedFileWriter writer,
+                            ChecksummedFileWriter::Open(path, length));
+  for (absl::string_view piece : payload) LOCALSGD_RETURN_IF_ERROR(writer.Append(piece));
+  return writer.Commit();
+}
+
+absl::StatusOr<ChecksummedFileWriter> ChecksummedFileWriter::Open(const std::string& path,
+                                                                  uint64_t length) {
+  LOCALSGD_ASSIGN_OR_RETURN(auto temp, CreateTemporary(path));
+  ChecksummedFileWriter writer(path, std::move(temp.first), temp.second, length);
+  // The header's length does not depend on the checksum: Commit writes it over this one.
+  const std::string header = ChecksumHeader(0, length);
+  if (absl::Status status = WriteAll(writer.fd_, header, writer.temp_); !status.ok()) {
+    return writer.Fail(status);
   }
-  const std::string header =
-      absl::StrFormat("%s crc32=%08x length=%d\n", kChecksumHeader, crc, length);
-  return WritePiecesAtomically(path, header, payload);
+  return writer;
+}
+
+ChecksummedFileWriter::ChecksummedFileWriter(ChecksummedFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      temp_(std::move(other.temp_)),
+      fd_(std::exchange(other.fd_, -1)),
+      length_(other.length_),
+      written_(other.written_),
+      crc_(other.crc_) {}
+
+ChecksummedFileWriter::~ChecksummedFileWriter() {
+  if (fd_ >= 0) Fail(absl::OkStatus()).IgnoreError();
+}
+
+absl::Status ChecksummedFileWriter::Fail(absl::Status status) {
+  if (fd_ >= 0) {
+    close(fd_);
+    unlink(temp_.c_str());
+    fd_ = -1;
+  }
+  return status;
+}
+
+absl::Status ChecksummedFileWriter::Append(absl::string_view piece) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": the write ended"));
+  if (piece.size() > length_ - written_) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(path_, ": more than the ", length_, " bytes the payload was opened with")));
+  }
+  if (absl::Status status = WriteAll(fd_, piece, temp_); !status.ok()) return Fail(status);
+  crc_ = Crc32(piece, crc_);
+  written_ += piece.size();
+  return absl::OkStatus();
+}
+
+absl::Status ChecksummedFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": the write ended"));
+  if (written_ != length_) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(path_, ": ", written_, " of the ", length_, " bytes were written")));
+  }
+  const std::string header = ChecksumHeader(crc_, length_);
+  if (pwrite(fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size())) {
+    return Fail(ErrnoError("cannot write", temp_));
+  }
+  const int fd = std::exchange(fd_, -1);
+  return CommitTemporary(fd, temp_, path_);
 }
 
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path) {

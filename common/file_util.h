@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,34 @@ inline absl::Status WriteChecksummedFile(const std::string& path, absl::string_v
   return WriteChecksummedFile(path, {payload});
 }
 absl::StatusOr<std::string> ReadChecksummedFile(const std::string& path);
+
+// WriteChecksummedFile for a payload too large to hold at once: its length is given first and
+// the payload appended in pieces as they come. Nothing replaces `path` until Commit, which
+// fails unless exactly `length` bytes were appended; a writer destroyed before (or after a
+// failure) removes its temporary file. Thread-compatible.
+class ChecksummedFileWriter {
+ public:
+  static absl::StatusOr<ChecksummedFileWriter> Open(const std::string& path, uint64_t length);
+  ChecksummedFileWriter(ChecksummedFileWriter&& other) noexcept;
+  ChecksummedFileWriter& operator=(ChecksummedFileWriter&&) = delete;
+  ~ChecksummedFileWriter();
+
+  absl::Status Append(absl::string_view piece);
+  absl::Status Commit();
+
+ private:
+  ChecksummedFileWriter(std::string path, std::string temp, int fd, uint64_t length)
+      : path_(std::move(path)), temp_(std::move(temp)), fd_(fd), length_(length) {}
+  // Closes and removes the temporary file; returns `status`.
+  absl::Status Fail(absl::Status status);
+
+  std::string path_;
+  std::string temp_;
+  int fd_ = -1;  // -1 once committed or failed
+  uint64_t length_ = 0;
+  uint64_t written_ = 0;
+  uint32_t crc_ = 0;
+};
 
 // Creates `path` and its parents as needed (like mkdir -p).
 absl::Status MakeDirectories(const std::string& path);

@@ -116,6 +116,39 @@ TEST(ChecksummedFileTest, TruncatedFlippedOrHeaderlessFilesAreDataLoss) {
   EXPECT_THAT(ReadChecksummedFile(path), StatusIs(absl::StatusCode::kDataLoss, "unreadable"));
 }
 
+// A streamed write replaces the file only at its commit, and only with the length it announced;
+// an abandoned one leaves the old file and no temporary file behind.
+TEST(ChecksummedFileTest, AStreamedWriteReplacesTheFileOnlyWhenComplete) {
+  const std::string dir = TempDir() + "/streamed";
+  ASSERT_THAT(MakeDirectories(dir), IsOk());
+  const std::string path = dir + "/model.bin";
+  ASSERT_THAT(WriteChecksummedFile(path, "old"), IsOk());
+  {
+    auto writer = ChecksummedFileWriter::Open(path, 6);
+    ASSERT_THAT(writer, IsOk());
+    ASSERT_THAT(writer->Append("abc"), IsOk());
+    EXPECT_THAT(writer->Commit(), StatusIs(absl::StatusCode::kInvalidArgument, "3 of the 6"));
+    EXPECT_THAT(writer->Append("def"), StatusIs(absl::StatusCode::kFailedPrecondition, "ended"));
+  }
+  {
+    auto writer = ChecksummedFileWriter::Open(path, 4);
+    ASSERT_THAT(writer, IsOk());
+    EXPECT_THAT(writer->Append("abcde"), StatusIs(absl::StatusCode::kInvalidArgument, "4 bytes"));
+  }
+  { ASSERT_THAT(ChecksummedFileWriter::Open(path, 2)->Append("ab"), IsOk()); }  // abandoned
+  EXPECT_EQ(*ReadChecksummedFile(path), "old");
+  {
+    auto writer = ChecksummedFileWriter::Open(path, 6);
+    ASSERT_THAT(writer, IsOk());
+    ASSERT_THAT(writer->Append("abc"), IsOk());
+    ASSERT_THAT(writer->Append(""), IsOk());
+    ASSERT_THAT(writer->Append("def"), IsOk());
+    ASSERT_THAT(writer->Commit(), IsOk());
+  }
+  EXPECT_EQ(*ReadChecksummedFile(path), "abcdef");
+  EXPECT_NE(access((path + ".tmp." + std::to_string(getpid())).c_str(), F_OK), 0);
+}
+
 TEST(ChecksummedFileTest, MissingFileIsNotFound) {
   EXPECT_THAT(ReadChecksummedFile(TempDir() + "/never-written"),
               StatusIs(absl::StatusCode::kNotFound, "never-written"));

@@ -30,6 +30,8 @@ constexpr int kDefaultSuspendAfterFailedRounds = 3;
 // RunSpec.max_unsynced_steps by default: this many rounds of local_sgd_steps.
 constexpr int kDefaultUnsyncedRounds = 4;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
+// RunSpec.checkpoint_share by default: at most 5 % of the time goes to writing checkpoints.
+constexpr double kDefaultCheckpointShare = 0.05;
 // Star rounds: every chunk passes through the coordinator, which handles fewer, larger
 // messages best. Sharded rounds: a ring round's pipeline is 2 (N - 1) hops deep, each hop a
 // chunk's transfer, and an all-to-all round ends with N chunks through the owner's link, so
@@ -229,6 +231,14 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("max_unsynced_steps", spec.max_unsynced_steps(), local_sgd_steps, 1'000'000'000));
   }
+  if (spec.has_checkpoint_every_rounds()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckInt("checkpoint_every_rounds", spec.checkpoint_every_rounds(), 1, 1'000'000'000));
+  }
+  if (spec.has_checkpoint_share()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckRange("checkpoint_share", spec.checkpoint_share(), 0, 1, /*lo_open=*/true));
+  }
   if (spec.has_gradient_accumulation_steps()) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("gradient_accumulation_steps", spec.gradient_accumulation_steps(), 1, 10'000));
@@ -353,6 +363,8 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
     out.set_max_unsynced_steps(int64_t{kDefaultUnsyncedRounds} * out.local_sgd_steps());
   }
   if (out.ring_streams() == 0) out.set_ring_streams(1);
+  if (!out.has_checkpoint_every_rounds()) out.set_checkpoint_every_rounds(1);
+  if (!out.has_checkpoint_share()) out.set_checkpoint_share(kDefaultCheckpointShare);
   if (!out.has_suspend_after_failed_rounds()) {
     out.set_suspend_after_failed_rounds(kDefaultSuspendAfterFailedRounds);
   }

@@ -63,6 +63,8 @@ TEST(RunSpecTest, DefaultsAreFilledIn) {
   EXPECT_TRUE(spec->average_buffers());
   EXPECT_EQ(spec->exchange(), v1::EXCHANGE_SHARDED);
   EXPECT_EQ(spec->max_unsynced_steps(), 32);  // four rounds of local_sgd_steps
+  EXPECT_EQ(spec->checkpoint_every_rounds(), 1);
+  EXPECT_DOUBLE_EQ(spec->checkpoint_share(), 0.05);
   // Defaults are a fixed point: normalising twice changes nothing.
   auto again = NormalizeRunSpec(*spec);
   ASSERT_TRUE(again.ok());
@@ -177,6 +179,10 @@ TEST(RunSpecTest, EveryBadFieldIsNamed) {
       {"model { builtin: \"mlp\" } max_unsynced_steps: -1", "spec.max_unsynced_steps:"},
       {"model { builtin: \"mlp\" } max_unsynced_steps: 7", "spec.max_unsynced_steps:"},
       {"model { builtin: \"mlp\" } max_unsynced_steps: 1000000001", "spec.max_unsynced_steps:"},
+      {"model { builtin: \"mlp\" } checkpoint_every_rounds: 0", "spec.checkpoint_every_rounds:"},
+      {"model { builtin: \"mlp\" } checkpoint_share: 0", "spec.checkpoint_share:"},
+      {"model { builtin: \"mlp\" } checkpoint_share: 1.5", "spec.checkpoint_share:"},
+      {"model { builtin: \"mlp\" } checkpoint_share: nan", "spec.checkpoint_share:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 128 fragments: 65", "spec.fragments:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 8 fragments: 3", "spec.fragments:"},
       {"model { builtin: \"mlp\" } local_sgd_steps: 8 fragments: 4 overlap_steps: 2",

@@ -207,6 +207,10 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
       }
       results_changed = !runs_.active() && !same;
     }
+    // A node's final checkpoint is written as its training ends: it may come after the run's end.
+    if (request.has_checkpoint() && may_report && runs_.ReportCheckpoint(member.checkpoint)) {
+      run_changed = true;
+    }
     if (runs_.active() && request.total_steps() > 0 &&
         runs_.ReportTotalSteps(request.total_steps())) {
       run_changed = true;
@@ -350,6 +354,7 @@ v1::CoordinatorStatus ControlPlane::Status() const {
     out->set_finished(member.finished);
     out->set_test_accuracy(member.test_accuracy);
     out->set_unsynced_steps(member.unsynced_steps);
+    if (!member.checkpoint.path().empty()) *out->mutable_checkpoint() = member.checkpoint;
   }
   status.set_version(version_);
   *status.mutable_time() = ToProtoTime(now);

@@ -217,6 +217,50 @@ TEST_F(ControlPlaneTest, AWorkerReachingTheUnsyncedBoundIsAnEvent) {
   EXPECT_EQ(unsynced_events(), 2);  // a second wait
 }
 
+// Issue 54: the run record names the newest checkpoint its node leaders reported, of its own
+// committed rounds, and keeps it after the run's end; a malformed one is refused, naming the
+// field, and changes nothing.
+TEST_F(ControlPlaneTest, TheRunRecordsItsNewestCheckpoint) {
+  auto plane = Make();
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(1)), IsOk());
+  const std::string run_id = plane->Run().run_id();
+  ASSERT_THAT(plane->CommitRound(run_id, 1, 8, 8), IsOk());
+  ASSERT_THAT(plane->CommitRound(run_id, 2, 16, 16), IsOk());
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("a/0");
+  beat.set_step(16);
+  auto report = [&](const std::string& run, int64_t round, int64_t step, const std::string& path) {
+    v1::CheckpointInfo* checkpoint = beat.mutable_checkpoint();
+    checkpoint->set_run_id(run);
+    checkpoint->set_round(round);
+    checkpoint->set_global_step(step);
+    checkpoint->set_path(path);
+    return Heartbeat(*plane, beat);
+  };
+  ASSERT_THAT(report(run_id, 1, 8, "/ckpt/a/checkpoint.bin"), IsOk());
+  EXPECT_EQ(plane->Run().checkpoint().round(), 1);
+  EXPECT_EQ(plane->Run().checkpoint().worker_id(), "a/0");
+  EXPECT_EQ(plane->Status().members(0).checkpoint().path(), "/ckpt/a/checkpoint.bin");
+  ASSERT_THAT(report(run_id, 3, 24, "/ckpt/a/checkpoint.bin"), IsOk());  // not committed
+  ASSERT_THAT(report("another-run", 2, 16, "/ckpt/a/checkpoint.bin"), IsOk());
+  EXPECT_EQ(plane->Run().checkpoint().round(), 1);
+  EXPECT_THAT(report(run_id, 2, 16, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, "checkpoint.path"));
+  EXPECT_THAT(report(run_id, -1, 16, "/p"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "checkpoint: round"));
+  beat.mutable_checkpoint()->set_round(2);
+  beat.mutable_checkpoint()->set_worker_id("b/0");
+  EXPECT_THAT(Heartbeat(*plane, beat), StatusIs(absl::StatusCode::kInvalidArgument, "worker_id"));
+  beat.mutable_checkpoint()->clear_worker_id();
+  EXPECT_EQ(plane->Run().checkpoint().round(), 1);
+  // The run ends; the node's final checkpoint comes after.
+  ASSERT_THAT(plane->StopRun(v1::StopRunRequest()), IsOk());
+  ASSERT_THAT(report(run_id, 2, 16, "/ckpt/a/final.bin"), IsOk());
+  EXPECT_EQ(plane->Run().checkpoint().round(), 2);
+  EXPECT_EQ(plane->Run().checkpoint().path(), "/ckpt/a/final.bin");
+}
+
 // Issue 12, finding 6: a NaN loss used to be reported as 0.0 and the run completed.
 TEST_F(ControlPlaneTest, NonFiniteLossesShowAndFailTheRunWhenEveryWorkerReportsOne) {
   auto plane = Make();

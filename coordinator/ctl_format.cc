@@ -85,6 +85,12 @@ std::string FormatStatusTable(const v1::CoordinatorStatus& status) {
   if (!status.run().model_path().empty()) {
     absl::StrAppend(&out, "trained model: ", status.run().model_path(), "\n");
   }
+  if (status.run().has_checkpoint()) {
+    const v1::CheckpointInfo& checkpoint = status.run().checkpoint();
+    absl::StrAppend(&out, "checkpoint: round ", checkpoint.round(), " (global step ",
+                    checkpoint.global_step(), ") in ", checkpoint.path(), " on ",
+                    checkpoint.worker_id(), "\n");
+  }
   if (status.recent_rounds_size() > 0) {
     absl::StrAppend(&out, "last round: ",
                     FormatRound(status.recent_rounds(status.recent_rounds_size() - 1)), "\n");

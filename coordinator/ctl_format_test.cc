@@ -92,6 +92,14 @@ TEST(CtlFormatTest, StatusTable) {
   v1::CoordinatorStatus saved = Sample();
   saved.mutable_run()->set_model_path("/runs/model.pt");
   EXPECT_THAT(FormatStatusTable(saved), HasSubstr("trained model: /runs/model.pt"));
+  v1::CheckpointInfo* checkpoint = saved.mutable_run()->mutable_checkpoint();
+  checkpoint->set_round(7);
+  checkpoint->set_global_step(56);
+  checkpoint->set_path("/ckpt/node-a/checkpoint.bin");
+  checkpoint->set_worker_id("node-a/0");
+  EXPECT_THAT(FormatStatusTable(saved),
+              HasSubstr("checkpoint: round 7 (global step 56) in /ckpt/node-a/checkpoint.bin on "
+                        "node-a/0"));
 }
 
 TEST(CtlFormatTest, ProgressResultAndEvents) {

@@ -161,8 +161,26 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
         absl::StrCat("unsynced_steps: must be in [0, step = ", request.step(), "], got ",
                      request.unsynced_steps()));
   }
+  if (request.has_checkpoint()) {
+    const v1::CheckpointInfo& checkpoint = request.checkpoint();
+    if (checkpoint.round() < 0 || checkpoint.global_step() < 0) {
+      return absl::InvalidArgumentError("checkpoint: round and global_step must be >= 0");
+    }
+    if (checkpoint.path().empty() || checkpoint.path().size() > 4096) {
+      return absl::InvalidArgumentError("checkpoint.path: must be 1 to 4096 bytes");
+    }
+    if (checkpoint.run_id().empty() || checkpoint.run_id().size() > 256 ||
+        !checkpoint.worker_id().empty()) {
+      return absl::InvalidArgumentError(
+          "checkpoint: run_id must be 1 to 256 bytes, worker_id empty (the coordinator fills it)");
+    }
+  }
   LOCALSGD_RETURN_IF_ERROR(Authenticate(request.worker_id(), request.member_credential()));
   Member& member = members_.at(request.worker_id());
+  if (request.has_checkpoint()) {
+    member.checkpoint = request.checkpoint();
+    member.checkpoint.set_worker_id(request.worker_id());
+  }
   member.step = request.step();
   member.loss = request.loss();
   member.samples_per_second = request.samples_per_second();

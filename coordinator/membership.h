@@ -31,6 +31,7 @@ struct Member {
   bool finished = false;
   double test_accuracy = 0;
   int64_t unsynced_steps = 0;
+  v1::CheckpointInfo checkpoint;  // the newest its node wrote (empty path: none)
   absl::Time join_time;
   absl::Time last_seen;
 };

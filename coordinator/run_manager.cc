@@ -136,6 +136,16 @@ void RunManager::Restore(const v1::RunInfo& info) {
   below_quorum_since_ = absl::InfiniteFuture();
 }
 
+bool RunManager::ReportCheckpoint(const v1::CheckpointInfo& checkpoint) {
+  if (checkpoint.run_id() != info_.run_id() || checkpoint.round() > info_.round() ||
+      checkpoint.global_step() > info_.global_step()) {
+    return false;
+  }
+  if (info_.has_checkpoint() && checkpoint.round() <= info_.checkpoint().round()) return false;
+  *info_.mutable_checkpoint() = checkpoint;
+  return true;
+}
+
 bool RunManager::ReportTotalSteps(int64_t total_steps) {
   if (info_.spec().duration_case() == v1::RunSpec::kTotalSteps ||
       total_steps <= info_.total_steps()) {

@@ -58,6 +58,12 @@ class RunManager {
   // Records where the trained model of the current run was saved.
   void SetModelPath(const std::string& path) { info_.set_model_path(path); }
 
+  // A node leader's newest checkpoint (its worker_id filled in): recorded as the run's
+  // (RunInfo.checkpoint) when it is of the current run (active, or ended and not yet followed by
+  // another), newer than the one recorded, and not past the run's committed round and global
+  // step. Returns whether it was recorded.
+  bool ReportCheckpoint(const v1::CheckpointInfo& checkpoint);
+
   // A worker's total steps: an epoch run's total is the most any worker reported (a run of
   // total_steps keeps the spec's). Returns whether the total changed.
   bool ReportTotalSteps(int64_t total_steps);

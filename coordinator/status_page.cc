@@ -151,6 +151,13 @@ std::string Header(const v1::CoordinatorStatus& status) {
     absl::StrAppend(&out, "<div class=\"model\">model saved to <code id=\"model-path\">",
                     Esc(run.model_path()), "</code></div>");
   }
+  if (run.has_checkpoint()) {
+    absl::StrAppendFormat(&out,
+                          "<div class=\"model\">checkpoint of round %d (global step %d) in "
+                          "<code id=\"checkpoint-path\">%s</code> on %s</div>",
+                          run.checkpoint().round(), run.checkpoint().global_step(),
+                          Esc(run.checkpoint().path()), Esc(run.checkpoint().worker_id()));
+  }
   return out + "</section>";
 }
 

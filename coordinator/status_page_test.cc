@@ -158,7 +158,14 @@ TEST(StatusPageTest, AfterTheEndShowsTheFinalEvaluationAndTheMembersLastFigures)
   result->set_samples_per_second(1234.5);
   result->set_test_accuracy(0.8699);
   result->set_left_reason("finished");
+  run->mutable_checkpoint()->set_round(7);
+  run->mutable_checkpoint()->set_global_step(56);
+  run->mutable_checkpoint()->set_path("/ckpt/<node-0>/checkpoint.bin");
+  run->mutable_checkpoint()->set_worker_id("node-0/0");
   const std::string page = StatusPage(data);
+  EXPECT_THAT(page, HasSubstr("checkpoint of round 7 (global step 56) in <code "
+                              "id=\"checkpoint-path\">/ckpt/&lt;node-0&gt;/checkpoint.bin</code> "
+                              "on node-0/0"));
   EXPECT_THAT(page, HasSubstr("id=\"chart-accuracy\" data-points=\"1\""));
   EXPECT_THAT(page, HasSubstr("<title>final model: 0.8699 at step 56</title>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"left\" data-worker=\"node-0/0\"><td>node-0/0</td>"

@@ -23,21 +23,29 @@ void HeldModel::DetachReaders() {
 
 void HeldModel::Install(std::string run_id, int64_t round, int64_t global_step,
                         std::vector<float> values, std::vector<float> momentum) {
-  MutexLock lock(&mu_);
-  DetachReaders();
-  run_id_ = std::move(run_id);
-  round_ = round;
-  global_step_ = global_step;
-  values_ = std::move(values);
-  momentum_ = std::move(momentum);
+  {
+    MutexLock lock(&mu_);
+    DetachReaders();
+    run_id_ = run_id;
+    round_ = round;
+    global_step_ = global_step;
+    values_ = std::move(values);
+    momentum_ = std::move(momentum);
+  }
+  if (on_change_) on_change_(run_id, round, global_step);
 }
 
 void HeldModel::Commit(int64_t round, int64_t global_step, absl::FunctionRef<void()> apply) {
-  MutexLock lock(&mu_);
-  DetachReaders();
-  apply();
-  round_ = round;
-  global_step_ = global_step;
+  std::string run_id;
+  {
+    MutexLock lock(&mu_);
+    DetachReaders();
+    apply();
+    round_ = round;
+    global_step_ = global_step;
+    run_id = run_id_;
+  }
+  if (on_change_) on_change_(run_id, round, global_step);
 }
 
 absl::StatusOr<HeldModel::Lease> HeldModel::Open(const std::string& run_id, int64_t round,
@@ -52,6 +60,7 @@ absl::StatusOr<HeldModel::Lease> HeldModel::Open(const std::string& run_id, int6
   }
   if (chunk_values <= 0) return absl::InvalidArgumentError("chunk_values: must be positive");
   const ChunkLayout layout{static_cast<int64_t>(values_.size()), chunk_values};
+  if (end_chunk == -1) end_chunk = layout.num_chunks();
   if (begin_chunk < 0 || end_chunk < begin_chunk || end_chunk > layout.num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat("begin_chunk, end_chunk: [", begin_chunk, ", ",
                                                    end_chunk, ") is not a range of the model's ",

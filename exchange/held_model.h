@@ -2,6 +2,7 @@
 #define LOCALSGD_EXCHANGE_HELD_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,12 @@ namespace localsgd {
 // commit first copies aside what the lease has yet to read). Thread-safe.
 class HeldModel {
  public:
+  // Called after every Install and Commit, on the writer's thread, with the model's run, round
+  // and global step (e.g. to checkpoint it). Set once, before the model is first installed.
+  using OnChange =
+      std::function<void(const std::string& run_id, int64_t round, int64_t global_step)>;
+  void set_on_change(OnChange on_change) { on_change_ = std::move(on_change); }
+
   // Replaces the model (the initial model, an adoption); `momentum` empty without one.
   void Install(std::string run_id, int64_t round, int64_t global_step, std::vector<float> values,
                std::vector<float> momentum);
@@ -45,8 +52,9 @@ class HeldModel {
     bool has_momentum = false;
   };
   // A lease on chunks [begin_chunk, end_chunk) of round `round` of run `run_id` (and of its
-  // momentum, when `momentum` and the model has one): FAILED_PRECONDITION (saying what it holds)
-  // when it holds another round or run; INVALID_ARGUMENT for chunks outside the model.
+  // momentum, when `momentum` and the model has one; `end_chunk` -1: to the model's end):
+  // FAILED_PRECONDITION (saying what it holds) when it holds another round or run;
+  // INVALID_ARGUMENT for chunks outside the model.
   absl::StatusOr<Lease> Open(const std::string& run_id, int64_t round, int64_t chunk_values,
                              int begin_chunk, int end_chunk, bool momentum);
   // Copies the lease's next chunk of the model (or of its momentum) to `out` as bytes: each of
@@ -75,6 +83,7 @@ class HeldModel {
   std::vector<float> values_ ABSL_GUARDED_BY(mu_);
   std::vector<float> momentum_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Reader> readers_ ABSL_GUARDED_BY(mu_);
+  OnChange on_change_;
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -70,6 +70,7 @@ SessionOptions MakeSessionOptions(const py::dict& given) {
                                              {"tls_key", "LOCALSGD_TLS_KEY"},
                                              {"node_name", "LOCALSGD_NODE_NAME"},
                                              {"rendezvous_dir", "LOCALSGD_RENDEZVOUS_DIR"},
+                                             {"checkpoint_dir", "LOCALSGD_CHECKPOINT_DIR"},
                                              {"connect_timeout", "LOCALSGD_CONNECT_TIMEOUT"}};
   std::map<std::string, std::string> overrides;
   for (const auto& [argument, variable] : *kVariables) {

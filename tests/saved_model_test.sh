@@ -10,7 +10,7 @@ echo -n "model-token" > "$WORK/token"
 source "$BIN/tests/testutil/test_helpers.sh"
 
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
-start_workers 2 1 --log_every=100000 --save_model="$WORK/model.pt"
+start_workers 2 1 --log_every=100000 --save_model="$WORK/model.pt" --checkpoint_dir="$WORK/ckpt"
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { kind: DATASET_KIND_FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }
@@ -36,6 +36,27 @@ loaded=$(sed -n 's/^test accuracy \([0-9.]*\)$/\1/p' <<<"$out")
 grep -q "^test_accuracy: " <<<"$out" || fail "no metrics beside the model: $out"
 grep -q "^run_id: \"run-" <<<"$out" || fail "no run record beside the model: $out"
 echo "PASS: loaded $loaded, reported $reported"
+
+# Issue 54: each node leader wrote its checkpoint, the last one the run's final round, and the
+# run record names it; export_model turns it into the same TorchScript model without asking the
+# members (they are gone).
+final_round=$(status_value 'run["round"]')
+checkpoint=$(status_value 'run["checkpoint"]["path"]' | tr -d '"')
+[[ $(status_value 'run["checkpoint"]["round"]') == "$final_round" ]] \
+  || fail "the run's checkpoint is not its final round $final_round: $(status_value 'run.get("checkpoint")')"
+for node in node-0 node-1; do
+  [[ -f "$WORK/ckpt/$node/checkpoint.bin" ]] || fail "$node wrote no checkpoint"
+done
+grep -q "checkpoint of round $final_round " "$WORK/w00.err" || fail "node-0's last checkpoint: $(grep checkpoint "$WORK/w00.err")"
+"$BIN/worker/export_model" --coordinator="$GRPC" --token_file="$WORK/token" \
+  --checkpoint="$checkpoint" --out="$WORK/from_checkpoint.pt" || fail "export_model --checkpoint failed"
+/usr/bin/python3 - "$WORK/from_checkpoint.pt" "$WORK/model.pt" <<'PY' || fail "the checkpoint is not the run's final model"
+import sys, torch
+exported, saved = (torch.jit.load(p) for p in sys.argv[1:3])
+same = all(torch.equal(a, b) for a, b in zip(exported.parameters(), saved.parameters()))
+sys.exit(0 if same and len(list(exported.parameters())) == len(list(saved.parameters())) else 1)
+PY
+echo "PASS: the checkpoint of round $final_round ($checkpoint) is the run's final model"
 
 # Issue 37 (the chaos soak's "nobody saved the model"): node 0 that joins a run but has not
 # begun training when the other node completes it still saves the run's final global model.

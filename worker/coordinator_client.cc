@@ -185,6 +185,11 @@ void CoordinatorClient::ReportUnsynced(int64_t step, int64_t unsynced_steps) {
   peak_unsynced_ = std::max(peak_unsynced_, unsynced_steps);
 }
 
+void CoordinatorClient::ReportCheckpoint(const v1::CheckpointInfo& checkpoint) {
+  MutexLock lock(&mu_);
+  *progress_.mutable_checkpoint() = checkpoint;
+}
+
 void CoordinatorClient::ReportModelPath(const std::string& path) {
   MutexLock lock(&mu_);
   progress_.set_model_path(path);

@@ -54,6 +54,8 @@ class CoordinatorClient {
   // HeartbeatRequest.unsynced_steps (LocalSGD::unsynced_steps) at optimizer step `step`: the
   // next heartbeat sends the most reported since the last one.
   void ReportUnsynced(int64_t step, int64_t unsynced_steps);
+  // The newest checkpoint this worker's node wrote, for the next heartbeats.
+  void ReportCheckpoint(const v1::CheckpointInfo& checkpoint);
   // Where this worker saved the trained model, for the next heartbeats.
   void ReportModelPath(const std::string& path);
 

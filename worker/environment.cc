@@ -86,6 +86,7 @@ absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(SessionOptions defa
   set("LOCALSGD_DATA_ADDRESS", &options.data_address);
   set("LOCALSGD_DATA_TLS_CERT", &options.data_tls_cert);
   set("LOCALSGD_DATA_TLS_KEY", &options.data_tls_key);
+  set("LOCALSGD_CHECKPOINT_DIR", &options.checkpoint_dir);
   if (std::optional<std::string> timeout = environment("LOCALSGD_CONNECT_TIMEOUT");
       timeout.has_value()) {
     double seconds = 0;

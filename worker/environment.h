@@ -20,7 +20,8 @@ std::optional<std::string> ProcessEnvironment(const std::string& name);
 // unchanged:
 //  - where to connect: LOCALSGD_COORDINATOR (HOST:PORT), LOCALSGD_TOKEN_FILE, LOCALSGD_TLS_CA,
 //    LOCALSGD_TLS_CERT, LOCALSGD_TLS_KEY; the node: LOCALSGD_NODE_NAME,
-//    LOCALSGD_RENDEZVOUS_DIR, LOCALSGD_DATA_ADDRESS, LOCALSGD_DATA_TLS_CERT and _KEY;
+//    LOCALSGD_RENDEZVOUS_DIR, LOCALSGD_DATA_ADDRESS, LOCALSGD_DATA_TLS_CERT and _KEY,
+//    LOCALSGD_CHECKPOINT_DIR;
 //  - the ranks: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK (or
 //    NODE_RANK); else srun's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and
 //    SLURM_TASKS_PER_NODE (uneven nodes too); else one process, rank 0 of 1.

@@ -1,14 +1,15 @@
 // export_model: writes a run's committed global model as a TorchScript file that torch.jit.load
 // reads and calls, as a worker's --save_model does (docs/reference.md, "export_model"): the
 // run's spec from the coordinator (which model, how inputs are normalised), that model built,
-// and the committed values from FetchModel. `localsgdctl fetch` writes the same values as raw
-// fp32.
+// and the committed values from the members that hold them (or a node's checkpoint file).
+// `localsgdctl fetch` writes the same values as raw fp32.
 #include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "common/command_line.h"
 #include "common/grpc_channel.h"
 #include "common/log.h"
+#include "common/model_store.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "exchange/model_client.h"
@@ -36,6 +38,10 @@ ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
 ABSL_FLAG(std::string, run_id, "", "The run (empty: the active or latest run).");
 ABSL_FLAG(std::string, out, "", "Where to write the TorchScript file (required).");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(2), "How long the fetch may take.");
+ABSL_FLAG(std::string, checkpoint, "",
+          "A node's checkpoint file (<checkpoint_dir>/<node>/checkpoint.bin) to export instead of "
+          "fetching the model from the members: for a run whose members are gone. Its run "
+          "(--run_id, when given, must match) gives the spec.");
 
 namespace localsgd {
 namespace {
@@ -73,18 +79,42 @@ absl::Status Export(const std::string& out) {
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(address, credentials));
-  LOCALSGD_ASSIGN_OR_RETURN(const v1::RunInfo run,
-                            FindRun(*stub, absl::GetFlag(FLAGS_run_id), timeout));
+  // From a checkpoint: its run, round and values.
+  const std::string checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
+  std::optional<ModelCheckpoint> checkpoint;
+  if (!checkpoint_path.empty()) {
+    LOCALSGD_ASSIGN_OR_RETURN(checkpoint, ModelStore::At(checkpoint_path).Load());
+    if (!checkpoint.has_value()) {
+      return absl::NotFoundError(absl::StrCat("--checkpoint: no file ", checkpoint_path));
+    }
+    const std::string& run_id = absl::GetFlag(FLAGS_run_id);
+    if (!run_id.empty() && run_id != checkpoint->run_id) {
+      return absl::InvalidArgumentError(absl::StrCat("--checkpoint: ", checkpoint_path,
+                                                     " holds run ", checkpoint->run_id,
+                                                     ", not --run_id ", run_id));
+    }
+  }
+  LOCALSGD_ASSIGN_OR_RETURN(
+      const v1::RunInfo run,
+      FindRun(*stub, checkpoint.has_value() ? checkpoint->run_id : absl::GetFlag(FLAGS_run_id),
+              timeout));
   const v1::RunSpec& spec = run.spec();
   LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel(spec.model(), 0));
   const std::vector<torch::Tensor> tensors = ModelTensors(*model, spec.average_buffers());
   // From the node leaders that hold it when they are live (checked by digest), else from the
   // coordinator.
-  ModelClient models(CreateStreamingChannel(address, credentials), token);
-  const ModelFetcher fetcher({&models, token, credentials, /*member_id=*/""});
-  LOCALSGD_ASSIGN_OR_RETURN(ModelFetcher::Fetched from,
-                            fetcher.Fetch(run.run_id(), timeout, /*include_momentum=*/false));
-  ModelClient::Model& fetched = from.model;
+  ModelClient::Model fetched;
+  if (checkpoint.has_value()) {
+    fetched.round = checkpoint->round;
+    fetched.global_step = checkpoint->global_step;
+    fetched.values = std::move(checkpoint->global);
+  } else {
+    ModelClient models(CreateStreamingChannel(address, credentials), token);
+    const ModelFetcher fetcher({&models, token, credentials, /*member_id=*/""});
+    LOCALSGD_ASSIGN_OR_RETURN(ModelFetcher::Fetched from,
+                              fetcher.Fetch(run.run_id(), timeout, /*include_momentum=*/false));
+    fetched = std::move(from.model);
+  }
   if (static_cast<int64_t>(fetched.values.size()) != NumValues(tensors)) {
     return absl::FailedPreconditionError(
         absl::StrCat("run ", run.run_id(), "'s model has ", fetched.values.size(),

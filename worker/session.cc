@@ -9,9 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/address.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
+#include "exchange/checkpointer.h"
 #include "exchange/data_plane_server.h"
 #include "exchange/held_model.h"
 #include "exchange/model_client.h"
@@ -230,6 +232,37 @@ absl::StatusOr<NodeLeader*> Session::TakeLead(const std::string& replaces) {
   } else if (exchange_ == nullptr) {
     exchange_ = std::make_unique<StarExchange>(coordinator_->channel(), options_.token);
   }
+  if (checkpointer_ == nullptr && !options_.checkpoint_dir.empty()) {
+    // A folder per node, so that the nodes may share one path.
+    if (options_.node_name == "." || options_.node_name == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint_dir: node name \"", options_.node_name, "\" cannot name its folder"));
+    }
+    const std::string folder = absl::StrCat(options_.checkpoint_dir, "/", options_.node_name);
+    if (absl::Status made = MakeDirectories(folder); !made.ok()) {
+      return absl::Status(made.code(), absl::StrCat("--checkpoint_dir: ", made.message()));
+    }
+    Checkpointer::Options checkpoints;
+    checkpoints.path = absl::StrCat(folder, "/checkpoint.bin");
+    checkpoints.every_rounds = spec_.checkpoint_every_rounds();
+    checkpoints.share = spec_.checkpoint_share();
+    checkpoints.chunk_values =
+        ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()).chunk_values;
+    checkpoints.on_written = [client = coordinator_.get(),
+                              path = checkpoints.path](const Checkpointer::Written& written) {
+      v1::CheckpointInfo info;
+      info.set_run_id(written.run_id);
+      info.set_round(written.round);
+      info.set_global_step(written.global_step);
+      info.set_path(path);
+      client->ReportCheckpoint(info);
+    };
+    checkpointer_ = std::make_unique<Checkpointer>(held_.get(), std::move(checkpoints));
+    held_->set_on_change([checkpointer = checkpointer_.get()](const std::string& run_id,
+                                                              int64_t round, int64_t step) {
+      checkpointer->Offer(run_id, round, step);
+    });
+  }
   const int ranks = static_cast<int>(group_->members().size());
   SyncMember member{
       run_id_,       coordinator_->worker_id(),
@@ -343,6 +376,15 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
                              double test_accuracy, const std::string& reason, Ending ending,
                              absl::Duration wait) {
   const bool finished = ending == Ending::kFinished;
+  // The node's model on its disk before the final report (which carries the checkpoint).
+  if (checkpointer_ != nullptr) {
+    if (absl::Status flushed = checkpointer_->Flush(wait); !flushed.ok()) {
+      LogWarning(absl::StrCat("the final checkpoint: ", flushed.ToString()));
+    } else if (auto written = checkpointer_->last_written(); written.has_value()) {
+      LogInfo(absl::StrCat("checkpoint of round ", written->round, " (global step ",
+                           written->global_step, ") in ", checkpointer_->path()));
+    }
+  }
   coordinator_->Report(steps, loss, samples_per_second, finished, test_accuracy);
   coordinator_->Flush().IgnoreError();  // the final report, at once
   // Stay a member until the run ends, so that the run can see every worker finished.

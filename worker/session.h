@@ -22,6 +22,7 @@
 namespace localsgd {
 
 // The pieces a Session owns; users of this header need not see them.
+class Checkpointer;
 class DataPlaneServer;
 class Exchange;
 class HeldModel;
@@ -58,6 +59,11 @@ struct SessionOptions {
   std::string data_address = "0.0.0.0:0";
   std::string data_tls_cert;
   std::string data_tls_key;
+  // Where the node's checkpoints go (docs/design.md, "Checkpoints"): its leader writes the
+  // model it holds to <checkpoint_dir>/<node_name>/checkpoint.bin at the run spec's cadence and
+  // before it leaves (empty: no checkpoints). A folder of the node's or a path the nodes share;
+  // created if missing.
+  std::string checkpoint_dir;
   // How long to keep retrying an unreachable coordinator.
   absl::Duration connect_timeout = absl::Minutes(5);
   // Waiting (to connect, for a run, for the node's ranks) ends once this returns true, e.g. on
@@ -167,6 +173,9 @@ class Session : public ParameterAverager {
   std::unique_ptr<ModelFetcher> fetcher_;
   // The node leader's model, which the data plane serves: it outlives both.
   std::unique_ptr<HeldModel> held_;
+  // Writes held_ to options_.checkpoint_dir (the node's leaders); before the leader, which
+  // commits into held_, so that it outlives it.
+  std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<Exchange> exchange_;  // made by the first TakeLead
   std::unique_ptr<NodeLeader> leader_;

@@ -65,6 +65,12 @@ ABSL_FLAG(std::string, save_model, "",
           "Where node 0's leader (global rank 0 unless it died) writes the trained model at the "
           "end: a TorchScript file for "
           "TorchScript models, else a tensor archive of the named parameters. Empty: nowhere.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where this node's checkpoints go, a folder of the node's or a path the nodes share "
+          "(created if missing): its leader writes the model it holds, with the outer momentum, "
+          "round and global step, to <checkpoint_dir>/<node name>/checkpoint.bin at "
+          "the run spec's checkpoint_every_rounds / checkpoint_share, off the rounds' path, and "
+          "before it leaves; the coordinator's status names the newest. Empty: no checkpoints.");
 ABSL_FLAG(std::string, data_address, "0.0.0.0:0",
           "The node's leader: HOST:PORT where this node serves the sharded data plane "
           "to the other node leaders. Port 0 picks a free one; host 0.0.0.0 listens on every "
@@ -212,6 +218,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   session_options.device = device;
   session_options.rendezvous_dir = absl::GetFlag(FLAGS_rendezvous_dir);
   session_options.data_address = absl::GetFlag(FLAGS_data_address);
+  session_options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   session_options.data_tls_cert = absl::GetFlag(FLAGS_data_tls_cert);
   session_options.data_tls_key = absl::GetFlag(FLAGS_data_tls_key);
   session_options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);

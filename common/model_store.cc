@@ -1,4 +1,4 @@
-#include "coordinator/model_store.h"
+#include "common/model_store.h"
 
 #include <cmath>
 #include <cstring>
@@ -78,17 +78,61 @@ absl::StatusOr<std::optional<ModelCheckpoint>> ModelStore::Load() const {
 absl::Status ModelStore::Save(const std::string& run_id, int64_t round, int64_t global_step,
                               absl::Span<const float> global,
                               absl::Span<const float> momentum) const {
-  // A SavedModel on the wire, its two large fields written from the caller's buffers (a
-  // parser takes fields in any order): no copy of the model is made.
+  LOCALSGD_ASSIGN_OR_RETURN(Writer writer,
+                            Begin(run_id, round, global_step, static_cast<int64_t>(global.size()),
+                                  static_cast<int64_t>(momentum.size())));
+  LOCALSGD_RETURN_IF_ERROR(writer.AppendGlobal(Bytes(global)));
+  LOCALSGD_RETURN_IF_ERROR(writer.AppendMomentum(Bytes(momentum)));
+  return writer.Commit();
+}
+
+absl::StatusOr<ModelStore::Writer> ModelStore::Begin(const std::string& run_id, int64_t round,
+                                                     int64_t global_step, int64_t global_values,
+                                                     int64_t momentum_values) const {
+  // A SavedModel on the wire, its two large fields written as their bytes come (a parser
+  // takes fields in any order): no copy of the model is made.
   v1::SavedModel small;
   small.set_run_id(run_id);
   small.set_round(round);
   small.set_global_step(global_step);
-  const absl::string_view values = Bytes(global), velocity = Bytes(momentum);
-  return WriteChecksummedFile(
-      path_, {small.SerializeAsString(),
-              BytesFieldPrefix(v1::SavedModel::kGlobalFieldNumber, values.size()), values,
-              BytesFieldPrefix(v1::SavedModel::kMomentumFieldNumber, velocity.size()), velocity});
+  const std::string head = small.SerializeAsString();
+  const uint64_t global_bytes = static_cast<uint64_t>(global_values) * sizeof(float);
+  const uint64_t momentum_bytes = static_cast<uint64_t>(momentum_values) * sizeof(float);
+  const std::string global_prefix =
+      BytesFieldPrefix(v1::SavedModel::kGlobalFieldNumber, global_bytes);
+  const uint64_t length =
+      head.size() + global_prefix.size() + global_bytes +
+      BytesFieldPrefix(v1::SavedModel::kMomentumFieldNumber, momentum_bytes).size() +
+      momentum_bytes;
+  LOCALSGD_ASSIGN_OR_RETURN(ChecksummedFileWriter file, ChecksummedFileWriter::Open(path_, length));
+  LOCALSGD_RETURN_IF_ERROR(file.Append(head));
+  LOCALSGD_RETURN_IF_ERROR(file.Append(global_prefix));
+  return Writer(std::move(file), global_bytes, momentum_bytes);
+}
+
+absl::Status ModelStore::Writer::AppendGlobal(absl::string_view bytes) {
+  if (momentum_begun_ || bytes.size() > global_left_) {
+    return absl::InvalidArgumentError("more of the model's values than the save was begun with");
+  }
+  global_left_ -= bytes.size();
+  return file_.Append(bytes);
+}
+
+absl::Status ModelStore::Writer::AppendMomentum(absl::string_view bytes) {
+  if (!momentum_begun_) {
+    if (global_left_ != 0) {
+      return absl::InvalidArgumentError("the momentum before all of the model's values");
+    }
+    momentum_begun_ = true;
+    LOCALSGD_RETURN_IF_ERROR(
+        file_.Append(BytesFieldPrefix(v1::SavedModel::kMomentumFieldNumber, momentum_bytes_)));
+  }
+  return file_.Append(bytes);
+}
+
+absl::Status ModelStore::Writer::Commit() {
+  if (!momentum_begun_) LOCALSGD_RETURN_IF_ERROR(AppendMomentum(""));
+  return file_.Commit();
 }
 
 }  // namespace localsgd

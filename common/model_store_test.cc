@@ -1,5 +1,6 @@
-#include "coordinator/model_store.h"
+#include "common/model_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -44,6 +45,47 @@ TEST(ModelStoreTest, SaveThenLoadIsBitIdentical) {
   EXPECT_EQ(checkpoint.global_step, 40);
   EXPECT_EQ(checkpoint.global, global);
   EXPECT_TRUE(checkpoint.momentum.empty());
+}
+
+absl::string_view Bytes(const float* values, size_t n) {
+  return absl::string_view(reinterpret_cast<const char*>(values), n * sizeof(float));
+}
+
+// A save in pieces is the same file as a save of whole buffers, and one given the pieces out of
+// order, or too few of them, leaves the saved model as it was.
+TEST(ModelStoreTest, ASaveInPiecesLoadsAsTheWholeModel) {
+  auto store = ModelStore::Open(Dir("pieces"));
+  ASSERT_THAT(store, IsOk());
+  const std::vector<float> global = RandomVector(1001, 3);
+  const std::vector<float> momentum = RandomVector(1001, 4);
+  {
+    auto writer = store->Begin("run-2", 3, 24, global.size(), momentum.size());
+    ASSERT_THAT(writer, IsOk());
+    for (size_t i = 0; i < global.size(); i += 300) {
+      ASSERT_THAT(writer->AppendGlobal(Bytes(&global[i], std::min<size_t>(300, global.size() - i))),
+                  IsOk());
+    }
+    ASSERT_THAT(writer->AppendMomentum(Bytes(momentum.data(), 1)), IsOk());
+    ASSERT_THAT(writer->AppendMomentum(Bytes(&momentum[1], momentum.size() - 1)), IsOk());
+    ASSERT_THAT(writer->Commit(), IsOk());
+  }
+  {
+    auto writer = store->Begin("run-2", 4, 32, global.size(), momentum.size());
+    ASSERT_THAT(writer, IsOk());
+    EXPECT_THAT(writer->AppendMomentum(Bytes(momentum.data(), 1)),
+                StatusIs(absl::StatusCode::kInvalidArgument, "before all of the model"));
+    ASSERT_THAT(writer->AppendGlobal(Bytes(global.data(), global.size())), IsOk());
+    EXPECT_THAT(writer->AppendGlobal(Bytes(global.data(), 1)),
+                StatusIs(absl::StatusCode::kInvalidArgument, "more of the model"));
+    EXPECT_THAT(writer->Commit(), StatusIs(absl::StatusCode::kInvalidArgument, "bytes"));
+  }
+  auto loaded = store->Load();
+  ASSERT_THAT(loaded, IsOk());
+  ASSERT_TRUE(loaded->has_value());
+  EXPECT_EQ((*loaded)->round, 3);
+  EXPECT_EQ((*loaded)->global_step, 24);
+  EXPECT_EQ((*loaded)->global, global);
+  EXPECT_EQ((*loaded)->momentum, momentum);
 }
 
 TEST(ModelStoreTest, TruncatedOrAlteredCheckpointIsDataLoss) {

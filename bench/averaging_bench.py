@@ -33,10 +33,11 @@ CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
 
 def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb,
-                   coordinator_flags=(), peaks=None):
+                   coordinator_flags=(), peaks=None, member_flags=(), spec_extra=""):
     """(RoundTimes, the members' CPU seconds per round together and the coordinator's, both
     over the rounds after the first). `peaks`, a dict, gets each process's peak RSS in MB
-    ("coordinator", "node-0", ...)."""
+    ("coordinator", "node-0", ...). `member_flags` go to every member, `spec_extra` (run spec
+    text) into the run's spec."""
     coordinator, address = start_coordinator(bin_dir, work, flags=coordinator_flags,
                                               log=open(os.path.join(work, "coordinator.log"), "w"))
     token_file = os.path.join(work, "token")
@@ -46,7 +47,7 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
         members = [subprocess.Popen(
             [f"{bin_dir}/tests/testutil/averaging_member", f"--coordinator={address}",
              "--token=bench-token", f"--node=node-{i}", f"--values={values}",
-             f"--rounds={rounds}"],
+             f"--rounds={rounds}", *member_flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nodes)]
         coordinator_cpu.watch_peaks({"coordinator": coordinator.pid,
                                      **{f"node-{i}": m.pid for i, m in enumerate(members)}})
@@ -54,7 +55,7 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
         with open(spec, "w") as f:
             f.write(f'model {{ builtin: "mlp" }} min_workers: {nodes} codec: {codec} '
                     f'round_deadline_seconds: 600 total_steps: 1000000000 '
-                    f'exchange: {exchange}'
+                    f'exchange: {exchange} {spec_extra}'
                     + (f' chunk_bytes: {chunk_kb * 1024}' if chunk_kb else '') + '\n')
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],

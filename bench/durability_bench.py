@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""What the coordinator's state folder costs a round (issue 54): the sharded fp32 round with and
-without `--state_dir`, beside Gloo, with every process's peak RSS.
+"""What durability costs a round (issue 54): the sharded fp32 round with and without the
+coordinator's `--state_dir`, and with the members' checkpoints (`--checkpoint_dir` on each
+member, at each --checkpoint_shares), beside Gloo, with every process's peak RSS.
 
 For each N (node leaders) and S (MB of fp32 parameters), in one sitting: N
 //tests/testutil:averaging_member processes sync S MB per round through a real coordinator
@@ -13,7 +14,7 @@ member's return, medians over the rounds after the first). Peak RSS is VmHWM, re
 while each process lives.
 
 Usage: /usr/bin/python3 bench/durability_bench.py [--nodes 2] [--sizes_mb 1000] [--rounds 4]
-       [--shares 0.05 1]
+       [--shares 0.05 1] [--checkpoint_shares 0.05 1]
 (builds with `bazel build -c opt` first; run from the repository root.)
 """
 import argparse
@@ -31,33 +32,41 @@ def main():
     parser.add_argument("--nodes", type=int, nargs="+", default=[2])
     parser.add_argument("--sizes_mb", type=float, nargs="+", default=[1000])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--shares", type=float, nargs="+", default=[0.05, 1],
+    parser.add_argument("--shares", type=float, nargs="*", default=[0.05, 1],
                         help="the coordinator's --model_save_share values to run")
+    parser.add_argument("--checkpoint_shares", type=float, nargs="*", default=[0.05, 1],
+                        help="the run's checkpoint_share values to run with the members' "
+                             "checkpoints on (coordinator without a state folder)")
     parser.add_argument("--state_root", default=None,
                         help="where the state folder goes (default: a temporary folder)")
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl",
                      "//tests/testutil:averaging_member"])
-    print(f"{'N':>2} {'MB':>6} {'state folder':<20} {'round@ready s':>14} {'gloo s':>8} "
+    print(f"{'N':>2} {'MB':>6} {'durability':<24} {'round@ready s':>14} {'gloo s':>8} "
           f"{'xGloo':>6} {'coordinator MB':>15} {'member MB (max)':>16}")
     with tempfile.TemporaryDirectory(dir=args.state_root) as work:
         for nodes in args.nodes:
             for size_mb in args.sizes_mb:
                 rows = []
-                runs = [("none", [])] + [
+                # (label, coordinator flags, member flags, spec text)
+                runs = [("none", [], [], "")] + [
                     (f"--state_dir, share {share:g}",
                      [f"--state_dir={work}/state-{nodes}-{size_mb:g}-{share:g}",
-                      f"--model_save_share={share}"]) for share in args.shares]
-                for label, flags in runs:
+                      f"--model_save_share={share}"], [], "") for share in args.shares] + [
+                    (f"checkpoints, share {share:g}", [],
+                     [f"--checkpoint_dir={work}/checkpoints-{nodes}-{size_mb:g}-{share:g}"],
+                     f"checkpoint_share: {share}") for share in args.checkpoint_shares]
+                for label, flags, member_flags, spec_extra in runs:
                     peaks = {}
                     times = localsgd_round(bin_dir, work, nodes, size_mb, "CODEC_FP32",
                                            "EXCHANGE_SHARDED", args.rounds, None,
-                                           coordinator_flags=flags, peaks=peaks)[0]
+                                           coordinator_flags=flags, peaks=peaks,
+                                           member_flags=member_flags, spec_extra=spec_extra)[0]
                     members = max(v for k, v in peaks.items() if k != "coordinator")
                     rows.append((label, times[1], peaks.get("coordinator", 0), members))
                 gloo = gloo_round(work, nodes, size_mb, args.rounds)[0]
                 for label, ready, coordinator, members in rows:
-                    print(f"{nodes:>2} {size_mb:>6g} {label:<20} {ready:>14.3f} {gloo:>8.3f} "
+                    print(f"{nodes:>2} {size_mb:>6g} {label:<24} {ready:>14.3f} {gloo:>8.3f} "
                           f"{ready / gloo:>6.2f} {coordinator:>15.0f} {members:>16.0f}",
                           flush=True)
 

@@ -1,7 +1,11 @@
 #include "common/model_store.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -73,6 +77,49 @@ absl::StatusOr<std::optional<ModelCheckpoint>> ModelStore::Load() const {
   checkpoint.round = saved.round();
   checkpoint.global_step = saved.global_step();
   return std::optional<ModelCheckpoint>(std::move(checkpoint));
+}
+
+absl::StatusOr<std::optional<ModelStore::Label>> ModelStore::Peek() const {
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) {
+    if (access(path_.c_str(), F_OK) != 0) return std::optional<Label>();
+    return absl::PermissionDeniedError(absl::StrCat("cannot read ", path_));
+  }
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const size_t newline = head.find('\n');
+  auto corrupt = [&] {
+    return absl::DataLossError(absl::StrCat(path_, " is corrupt (no SavedModel label)"));
+  };
+  if (newline == std::string::npos) return corrupt();
+  // run_id, round and global_step come first (Begin writes them before the values).
+  google::protobuf::io::CodedInputStream fields(
+      reinterpret_cast<const uint8_t*>(head.data() + newline + 1),
+      static_cast<int>(head.size() - newline - 1));
+  Label label;
+  while (true) {
+    const uint32_t tag = fields.ReadTag();
+    const int field = static_cast<int>(tag >> 3);
+    uint64_t number = 0;
+    if (field == v1::SavedModel::kRunIdFieldNumber && (tag & 7) == 2) {
+      uint32_t length = 0;
+      if (!fields.ReadVarint32(&length) || length > 1024 ||
+          !fields.ReadString(&label.run_id, static_cast<int>(length))) {
+        return corrupt();
+      }
+    } else if ((field == v1::SavedModel::kRoundFieldNumber ||
+                field == v1::SavedModel::kGlobalStepFieldNumber) &&
+               (tag & 7) == 0 && fields.ReadVarint64(&number)) {
+      (field == v1::SavedModel::kRoundFieldNumber ? label.round : label.global_step) =
+          static_cast<int64_t>(number);
+    } else if (field == v1::SavedModel::kGlobalFieldNumber ||
+               field == v1::SavedModel::kMomentumFieldNumber) {
+      return std::optional<Label>(std::move(label));
+    } else {
+      return corrupt();
+    }
+  }
 }
 
 absl::Status ModelStore::Save(const std::string& run_id, int64_t round, int64_t global_step,

@@ -38,6 +38,16 @@ class ModelStore {
   // DATA_LOSS naming the file.
   absl::StatusOr<std::optional<ModelCheckpoint>> Load() const;
 
+  // The run, round and global step of the saved checkpoint, read from the file's first bytes
+  // (nothing else is read or checked: Load checks the whole file); nullopt when none was saved.
+  // DATA_LOSS naming the file when they are not there.
+  struct Label {
+    std::string run_id;
+    int64_t round = 0;
+    int64_t global_step = 0;
+  };
+  absl::StatusOr<std::optional<Label>> Peek() const;
+
   absl::Status Save(const std::string& run_id, int64_t round, int64_t global_step,
                     absl::Span<const float> global, absl::Span<const float> momentum) const;
 

@@ -88,6 +88,29 @@ TEST(ModelStoreTest, ASaveInPiecesLoadsAsTheWholeModel) {
   EXPECT_EQ((*loaded)->momentum, momentum);
 }
 
+// Peek reads the label alone: a file truncated after it still tells its round, which Load
+// refuses.
+TEST(ModelStoreTest, PeekReadsTheLabelAlone) {
+  auto store = ModelStore::Open(Dir("peek"));
+  ASSERT_THAT(store, IsOk());
+  auto none = store->Peek();
+  ASSERT_THAT(none, IsOk());
+  EXPECT_FALSE(none->has_value());
+  ASSERT_THAT(store->Save("run-7", 12, 96, RandomVector(5000, 5), RandomVector(5000, 6)), IsOk());
+  auto label = store->Peek();
+  ASSERT_THAT(label, IsOk());
+  ASSERT_TRUE(label->has_value());
+  EXPECT_EQ((*label)->run_id, "run-7");
+  EXPECT_EQ((*label)->round, 12);
+  EXPECT_EQ((*label)->global_step, 96);
+  const std::string bytes = *ReadFile(store->path(), 1 << 20);
+  ASSERT_THAT(WriteFileAtomically(store->path(), bytes.substr(0, 200)), IsOk());
+  EXPECT_EQ((*store->Peek())->round, 12);
+  EXPECT_THAT(store->Load(), StatusIs(absl::StatusCode::kDataLoss, "truncated"));
+  ASSERT_THAT(WriteFileAtomically(store->path(), "no header"), IsOk());
+  EXPECT_THAT(store->Peek(), StatusIs(absl::StatusCode::kDataLoss, "peek"));
+}
+
 TEST(ModelStoreTest, TruncatedOrAlteredCheckpointIsDataLoss) {
   auto store = ModelStore::Open(Dir("damaged"));
   ASSERT_THAT(store, IsOk());

@@ -122,7 +122,8 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
   int64_t session_ = 0;
 };
 
-// InitModel: gathers the fp32 chunks of global[0], then hands the whole vector over.
+// InitModel: gathers the fp32 chunks of global[0] (or of a node's checkpoint, and its
+// momentum), then hands the whole vectors over.
 class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
  public:
   InitModelReactor(RoundManager* rounds, v1::InitModelResponse* response, const absl::Status& auth)
@@ -163,40 +164,57 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
       // memory follows the bytes actually sent.
       return absl::OkStatus();
     }
-    if (!request_.has_chunk()) return absl::InvalidArgumentError("header sent twice");
-    const v1::Chunk& chunk = request_.chunk();
+    if (request_.has_header()) return absl::InvalidArgumentError("header sent twice");
+    const bool momentum = request_.has_momentum();
+    if (momentum && !header_.has_momentum()) {
+      return absl::InvalidArgumentError("momentum: the header says no momentum follows");
+    }
+    const char* field = momentum ? "momentum" : "chunk";
+    v1::Chunk& chunk = momentum ? *request_.mutable_momentum() : *request_.mutable_chunk();
+    std::map<int, std::string>& kept = chunks_[momentum ? 1 : 0];
     if (chunk.index() < 0 || chunk.index() >= layout_->num_chunks()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "chunk.index: ", chunk.index(), " is out of range [0, ", layout_->num_chunks(), ")"));
+          field, ".index: ", chunk.index(), " is out of range [0, ", layout_->num_chunks(), ")"));
     }
-    if (chunks_.count(chunk.index())) {
+    if (kept.count(chunk.index())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk.index: ", chunk.index(), " sent twice"));
+          absl::StrCat(field, ".index: ", chunk.index(), " sent twice"));
     }
     const size_t bytes = static_cast<size_t>(layout_->size(chunk.index())) * sizeof(float);
     if (chunk.data().size() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk.index(), ": ",
+      return absl::InvalidArgumentError(absl::StrCat(field, " ", chunk.index(), ": ",
                                                      chunk.data().size(), " bytes, expected ",
                                                      bytes, " (fp32)"));
     }
-    chunks_[chunk.index()] = std::move(*request_.mutable_chunk()->mutable_data());
+    kept[chunk.index()] = std::move(*chunk.mutable_data());
     return absl::OkStatus();
+  }
+
+  // The vector of `chunks` (every chunk there), which it empties.
+  std::vector<float> Assemble(std::map<int, std::string>& chunks) const {
+    std::vector<float> values(static_cast<size_t>(layout_->num_values));
+    for (auto& [index, bytes] : chunks) {
+      std::memcpy(values.data() + layout_->begin(index), bytes.data(), bytes.size());
+      std::string().swap(bytes);
+    }
+    return values;
   }
 
   absl::Status Complete() {
     if (!layout_.has_value()) return absl::InvalidArgumentError("the stream ended before a header");
-    if (static_cast<int64_t>(chunks_.size()) != layout_->num_chunks()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("got ", chunks_.size(), " of ", layout_->num_chunks(), " chunks"));
+    for (int b = 0; b < (header_.has_momentum() ? 2 : 1); ++b) {
+      if (static_cast<int64_t>(chunks_[b].size()) != layout_->num_chunks()) {
+        return absl::InvalidArgumentError(absl::StrCat("got ", chunks_[b].size(), " of ",
+                                                       layout_->num_chunks(),
+                                                       b == 0 ? " chunks" : " momentum chunks"));
+      }
     }
-    // Every byte is here: the vector can be allocated now.
-    std::vector<float> values(static_cast<size_t>(layout_->num_values));
-    for (auto& [index, bytes] : chunks_) {
-      std::memcpy(values.data() + layout_->begin(index), bytes.data(), bytes.size());
-      std::string().swap(bytes);
-    }
+    // Every byte is here: the vectors can be allocated now.
+    std::vector<float> values = Assemble(chunks_[0]);
+    std::optional<std::vector<float>> momentum;
+    if (header_.has_momentum()) momentum = Assemble(chunks_[1]);
     response_->set_vector_length(layout_->num_values);
-    return rounds_->FinishInit(header_, std::move(values), response_);
+    return rounds_->FinishInit(header_, std::move(values), std::move(momentum), response_);
   }
 
   void End(const absl::Status& status) {
@@ -211,7 +229,8 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
   v1::InitModelRequest request_;
   v1::InitModelHeader header_;
   std::optional<ChunkLayout> layout_;
-  std::map<int, std::string> chunks_;  // fp32 bytes by chunk index, as they arrive
+  // fp32 bytes by chunk index, as they arrive: the values', then the momentum's.
+  std::map<int, std::string> chunks_[2];
   Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

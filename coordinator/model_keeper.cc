@@ -22,19 +22,34 @@ absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
   const std::string& path = state_->model_path();
   LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, state_->LoadModel());
   if (!loaded.has_value()) return false;
-  ModelCheckpoint& saved = *loaded;
   const v1::RunInfo run = plane.Run();
-  if (saved.run_id != run.run_id()) {
-    LogInfo(absl::StrCat("not restoring ", path, ": it holds run ", saved.run_id,
+  if (loaded->run_id != run.run_id()) {
+    LogInfo(absl::StrCat("not restoring ", path, ": it holds run ", loaded->run_id,
                          ", the latest run is ", run.run_id()));
     return false;
   }
-  auto disagree = [&](absl::string_view why) {
+  if (absl::Status s = Adopt(plane, *std::move(loaded), path); !s.ok()) {
     return absl::DataLossError(
-        absl::StrCat(path, " holds round ", saved.round, " (global step ", saved.global_step,
+        absl::StrCat(s.message(),
+                     ". Move model.bin away to let the node leaders upload their "
+                     "model (or their checkpoints) again"));
+  }
+  return true;
+}
+
+bool ModelKeeper::TakesCheckpoint(int64_t global_step) const {
+  return !active_.initialised() || (adopted_.has_value() && adopted_->round == active_.round() &&
+                                    global_step > adopted_->global_step);
+}
+
+absl::Status ModelKeeper::Adopt(ControlPlane& plane, ModelCheckpoint saved,
+                                const std::string& source) {
+  const v1::RunInfo run = plane.Run();
+  auto disagree = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(source, " holds round ", saved.round, " (global step ", saved.global_step,
                      ") of run ", saved.run_id, ", but the run record says round ", run.round(),
-                     " (global step ", run.global_step(), "): ", why,
-                     ". Move model.bin away to let the node leaders upload their model again"));
+                     " (global step ", run.global_step(), "): ", why));
   };
   absl::StatusOr<RestorePlan> plan = PlanRestore(saved.round, saved.global_step, run);
   if (!plan.ok()) return disagree(plan.status().message());
@@ -47,17 +62,19 @@ absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
   }
   active_.Reset(run.run_id(), run.spec(), plan->round, plan->global_step);
   const size_t values = saved.global.size();
-  if (absl::Status s = active_.Install(std::move(saved.global), std::move(saved.momentum));
-      !s.ok()) {
+  std::optional<std::vector<float>> momentum;
+  if (!saved.momentum.empty()) momentum = std::move(saved.momentum);
+  if (absl::Status s = active_.Install(std::move(saved.global), std::move(momentum)); !s.ok()) {
     active_.Reset("", v1::RunSpec(), 0, 0);
-    return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
+    return absl::DataLossError(absl::StrCat(source, ": ", s.message()));
   }
+  adopted_ = Adopted{active_.round(), saved.global_step};
   plane.RecordEvent(plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
                     "model_restored",
                     absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
                                  active_.round(), " (global step ", active_.global_step(), ", ",
-                                 values, " values) from ", path, plan->note));
-  return true;
+                                 values, " values) from ", source, plan->note));
+  return absl::OkStatus();
 }
 
 void ModelKeeper::StartRun(const v1::RunInfo& run) {
@@ -68,6 +85,7 @@ void ModelKeeper::StartRun(const v1::RunInfo& run) {
   }
   active_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
   holders_.clear();
+  adopted_.reset();
 }
 
 std::optional<ModelSnapshot> ModelKeeper::Find(const std::string& run_id) const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model_store.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/global_model.h"
 #include "coordinator/state_writer.h"
@@ -41,6 +42,16 @@ class ModelKeeper {
   // more than one commit ahead of the record.
   absl::StatusOr<bool> Restore(ControlPlane& plane);
 
+  // Whether a node leader's checkpoint of the active run at `global_step` would replace the
+  // active model (docs/design.md, "Checkpoints"): there is none, or it was restored or taken
+  // from a checkpoint at a lower global step and no round committed since.
+  bool TakesCheckpoint(int64_t global_step) const;
+  // Installs `saved` (of the active run: model.bin, or a node leader's checkpoint; `source`
+  // names it) as the active model as PlanRestore says, committing a round on `plane` when the
+  // plan does. FAILED_PRECONDITION (naming `source`) when the plan refuses it, DATA_LOSS when
+  // the model does not fit the run.
+  absl::Status Adopt(ControlPlane& plane, ModelCheckpoint saved, const std::string& source);
+
   // The committed model of run `run_id` if it is the active run's or kept in memory: the
   // snapshot, shared, not copied.
   std::optional<ModelSnapshot> Find(const std::string& run_id) const;
@@ -66,6 +77,12 @@ class ModelKeeper {
   StateWriter* const state_;
   GlobalModel active_;
   std::vector<std::string> holders_;
+  // The round and global step of the model Adopt installed last (none since StartRun).
+  struct Adopted {
+    int64_t round = 0;
+    int64_t global_step = 0;
+  };
+  std::optional<Adopted> adopted_;
   std::deque<std::shared_ptr<const ModelSnapshot>> ended_;  // oldest first
 };
 

@@ -26,8 +26,8 @@ absl::StatusOr<RestorePlan> PlanRestore(int64_t saved_round, int64_t saved_step,
     plan.restored = true;
     plan.lost_rounds = true;
     plan.note = absl::StrCat("; rounds ", saved_round + 1, " to ", run.round(),
-                             " were committed but their model was not on disk yet: the run goes "
-                             "on from the saved model as round ",
+                             " were committed after it and their model is lost: the run goes "
+                             "on from this one as round ",
                              plan.round, " at global step ", saved_step);
   } else if (saved_round < run.round()) {
     plan.lost_rounds = true;

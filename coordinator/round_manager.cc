@@ -167,26 +167,89 @@ absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& h
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
   }
-  if (model().initialised()) {
-    return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
+  if (header.from_checkpoint()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
+  } else if (header.has_momentum() || header.checkpoint_round() != 0 ||
+             header.checkpoint_global_step() != 0) {
+    return absl::InvalidArgumentError(
+        "has_momentum, checkpoint_round, checkpoint_global_step: for a checkpoint only "
+        "(from_checkpoint)");
+  }
+  if (model().initialised() &&
+      !(header.from_checkpoint() && models_.TakesCheckpoint(header.checkpoint_global_step()))) {
+    return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
   }
   return ChunkLayout::ForBytes(header.vector_length(), model().spec().chunk_bytes());
 }
 
+absl::Status RoundManager::CheckCheckpointOffer(const v1::InitModelHeader& header,
+                                                const v1::RunInfo& run) const {
+  if (header.checkpoint_round() < 0 || header.checkpoint_round() > run.round()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint_round: ", header.checkpoint_round(), " is not a committed round of run ",
+        run.run_id(), " (it is at round ", run.round(), ")"));
+  }
+  if (header.checkpoint_round() == run.round() &&
+      header.checkpoint_global_step() != run.global_step()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint_global_step: round ", run.round(), " of run ", run.run_id(),
+                     " committed at global step ", run.global_step(), ", not ",
+                     header.checkpoint_global_step()));
+  }
+  // (Older rounds are not bound by the record's global step: a restore may have taken it back.)
+  if (header.checkpoint_global_step() < 0 ||
+      (run.total_steps() > 0 && header.checkpoint_global_step() > run.total_steps())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint_global_step: ", header.checkpoint_global_step(), " is not a step of run ",
+        run.run_id(), " (total_steps ", run.total_steps(), ")"));
+  }
+  const bool keeps_momentum = run.spec().outer_optimizer().momentum() > 0;
+  if (header.has_momentum() != keeps_momentum) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("has_momentum: the run's outer optimizer ", keeps_momentum ? "has" : "has no",
+                     " momentum, the checkpoint ", header.has_momentum() ? "has" : "has none"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
+                                      std::optional<std::vector<float>> momentum,
                                       v1::InitModelResponse* response) {
-  if (!AllFinite(values)) return absl::InvalidArgumentError("initial model: NaN or infinity");
+  if (!AllFinite(values) || (momentum.has_value() && !AllFinite(*momentum))) {
+    return absl::InvalidArgumentError("initial model: NaN or infinity");
+  }
+  if (momentum.has_value() != header.has_momentum()) {
+    return absl::InvalidArgumentError("has_momentum: the momentum did not come as the header says");
+  }
   MutexLock lock(&mu_);
   // After a model still being saved (of an earlier run), never before it.
   AwaitNoSave();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
-  if (model().initialised()) {
-    return absl::AlreadyExistsError("the initial model is already set; fetch it instead");
+  if (header.from_checkpoint()) {
+    // (Checked again: the record may have moved since BeginInit.)
+    LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
+    if (!models_.TakesCheckpoint(header.checkpoint_global_step())) {
+      return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
+    }
+    // A round on the model it replaces cannot commit on this one.
+    if (round_.has_value()) {
+      Abort(absl::StrCat("the run's model was replaced by ", header.member_id(),
+                         "'s checkpoint of round ", header.checkpoint_round()));
+    }
+    ModelCheckpoint checkpoint{header.run_id(), header.checkpoint_round(),
+                               header.checkpoint_global_step(), std::move(values),
+                               momentum.has_value() ? *std::move(momentum) : std::vector<float>()};
+    LOCALSGD_RETURN_IF_ERROR(models_.Adopt(*plane_, std::move(checkpoint),
+                                           absl::StrCat(header.member_id(), "'s checkpoint")));
+  } else {
+    if (model().initialised()) {
+      return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
+    }
+    LOCALSGD_RETURN_IF_ERROR(model().Install(std::move(values), std::nullopt));
+    const ChunkLayout& layout = model().reducer()->layout();
+    LogInfo(absl::StrCat("run ", model().run_id(), ": initial model (", layout.num_values,
+                         " values, ", layout.num_chunks(), " chunks) from ", header.member_id()));
   }
-  LOCALSGD_RETURN_IF_ERROR(model().Install(std::move(values), std::nullopt));
-  const ChunkLayout& layout = model().reducer()->layout();
-  LogInfo(absl::StrCat("run ", model().run_id(), ": initial model (", layout.num_values,
-                       " values, ", layout.num_chunks(), " chunks) from ", header.member_id()));
   models_.SetHolders({header.member_id()});
   response->set_round(model().round());
   response->set_global_step(model().global_step());

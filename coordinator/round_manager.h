@@ -61,8 +61,12 @@ class RoundManager {
   // the model is not initialised yet. Returns the chunk layout the upload must follow.
   absl::StatusOr<ChunkLayout> BeginInit(const v1::InitModelHeader& header);
   // Installs global[0] and says in `response` which round and global step it is; ALREADY_EXISTS
-  // when another leader was first.
+  // when another leader was first. A node leader's checkpoint (header.from_checkpoint, with
+  // its `momentum` when the run keeps one) replaces the model when ModelKeeper::TakesCheckpoint
+  // (docs/design.md, "Checkpoints"), as a restore does, aborting a round open on the model it
+  // replaces.
   absl::Status FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
+                          std::optional<std::vector<float>> momentum,
                           v1::InitModelResponse* response);
 
   // --- Late joiners ---
@@ -190,6 +194,9 @@ class RoundManager {
   // On a state writer thread: runs `next` under the lock, acts on the round's decisions and
   // flushes the streams touched.
   void Resume(absl::FunctionRef<void()> next) ABSL_LOCKS_EXCLUDED(mu_);
+  // A checkpoint offer's round and global step are the run's, its momentum the run's kind.
+  absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::RunInfo& run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one);

@@ -153,7 +153,9 @@ class RoundManagerTest : public ::testing::Test {
     init.set_vector_length(kValues);
     ASSERT_THAT(rounds_->BeginInit(init), IsOk());
     v1::InitModelResponse response;
-    ASSERT_THAT(rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f), &response), IsOk());
+    ASSERT_THAT(
+        rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f), std::nullopt, &response),
+        IsOk());
   }
 
   v1::SyncHeader Header(int64_t round, const std::string& member_id = "n/0") {
@@ -246,6 +248,91 @@ class RoundManagerTest : public ::testing::Test {
 // member's zero deltas froze the model). A claim beyond what it declared is refused; within
 // it, the leader weighs the ranks of its node the coordinator saw join (ControlPlane's
 // LiveLeaders, tested there), and its header is taken at that weight.
+// Issue 54: a node leader's checkpoint offered as the run's model (docs/design.md,
+// "Checkpoints"). Refused with the field named when it is not of a committed round (or its
+// step is not that round's), and while the coordinator holds a model it may not replace; taken
+// by a coordinator that holds none (a restart without model.bin), an older round committed
+// again as the next one, and replaced by a newer checkpoint until a round commits on it; a
+// round open on the model it replaces is aborted.
+TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
+  Start({}, "star");
+  StarRound(1);
+  StarRound(2);  // the run is at round 2, global step 16
+  auto offer = [&](int64_t round, int64_t step, float value,
+                   bool momentum = false) -> absl::StatusOr<v1::InitModelResponse> {
+    v1::InitModelHeader header;
+    header.set_run_id(run_id_);
+    header.set_member_id("n/0");
+    header.set_member_credential(credentials_["n/0"]);
+    header.set_vector_length(kValues);
+    header.set_from_checkpoint(true);
+    header.set_checkpoint_round(round);
+    header.set_checkpoint_global_step(step);
+    header.set_has_momentum(momentum);
+    LOCALSGD_RETURN_IF_ERROR(rounds_->BeginInit(header).status());
+    v1::InitModelResponse response;
+    LOCALSGD_RETURN_IF_ERROR(
+        rounds_->FinishInit(header, std::vector<float>(kValues, value), std::nullopt, &response));
+    return response;
+  };
+  EXPECT_THAT(offer(2, 16, 3.0f),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already set"));  // its own
+  EXPECT_THAT(offer(3, 24, 3.0f),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_round"));
+  EXPECT_THAT(offer(2, 15, 3.0f),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_global_step"));
+  EXPECT_THAT(offer(1, 8, 3.0f, /*momentum=*/true),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has_momentum"));
+  v1::InitModelHeader plain;
+  plain.set_run_id(run_id_);
+  plain.set_member_id("n/0");
+  plain.set_member_credential(credentials_["n/0"]);
+  plain.set_vector_length(kValues);
+  plain.set_checkpoint_round(1);
+  EXPECT_THAT(rounds_->BeginInit(plain),
+              StatusIs(absl::StatusCode::kInvalidArgument, "from_checkpoint"));
+
+  // The coordinator restarts without its model: an older checkpoint comes back as round 3, at
+  // its own global step.
+  RoundManager::Options options;
+  options.clock = clock_.AsFunction();
+  rounds_ = std::make_unique<RoundManager>(plane_.get(), options);
+  absl::StatusOr<v1::InitModelResponse> taken = offer(1, 8, 3.0f);
+  ASSERT_THAT(taken, IsOk());
+  EXPECT_EQ(taken->round(), 3);
+  EXPECT_EQ(taken->global_step(), 8);
+  EXPECT_EQ(plane_->Run().round(), 3);
+  EXPECT_EQ(plane_->Run().global_step(), 8);
+  absl::StatusOr<RoundManager::ModelSnapshot> model = rounds_->FetchModel(run_id_);
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ((*model->values)[0], 3.0f);
+  EXPECT_THAT(offer(1, 8, 4.0f),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already set"));  // not newer
+
+  // A newer one replaces it, and aborts the round open on it.
+  auto member = std::make_shared<FakeMember>();
+  ASSERT_THAT(rounds_->Join(Header(4), member), IsOk());
+  ASSERT_THAT(offer(2, 16, 5.0f), IsOk());
+  EXPECT_TRUE(member->closed());
+  EXPECT_EQ(plane_->Run().round(), 4);
+  EXPECT_EQ(plane_->Run().global_step(), 16);
+  model = rounds_->FetchModel(run_id_);
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ((*model->values)[0], 5.0f);
+  bool named = false;
+  const v1::CoordinatorStatus status = plane_->Status();
+  for (const v1::Event& event : status.events()) {
+    named |=
+        event.kind() == "model_restored" && absl::StrContains(event.text(), "n/0's checkpoint");
+  }
+  EXPECT_TRUE(named);
+
+  // Once a round commits on it, no checkpoint replaces it.
+  StarRound(5);
+  EXPECT_EQ(plane_->Run().round(), 5);
+  EXPECT_THAT(offer(4, 16, 6.0f), StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
+}
+
 TEST_F(RoundManagerTest, AClaimBeyondTheDeclaredRanksIsRefusedAndOneWithinItTaken) {
   Start(RoundManager::Options(), "star");
   v1::JoinRequest join;
@@ -311,7 +398,7 @@ TEST_F(RoundManagerTest, ACommitIsAnnouncedBeforeItsModelIsOnDiskAndARestartGoes
   for (const v1::Event& event : status.events()) {
     if (event.kind() == "model_restored") {
       warned = event.severity() == v1::EVENT_SEVERITY_WARNING &&
-               absl::StrContains(event.text(), "rounds 1 to 1 were committed but their model");
+               absl::StrContains(event.text(), "rounds 1 to 1 were committed after it");
     }
   }
   EXPECT_TRUE(warned);

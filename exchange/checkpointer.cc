@@ -32,9 +32,8 @@ void Checkpointer::Offer(const std::string& run_id, int64_t round, int64_t globa
 }
 
 bool Checkpointer::Current() const {
-  return !offered_.has_value() ||
-         (written_.has_value() && written_->run_id == offered_->run_id &&
-          written_->round == offered_->round);
+  return !offered_.has_value() || (written_.has_value() && written_->run_id == offered_->run_id &&
+                                   written_->round == offered_->round);
 }
 
 absl::Status Checkpointer::Flush(absl::Duration timeout) {
@@ -48,8 +47,9 @@ absl::Status Checkpointer::Flush(absl::Duration timeout) {
     return Current() || (writes_ > writes_before && !forced_);
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "the checkpoint ", options_.path, " was not written within ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(absl::StrCat("the checkpoint ", options_.path,
+                                                    " was not written within ",
+                                                    absl::FormatDuration(timeout)));
   }
   return Current() ? absl::OkStatus() : error_;
 }

@@ -49,7 +49,8 @@ TEST(CheckpointerTest, AFlushWritesTheHeldRound) {
   HeldModel held;
   held.Install("run-1", 3, 24, Ramp(1000, 0.5f), Ramp(1000, -7.25f));
   const std::string path = Folder("flush") + "/checkpoint.bin";
-  Checkpointer checkpointer(&held, {path, /*every_rounds=*/100, /*share=*/0.05, /*chunk_values=*/64});
+  Checkpointer checkpointer(&held,
+                            {path, /*every_rounds=*/100, /*share=*/0.05, /*chunk_values=*/64});
   checkpointer.Offer("run-1", 3, 24);
   ASSERT_THAT(checkpointer.Flush(absl::Seconds(30)), IsOk());
   const ModelCheckpoint saved = Load(path);

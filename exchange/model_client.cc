@@ -30,22 +30,34 @@ std::unique_ptr<grpc::ClientContext> ModelClient::Context(absl::Duration timeout
 
 absl::StatusOr<v1::InitModelResponse> ModelClient::InitModel(
     const std::string& run_id, const std::string& member_id, const std::string& credential,
-    absl::Span<const float> values, const ChunkLayout& layout, absl::Duration timeout) {
+    absl::Span<const float> values, const ChunkLayout& layout, absl::Duration timeout,
+    const Checkpoint* checkpoint) {
   auto context = Context(timeout);
   v1::InitModelResponse response;
   auto stream = stub_->InitModel(context.get(), &response);
   v1::InitModelRequest request;
-  request.mutable_header()->set_run_id(run_id);
-  request.mutable_header()->set_member_id(member_id);
-  request.mutable_header()->set_member_credential(credential);
-  request.mutable_header()->set_vector_length(static_cast<int64_t>(values.size()));
+  v1::InitModelHeader* header = request.mutable_header();
+  header->set_run_id(run_id);
+  header->set_member_id(member_id);
+  header->set_member_credential(credential);
+  header->set_vector_length(static_cast<int64_t>(values.size()));
+  const bool momentum = checkpoint != nullptr && !checkpoint->momentum.empty();
+  if (checkpoint != nullptr) {
+    header->set_from_checkpoint(true);
+    header->set_checkpoint_round(checkpoint->round);
+    header->set_checkpoint_global_step(checkpoint->global_step);
+    header->set_has_momentum(momentum);
+  }
   bool ok = stream->Write(request);
-  for (int c = 0; ok && c < layout.num_chunks(); ++c) {
-    request.mutable_chunk()->set_index(c);
-    request.mutable_chunk()->set_data(
-        reinterpret_cast<const char*>(values.data() + layout.begin(c)),
-        static_cast<size_t>(layout.size(c)) * sizeof(float));
-    ok = stream->Write(request);
+  for (int b = 0; b < (momentum ? 2 : 1); ++b) {
+    const float* from = b == 0 ? values.data() : checkpoint->momentum.data();
+    for (int c = 0; ok && c < layout.num_chunks(); ++c) {
+      v1::Chunk* chunk = b == 0 ? request.mutable_chunk() : request.mutable_momentum();
+      chunk->set_index(c);
+      chunk->set_data(reinterpret_cast<const char*>(from + layout.begin(c)),
+                      static_cast<size_t>(layout.size(c)) * sizeof(float));
+      ok = stream->Write(request);
+    }
   }
   stream->WritesDone();
   if (grpc::Status status = stream->Finish(); !status.ok()) return FromGrpcStatus(status);

@@ -24,12 +24,23 @@ class ModelClient {
  public:
   ModelClient(std::shared_ptr<grpc::Channel> channel, std::string token);
 
-  // Uploads global[0] in fp32 chunks of `layout`, as node leader `member_id` with its
-  // `credential`: the round and global step it is the model of. ALREADY_EXISTS when another
-  // leader was first.
-  absl::StatusOr<v1::InitModelResponse> InitModel(
-      const std::string& run_id, const std::string& member_id, const std::string& credential,
-      absl::Span<const float> values, const ChunkLayout& layout, absl::Duration timeout);
+  // A node leader's checkpoint offered as the run's model (docs/design.md, "Checkpoints"): the
+  // committed round and global step its values are of, and its outer momentum (empty without).
+  struct Checkpoint {
+    int64_t round = 0;
+    int64_t global_step = 0;
+    absl::Span<const float> momentum;
+  };
+  // Uploads global[0] in fp32 chunks of `layout` (or, given `checkpoint`, that checkpoint's
+  // values and momentum), as node leader `member_id` with its `credential`: the round and global
+  // step it is the model of. ALREADY_EXISTS when another leader was first (or the coordinator
+  // keeps a model it does not replace with the checkpoint).
+  absl::StatusOr<v1::InitModelResponse> InitModel(const std::string& run_id,
+                                                  const std::string& member_id,
+                                                  const std::string& credential,
+                                                  absl::Span<const float> values,
+                                                  const ChunkLayout& layout, absl::Duration timeout,
+                                                  const Checkpoint* checkpoint = nullptr);
 
   struct Model {
     std::string run_id;

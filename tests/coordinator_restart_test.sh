@@ -104,7 +104,7 @@ for rank in ranks:
     assert np.array_equal(np.fromfile(last, dtype=np.float32), final), \
         f"{rank} ended on other parameters than the run's final model ({last})"
 restored = re.search(r"restored the global model of round (\d+) \(global step (\d+),.*rounds "
-                     r"(\d+) to (\d+) were committed but their model was not on disk",
+                     r"(\d+) to (\d+) were committed after it and their model is lost",
                      open(f"{work}/coord.err").read())
 if restored:
     # The saved model was older than the record: the global step goes back once, to it.

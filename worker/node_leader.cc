@@ -57,17 +57,35 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
-    absl::StatusOr<v1::InitModelResponse> init = models_->InitModel(
-        member_.run_id, member_.member_id, member_.CurrentCredential(), params, layout_, left);
+    const bool resuming = resume_.has_value();
+    ModelClient::Checkpoint offer;
+    if (resuming) offer = {resume_->round, resume_->global_step, resume_->momentum};
+    absl::StatusOr<v1::InitModelResponse> init =
+        models_->InitModel(member_.run_id, member_.member_id, member_.CurrentCredential(),
+                           resuming ? absl::Span<const float>(resume_->global) : params, layout_,
+                           left, resuming ? &offer : nullptr);
     absl::Status status = init.status();
     if (init.ok()) {  // the run's model is this node's: no need to fetch it back
-      held_->Install(member_.run_id, init->round(), init->global_step(),
-                     std::vector<float>(params.begin(), params.end()),
-                     std::vector<float>(exchange_->keeps_momentum() ? params.size() : 0, 0.0f));
+      std::vector<float> values(params.begin(), params.end());
+      std::vector<float> momentum(exchange_->keeps_momentum() ? params.size() : 0, 0.0f);
+      if (resuming) {
+        values = std::move(resume_->global);
+        if (!resume_->momentum.empty()) momentum = std::move(resume_->momentum);
+        LogInfo(absl::StrCat("the run goes on from the checkpoint of round ", resume_->round,
+                             " (global step ", resume_->global_step, ") as round ", init->round()));
+      }
+      held_->Install(member_.run_id, init->round(), init->global_step(), std::move(values),
+                     std::move(momentum));
       adopted_ = true;
     } else if (absl::IsAlreadyExists(status)) {
       status = Adopt(left);
+    } else if (resuming && !IsTransient(status)) {
+      LogWarning(absl::StrCat("this node's checkpoint was refused (", status.ToString(),
+                              "); starting without it"));
+      resume_.reset();
+      continue;
     }
+    if (!IsTransient(status)) resume_.reset();
     const std::vector<float>& global = held_->values();
     if (status.ok() && global.size() != params.size()) {
       status = absl::FailedPreconditionError(absl::StrCat(
@@ -81,6 +99,25 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
+}
+
+absl::Status NodeLeader::ResumeFrom(ModelCheckpoint checkpoint) {
+  if (checkpoint.run_id != member_.run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("it holds run ", checkpoint.run_id, ", not run ", member_.run_id));
+  }
+  if (static_cast<int64_t>(checkpoint.global.size()) != layout_.num_values) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it holds ", checkpoint.global.size(), " values, the model has ", layout_.num_values));
+  }
+  const size_t momentum = exchange_->keeps_momentum() ? checkpoint.global.size() : 0;
+  if (checkpoint.momentum.size() != momentum) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it holds ", checkpoint.momentum.size(), " momentum values, the run's outer optimizer ",
+        momentum > 0 ? "needs one per value" : "has no momentum"));
+  }
+  resume_ = std::move(checkpoint);
+  return absl::OkStatus();
 }
 
 absl::Status NodeLeader::Adopt(absl::Duration timeout) {

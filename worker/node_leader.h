@@ -2,11 +2,13 @@
 #define LOCALSGD_WORKER_NODE_LEADER_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/model_store.h"
 #include "exchange/chunking.h"
 #include "exchange/exchange.h"
 #include "exchange/fragment_plan.h"
@@ -37,6 +39,12 @@ class NodeLeader {
   // retried within the round timeout. FAILED_PRECONDITION when the run's model has another
   // number of values (a different model).
   absl::Status Start(absl::Span<float> params);
+
+  // Before Start: offers `checkpoint` (this node's, of the run) as the run's model at Start
+  // (docs/design.md, "Checkpoints"): the coordinator takes it when it holds no model of the
+  // run or an older one it restored; the node then goes on from it. FAILED_PRECONDITION (saying
+  // why) for a checkpoint of another run or model.
+  absl::Status ResumeFrom(ModelCheckpoint checkpoint);
 
   // One round of fragment `fragment` (0 without fragments), `params` being its values: on
   // success they become global[r]'s. A leader that took over from one that died (no Start)
@@ -77,6 +85,7 @@ class NodeLeader {
   HeldModel own_held_;     // when no other is given
   HeldModel* const held_;  // the model, and the outer momentum when the exchange keeps it
   bool adopted_ = false;   // the held model is the run's (Start or Adopt)
+  std::optional<ModelCheckpoint> resume_;  // offered at Start (ResumeFrom)
 };
 
 }  // namespace localsgd

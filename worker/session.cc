@@ -3,6 +3,8 @@
 #include <torch/types.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <utility>
 
@@ -11,6 +13,7 @@
 #include "common/address.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/model_store.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "exchange/checkpointer.h"
@@ -295,6 +298,7 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   NodeLeader* first_leader = nullptr;
   if (spec_.enabled() && group_->members().front() == options_.local_rank) {
     LOCALSGD_ASSIGN_OR_RETURN(first_leader, TakeLead(""));
+    if (checkpointer_ != nullptr) ResumeFromCheckpoint(first_leader);
   }
   HierarchicalAverager::TakeLead take_over;
   if (spec_.enabled()) {
@@ -327,6 +331,38 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
                          "; resuming from the global model at step ", first_step_));
   }
   return first_step_;
+}
+
+void Session::ResumeFromCheckpoint(NodeLeader* leader) {
+  // The newest checkpoint of this run among the nodes' folders (a shared path holds every
+  // node's; a node-local one this node's), this node's first among equals.
+  std::vector<std::pair<int64_t, std::string>> candidates;  // (-global step, path)
+  const std::string own = checkpointer_->path();
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.checkpoint_dir, error)) {
+    const std::string path = (entry.path() / "checkpoint.bin").string();
+    absl::StatusOr<std::optional<ModelStore::Label>> label = ModelStore::At(path).Peek();
+    if (!label.ok() || !label->has_value() || (*label)->run_id != run_id_) continue;
+    candidates.emplace_back(-(*label)->global_step, path == own ? "" : path);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  for (const auto& [minus_step, candidate] : candidates) {
+    const std::string& path = candidate.empty() ? own : candidate;
+    absl::StatusOr<std::optional<ModelCheckpoint>> saved = ModelStore::At(path).Load();
+    if (!saved.ok() || !saved->has_value()) {
+      LogWarning(absl::StrCat("not resuming from ", path, ": ",
+                              saved.ok() ? "it is gone" : saved.status().ToString()));
+      continue;
+    }
+    const int64_t round = (*saved)->round;
+    if (absl::Status s = leader->ResumeFrom(**std::move(saved)); !s.ok()) {
+      LogWarning(absl::StrCat("not resuming from ", path, ": ", s.message()));
+      continue;
+    }
+    LogInfo(absl::StrCat("offering the checkpoint of round ", round, " (", path,
+                         ") as the run's model"));
+    return;
+  }
 }
 
 absl::StatusOr<Session::CommittedModel> Session::FetchCommittedModel(

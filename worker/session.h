@@ -61,7 +61,8 @@ struct SessionOptions {
   std::string data_tls_key;
   // Where the node's checkpoints go (docs/design.md, "Checkpoints"): its leader writes the
   // model it holds to <checkpoint_dir>/<node_name>/checkpoint.bin at the run spec's cadence and
-  // before it leaves (empty: no checkpoints). A folder of the node's or a path the nodes share;
+  // before it leaves, and at its start offers the newest checkpoint of the run in any node's
+  // folder there (empty: no checkpoints). A folder of the node's or a path the nodes share;
   // created if missing.
   std::string checkpoint_dir;
   // How long to keep retrying an unreachable coordinator.
@@ -158,6 +159,9 @@ class Session : public ParameterAverager {
   Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator);
   // Where the node's ranks meet: a folder per run and node in options.rendezvous_dir.
   std::string NodeFolder() const;
+  // Has `leader` offer the newest checkpoint of this run in options_.checkpoint_dir (any node's
+  // folder), if there is one, at its Start.
+  void ResumeFromCheckpoint(NodeLeader* leader);
   // Leads the node from now on, in place of `replaces` (a dead leader's worker id) or "".
   absl::StatusOr<NodeLeader*> TakeLead(const std::string& replaces);
 

@@ -94,7 +94,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         Authenticate(r.member_id(), r);
         if (rounds.BeginInit(r).ok()) {
           localsgd::v1::InitModelResponse response;
-          rounds.FinishInit(r, std::vector<float>(r.vector_length(), 0.25f), &response)
+          rounds
+              .FinishInit(r, std::vector<float>(r.vector_length(), 0.25f), std::nullopt, &response)
               .IgnoreError();
         }
         break;

@@ -22,12 +22,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/file_util.h"
 #include "common/grpc_channel.h"
 #include "common/mutex.h"
 #include "common/process_tuning.h"
 #include "common/status_util.h"
+#include "exchange/checkpointer.h"
 #include "exchange/codec.h"
 #include "exchange/data_plane_server.h"
+#include "exchange/held_model.h"
 #include "exchange/model_client.h"
 #include "exchange/sharded_exchange.h"
 #include "exchange/star_exchange.h"
@@ -40,6 +43,9 @@ ABSL_FLAG(int64_t, values, 1 << 20, "Floats in the parameter vector.");
 ABSL_FLAG(int, rounds, 4, "Sync rounds to run.");
 ABSL_FLAG(std::string, data_address, "127.0.0.1:0",
           "Where to serve the sharded data plane; empty: none.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Write checkpoints of the model this member holds to <dir>/<node>/checkpoint.bin at "
+          "the run spec's checkpoint cadence, as a worker's --checkpoint_dir does; empty: none.");
 ABSL_FLAG(int, stall_in_round, 0,
           "Fault injection for tests: in this round send the header and one chunk, print "
           "\"stalled\" and hang (to be killed mid-round). 0: never.");
@@ -178,6 +184,25 @@ int main(int argc, char** argv) {
                                        outer_spec.nesterov()};
   std::vector<float> momentum(outer.momentum != 0 ? global.size() : 0, 0.0f);
   if (momentum_at_start.size() == momentum.size()) momentum = std::move(momentum_at_start);
+  // The model as a node leader holds it, checkpointed when asked.
+  localsgd::HeldModel held;
+  std::unique_ptr<localsgd::Checkpointer> checkpointer;
+  if (const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
+    const std::string folder = absl::StrCat(dir, "/", absl::GetFlag(FLAGS_node));
+    if (absl::Status made = localsgd::MakeDirectories(folder); !made.ok()) {
+      return Fail("checkpoint_dir", made);
+    }
+    checkpointer = std::make_unique<localsgd::Checkpointer>(
+        &held, localsgd::Checkpointer::Options{
+                   absl::StrCat(folder, "/checkpoint.bin"), run.spec().checkpoint_every_rounds(),
+                   run.spec().checkpoint_share(),
+                   localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes()).chunk_values});
+    held.set_on_change([&](const std::string& run_id, int64_t round, int64_t step) {
+      checkpointer->Offer(run_id, round, step);
+    });
+  }
+  held.Install(run.run_id(), first_round - 1, (first_round - 1) * 8, std::move(global),
+               std::move(momentum));
   std::unique_ptr<localsgd::Exchange> exchange;
   if (sharded) {
     localsgd::ShardedExchange::Options sharded_options;
@@ -192,7 +217,7 @@ int main(int argc, char** argv) {
   }
   // The "training" between rounds is a fixed random step, drawn once: drawing it anew each
   // round would keep this member's CPU busy while the others are already in the round.
-  std::vector<float> params(global.size()), step(global.size());
+  std::vector<float> params(held.values().size()), step(held.values().size());
   std::mt19937 rng(std::hash<std::string>()(joined.worker_id()));
   std::normal_distribution<float> dist(0.0f, 0.01f);
   for (float& x : step) x = dist(rng);
@@ -232,11 +257,16 @@ int main(int argc, char** argv) {
       while (true) pause();
     }
     if (round > first_round && cpu_start < 0) cpu_start = CpuSeconds();  // after the warm-up
-    for (size_t i = 0; i < params.size(); ++i) params[i] = global[i] + step[i];
+    for (size_t i = 0; i < params.size(); ++i) params[i] = held.values()[i] + step[i];
     absl::Time start = absl::Now();
-    absl::StatusOr<localsgd::ExchangeResult> result =
-        exchange->Run(member, {round, round * 8, params, absl::MakeSpan(global),
-                               absl::MakeSpan(momentum), absl::Seconds(300)});
+    localsgd::ExchangeRound exchange_round{round,
+                                           round * 8,
+                                           params,
+                                           absl::MakeSpan(held.values()),
+                                           absl::MakeSpan(held.momentum()),
+                                           absl::Seconds(300)};
+    exchange_round.held = &held;
+    absl::StatusOr<localsgd::ExchangeResult> result = exchange->Run(member, exchange_round);
     if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
       // The round ended without an update (an owner died): keep the weights, try again.
       std::printf("round %lld aborted: %s\n", static_cast<long long>(round),
@@ -256,6 +286,14 @@ int main(int argc, char** argv) {
                 absl::ToDoubleSeconds(start - absl::UnixEpoch()),
                 absl::ToDoubleSeconds(end - absl::UnixEpoch()));
     std::fflush(stdout);
+  }
+  if (checkpointer != nullptr) {
+    if (absl::Status s = checkpointer->Flush(absl::Minutes(5)); !s.ok()) {
+      return Fail("checkpoint", s);
+    }
+    std::printf("checkpoint of round %lld took %.3f s\n",
+                static_cast<long long>(checkpointer->last_written()->round),
+                absl::ToDoubleSeconds(checkpointer->last_written()->took));
   }
   if (cpu_start >= 0) {
     std::printf("cpu_seconds_per_round %.4f\n",

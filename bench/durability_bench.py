@@ -10,7 +10,8 @@ deploy/ runs it) for each --model_save_share given (the default 0.05, and 1: a m
 behind every commit, back to back: the most a state folder can cost a round), then N
 torch.distributed Gloo processes all_reduce the same S MB
 (bench/averaging_bench.py's measures: `@ready`, from the last member's arrival to the last
-member's return, medians over the rounds after the first). Peak RSS is VmHWM, read every 20 ms
+member's return, its median over the rounds after the first, and its mean, which is what a
+write that slows a few rounds costs in all; `xnone` is the mean against the first row's). Peak RSS is VmHWM, read every 20 ms
 while each process lives.
 
 Usage: /usr/bin/python3 bench/durability_bench.py [--nodes 2] [--sizes_mb 1000] [--rounds 4]
@@ -42,7 +43,8 @@ def main():
     args = parser.parse_args()
     bin_dir = build(["//coordinator", "//coordinator:localsgdctl",
                      "//tests/testutil:averaging_member"])
-    print(f"{'N':>2} {'MB':>6} {'durability':<24} {'round@ready s':>14} {'gloo s':>8} "
+    print(f"{'N':>2} {'MB':>6} {'durability':<24} {'round@ready s':>14} {'mean s':>10} "
+          f"{'xnone':>8} {'gloo s':>8} "
           f"{'xGloo':>6} {'coordinator MB':>15} {'member MB (max)':>16}")
     with tempfile.TemporaryDirectory(dir=args.state_root) as work:
         for nodes in args.nodes:
@@ -63,12 +65,14 @@ def main():
                                            coordinator_flags=flags, peaks=peaks,
                                            member_flags=member_flags, spec_extra=spec_extra)[0]
                     members = max(v for k, v in peaks.items() if k != "coordinator")
-                    rows.append((label, times[1], peaks.get("coordinator", 0), members))
+                    rows.append((label, times.ready, times.ready_mean,
+                                 peaks.get("coordinator", 0), members))
                 gloo = gloo_round(work, nodes, size_mb, args.rounds)[0]
-                for label, ready, coordinator, members in rows:
-                    print(f"{nodes:>2} {size_mb:>6g} {label:<24} {ready:>14.3f} {gloo:>8.3f} "
-                          f"{ready / gloo:>6.2f} {coordinator:>15.0f} {members:>16.0f}",
-                          flush=True)
+                baseline = rows[0][2]
+                for label, ready, mean, coordinator, members in rows:
+                    print(f"{nodes:>2} {size_mb:>6g} {label:<24} {ready:>14.3f} {mean:>10.3f} "
+                          f"{mean / baseline:>8.2f} {gloo:>8.3f} {ready / gloo:>6.2f} "
+                          f"{coordinator:>15.0f} {members:>16.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -117,7 +117,8 @@ def cpu_per_round(outputs):
     return sum(float(re.search(r"cpu_seconds_per_round (\S+)", o).group(1)) for o in outputs)
 
 
-RoundTimes = collections.namedtuple("RoundTimes", ["slowest", "ready"])
+RoundTimes = collections.namedtuple("RoundTimes", ["slowest", "ready", "ready_mean"],
+                                    defaults=[float("nan")])
 
 
 def member_round_times(outputs):
@@ -125,16 +126,18 @@ def member_round_times(outputs):
     the measured rounds (the first is a warm-up). `slowest`: the slowest member's own round, from
     its Sync call to its return, so it includes waiting for the members still finishing the
     round before. `ready`: from the moment the last member called Sync to the moment the last
-    one returned, which is what the Gloo figure measures (timed after a barrier)."""
+    one returned, which is what the Gloo figure measures (timed after a barrier);
+    `ready_mean`: its mean (what something that slows a few rounds, a checkpoint write, costs
+    in all)."""
     per_round = {}
     for out in outputs:
         for r, t, start, end in re.findall(
                 r"round (\d+) seconds ([\d.]+) from ([\d.]+) to ([\d.]+)", out):
             per_round.setdefault(int(r), []).append((float(t), float(start), float(end)))
     measured = [per_round[r] for r in sorted(per_round) if r > 1]
-    return RoundTimes(
-        statistics.median(max(t for t, _, _ in m) for m in measured),
-        statistics.median(max(e for _, _, e in m) - max(s for _, s, _ in m) for m in measured))
+    ready = [max(e for _, _, e in m) - max(s for _, s, _ in m) for m in measured]
+    return RoundTimes(statistics.median(max(t for t, _, _ in m) for m in measured),
+                      statistics.median(ready), statistics.mean(ready))
 
 
 class Cluster:

@@ -37,4 +37,33 @@ absl::StatusOr<RestorePlan> PlanRestore(int64_t saved_round, int64_t saved_step,
   return plan;
 }
 
+absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::RunInfo& run) {
+  if (header.checkpoint_round() < 0 || header.checkpoint_round() > run.round()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint_round: ", header.checkpoint_round(), " is not a committed round of run ",
+        run.run_id(), " (it is at round ", run.round(), ")"));
+  }
+  if (header.checkpoint_round() == run.round() &&
+      header.checkpoint_global_step() != run.global_step()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint_global_step: round ", run.round(), " of run ", run.run_id(),
+                     " committed at global step ", run.global_step(), ", not ",
+                     header.checkpoint_global_step()));
+  }
+  // (Older rounds are not bound by the record's global step: a restore may have taken it back.)
+  if (header.checkpoint_global_step() < 0 ||
+      (run.total_steps() > 0 && header.checkpoint_global_step() > run.total_steps())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint_global_step: ", header.checkpoint_global_step(), " is not a step of run ",
+        run.run_id(), " (total_steps ", run.total_steps(), ")"));
+  }
+  const bool keeps_momentum = run.spec().outer_optimizer().momentum() > 0;
+  if (header.has_momentum() != keeps_momentum) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("has_momentum: the run's outer optimizer ", keeps_momentum ? "has" : "has no",
+                     " momentum, the checkpoint ", header.has_momentum() ? "has" : "has none"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace localsgd

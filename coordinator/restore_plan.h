@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/localsgd/v1/averaging.pb.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
 
 namespace localsgd {
@@ -33,6 +35,14 @@ struct RestorePlan {
 // FAILED_PRECONDITION when the model is more than one commit ahead of the record.
 absl::StatusOr<RestorePlan> PlanRestore(int64_t saved_round, int64_t saved_step,
                                         const v1::RunInfo& run);
+
+// Whether a node leader's checkpoint offered as run `run`'s model (InitModelHeader with
+// from_checkpoint; docs/design.md, "Checkpoints") can be its model: a round the run committed
+// (at the record's global step when it is the record's round; an older one within total_steps,
+// since a restore may have taken the record's step back), and momentum exactly when the run's
+// outer optimizer keeps it. FAILED_PRECONDITION naming checkpoint_round or
+// checkpoint_global_step, INVALID_ARGUMENT naming has_momentum.
+absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::RunInfo& run);
 
 }  // namespace localsgd
 

@@ -71,5 +71,39 @@ TEST(RestorePlanTest, AnEndedRunBehindItsRecordKeepsItsLatestSavedModel) {
   }
 }
 
+// A checkpoint offer is of a round the run committed, at that round's step when it is the
+// record's, within total_steps otherwise, with momentum exactly when the run keeps one.
+TEST(CheckCheckpointOfferTest, NamesTheFieldThatDoesNotFitTheRun) {
+  v1::RunInfo run;
+  run.set_run_id("run-1");
+  run.set_round(5);
+  run.set_global_step(40);
+  run.set_total_steps(100);
+  auto offer = [](int64_t round, int64_t step, bool momentum = false) {
+    v1::InitModelHeader header;
+    header.set_from_checkpoint(true);
+    header.set_checkpoint_round(round);
+    header.set_checkpoint_global_step(step);
+    header.set_has_momentum(momentum);
+    return header;
+  };
+  EXPECT_THAT(CheckCheckpointOffer(offer(5, 40), run), IsOk());
+  EXPECT_THAT(CheckCheckpointOffer(offer(3, 64), run), IsOk());  // a restore took the step back
+  EXPECT_THAT(CheckCheckpointOffer(offer(6, 48), run),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_round"));
+  EXPECT_THAT(CheckCheckpointOffer(offer(-1, 0), run),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_round"));
+  EXPECT_THAT(CheckCheckpointOffer(offer(5, 32), run),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_global_step"));
+  EXPECT_THAT(CheckCheckpointOffer(offer(3, 101), run),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_global_step"));
+  EXPECT_THAT(CheckCheckpointOffer(offer(3, 24, /*momentum=*/true), run),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has_momentum"));
+  run.mutable_spec()->mutable_outer_optimizer()->set_momentum(0.9);
+  EXPECT_THAT(CheckCheckpointOffer(offer(3, 24), run),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has_momentum"));
+  EXPECT_THAT(CheckCheckpointOffer(offer(3, 24, /*momentum=*/true), run), IsOk());
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -194,9 +194,6 @@ class RoundManager {
   // On a state writer thread: runs `next` under the lock, acts on the round's decisions and
   // flushes the streams touched.
   void Resume(absl::FunctionRef<void()> next) ABSL_LOCKS_EXCLUDED(mu_);
-  // A checkpoint offer's round and global step are the run's, its momentum the run's kind.
-  absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::RunInfo& run) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one);

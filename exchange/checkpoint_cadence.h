@@ -8,23 +8,25 @@
 namespace localsgd {
 
 // When a node leader writes its next checkpoint (docs/design.md, "Checkpoints"): a committed
-// round is written once at least `every_rounds` rounds passed since the last one written and
-// the writes so far took at most `share` of the time: after a write that took T, the next
-// begins no sooner than T (1 / share - 1) after it ended. The first round offered is always
-// due. A pure decision; the caller gives the clock. Thread-compatible.
+// round is written once at least `every_rounds` rounds passed since the last one written (or
+// since the round the node started from: that model is the initial one, or one it took from
+// the others or a checkpoint) and the writes so far took at most `share` of the time: after a
+// write that took T, the next begins no sooner than T (1 / share - 1) after it ended. A pure
+// decision; the caller gives the clock. Thread-compatible.
 class CheckpointCadence {
  public:
   // `every_rounds` >= 1, `share` in (0, 1] (RunSpec.checkpoint_every_rounds, checkpoint_share).
   CheckpointCadence(int64_t every_rounds, double share)
       : every_rounds_(every_rounds), share_(share) {}
 
+  // The node starts from round `round` (call once, before Due): rounds count from there.
+  void Begin(int64_t round) { last_round_ = round; }
   // Whether round `round`, committed, is to be written at `now`.
   bool Due(int64_t round, absl::Time now) const {
-    return !written_ || (round - last_round_ >= every_rounds_ && now >= next_allowed_);
+    return round - last_round_ >= every_rounds_ && now >= next_allowed_;
   }
   // Round `round` was written, from `began` to `ended`.
   void Wrote(int64_t round, absl::Time began, absl::Time ended) {
-    written_ = true;
     last_round_ = round;
     next_allowed_ = ended + (ended - began) * (1 / share_ - 1);
   }
@@ -34,7 +36,6 @@ class CheckpointCadence {
  private:
   const int64_t every_rounds_;
   const double share_;
-  bool written_ = false;
   int64_t last_round_ = 0;
   absl::Time next_allowed_ = absl::InfinitePast();
 };

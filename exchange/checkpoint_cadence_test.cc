@@ -7,9 +7,13 @@ namespace {
 
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 
-TEST(CheckpointCadenceTest, TheFirstRoundIsAlwaysDue) {
-  CheckpointCadence cadence(5, 0.05);
-  EXPECT_TRUE(cadence.Due(7, kStart));
+// The round a node starts from is where the count begins: it is not written itself.
+TEST(CheckpointCadenceTest, RoundsCountFromTheRoundTheNodeStartedFrom) {
+  CheckpointCadence cadence(2, 0.05);
+  cadence.Begin(7);
+  EXPECT_FALSE(cadence.Due(7, kStart));
+  EXPECT_FALSE(cadence.Due(8, kStart));
+  EXPECT_TRUE(cadence.Due(9, kStart));
 }
 
 TEST(CheckpointCadenceTest, ARoundIsDueEveryRoundsAfterTheLastWritten) {

@@ -27,6 +27,7 @@ Checkpointer::~Checkpointer() {
 void Checkpointer::Offer(const std::string& run_id, int64_t round, int64_t global_step) {
   MutexLock lock(&mu_);
   if (offered_.has_value() && offered_->run_id == run_id && offered_->round == round) return;
+  if (!offered_.has_value()) cadence_.Begin(round);
   offered_ = Offered{run_id, round, global_step};
   pending_ = true;
 }

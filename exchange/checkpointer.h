@@ -51,7 +51,7 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // The held model is now round `round` of run `run_id` at `global_step` (a commit, the
-  // initial model, an adoption).
+  // initial model, an adoption). The first round offered is where the cadence's count begins.
   void Offer(const std::string& run_id, int64_t round, int64_t global_step);
   // Writes the last round offered now unless it is written already, whatever the cadence, and
   // waits for it (a run's end): its outcome, DEADLINE_EXCEEDED after `timeout`.

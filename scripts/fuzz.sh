@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in tests/fuzz with clang (ASan + UBSan) and runs each for
-# FUZZ_SECONDS (default 15) from a copy of its checked-in seed corpus. Fails on any crash,
+# FUZZ_SECONDS (default 10) from a copy of its checked-in seed corpus. Fails on any crash,
 # leak or sanitizer report; the input that caused it is kept under $FUZZ_OUT (default a
 # temporary folder, removed when every fuzzer passed) and its path printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${FUZZ_SECONDS:-15}
+seconds=${FUZZ_SECONDS:-10}
 out=${FUZZ_OUT:-$(mktemp -d)}
 fuzzers=(codec run_spec range_reducer request received_chunk)
 bazel build --config=fuzz $(printf "//tests/fuzz:%s_fuzzer " "${fuzzers[@]}")

@@ -4,7 +4,7 @@
 # (scripts/format_check.sh: every C++ file follows .clang-format), the layering check
 # (scripts/layering_check.sh: Bazel visibility refuses a coordinator target that uses the
 # worker), the suite
-# (`bazel test //...`), the fuzz targets (scripts/fuzz.sh, 15 s each) and the suite under
+# (`bazel test //...`), the fuzz targets (scripts/fuzz.sh, 10 s each) and the suite under
 # sanitizers (scripts/sanitizers.sh: ASan + UBSan everywhere, TSan on common/ and coordinator/).
 # With arguments, runs only `bazel test ARGS` (e.g. a target pattern or --config=asan).
 # Tests always run (no cached results); compiled objects come from the disk cache.

@@ -111,11 +111,13 @@ echo "2: three ranks finished the run on one model"
 
 # 3. One process, no torchrun variables: a quick try that starts its own run, then Ctrl-C.
 LOCALSGD_NODE_NAME=solo $PY - <<'PYTHON' >"$WORK/c.out" 2>"$WORK/c.err" || fail "the script failed"
-import torch, localsgd
+import os, torch, localsgd
 model = torch.nn.Linear(8, 2)
 try:
+    # Issue 54: checkpoint_dir= is the worker's --checkpoint_dir.
     with localsgd.LocalSGD(model=model, local_sgd_steps=4, start_run=True, total_steps=1000,
-                           name="interrupted") as local_sgd:
+                           name="interrupted",
+                           checkpoint_dir=os.environ["TEST_TMPDIR"] + "/py-checkpoints") as local_sgd:
         assert local_sgd.rank == 0 and local_sgd.world_size == 1
         # Issue 50, finding 7: a percentage or a non-finite accuracy is refused at once, naming
         # it (it used to pass, and every heartbeat that carried it was refused until the lease
@@ -139,6 +141,10 @@ try:
                 raise KeyboardInterrupt
 except KeyboardInterrupt:
     print("interrupted at", local_sgd.steps)
+# The node's checkpoint, written before it left: its round is the one it last took.
+checkpoint = open(os.environ["TEST_TMPDIR"] + "/py-checkpoints/solo/checkpoint.bin", "rb").read()
+assert checkpoint.startswith(b"# localsgd-checksummed v1"), checkpoint[:40]
+print("checkpoint of", len(checkpoint), "bytes")
 try:
     localsgd.LocalSGD(model=model, local_sgd_steps=16)
     raise SystemExit("a script expecting local_sgd_steps 16 joined a run of 4")

@@ -9,6 +9,15 @@ WORK="$TEST_TMPDIR"
 echo -n "model-token" > "$WORK/token"
 source "$BIN/tests/testutil/test_helpers.sh"
 
+# Whether two TorchScript files hold the same parameters, bit for bit.
+same_model() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, torch
+a, b = ([p.detach() for p in torch.jit.load(f).parameters()] for f in sys.argv[1:3])
+sys.exit(0 if len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b)) else 1)
+PY
+}
+
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 --token_file="$WORK/token"
 start_workers 2 1 --log_every=100000 --save_model="$WORK/model.pt" --checkpoint_dir="$WORK/ckpt"
 start_run <<SPEC
@@ -50,12 +59,7 @@ done
 grep -q "checkpoint of round $final_round " "$WORK/w00.err" || fail "node-0's last checkpoint: $(grep checkpoint "$WORK/w00.err")"
 "$BIN/worker/export_model" --coordinator="$GRPC" --token_file="$WORK/token" \
   --checkpoint="$checkpoint" --out="$WORK/from_checkpoint.pt" || fail "export_model --checkpoint failed"
-/usr/bin/python3 - "$WORK/from_checkpoint.pt" "$WORK/model.pt" <<'PY' || fail "the checkpoint is not the run's final model"
-import sys, torch
-exported, saved = (torch.jit.load(p) for p in sys.argv[1:3])
-same = all(torch.equal(a, b) for a, b in zip(exported.parameters(), saved.parameters()))
-sys.exit(0 if same and len(list(exported.parameters())) == len(list(saved.parameters())) else 1)
-PY
+same_model "$WORK/from_checkpoint.pt" "$WORK/model.pt" || fail "the checkpoint is not the run's final model"
 echo "PASS: the checkpoint of round $final_round ($checkpoint) is the run's final model"
 
 # Issue 37 (the chaos soak's "nobody saved the model"): node 0 that joins a run but has not
@@ -142,12 +146,7 @@ echo "PASS: node 0 saved round $saved_round of the stopped run $third_run, the r
 # values, and the README's snippet loads and scores it.
 "$BIN/worker/export_model" --coordinator="$GRPC" --token_file="$WORK/token" \
   --run_id="$third_run" --out="$WORK/exported.pt" || fail "export_model failed"
-/usr/bin/python3 - "$WORK/exported.pt" "$WORK/stopped.pt" <<'PY' || fail "the exported model is not the run's"
-import sys, torch
-exported, saved = (torch.jit.load(p) for p in sys.argv[1:3])
-same = all(torch.equal(a, b) for a, b in zip(exported.parameters(), saved.parameters()))
-sys.exit(0 if same and len(list(exported.parameters())) == len(list(saved.parameters())) else 1)
-PY
+same_model "$WORK/exported.pt" "$WORK/stopped.pt" || fail "the exported model is not the run's"
 out=$(cd "$WORK" && /usr/bin/python3 load.py "$WORK/exported.pt") || fail "the snippet failed: $out"
 grep -q "^run_id: \"$third_run\"" <<<"$out" || fail "the exported model is not run $third_run's: $out"
 echo "PASS: export_model wrote run $third_run's model as TorchScript"

@@ -66,13 +66,15 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
                            left, resuming ? &offer : nullptr);
     absl::Status status = init.status();
     if (init.ok()) {  // the run's model is this node's: no need to fetch it back
-      std::vector<float> values(params.begin(), params.end());
-      std::vector<float> momentum(exchange_->keeps_momentum() ? params.size() : 0, 0.0f);
-      if (resuming) {
+      std::vector<float> values, momentum;
+      if (resuming) {  // (ResumeFrom checked its momentum)
         values = std::move(resume_->global);
-        if (!resume_->momentum.empty()) momentum = std::move(resume_->momentum);
+        momentum = std::move(resume_->momentum);
         LogInfo(absl::StrCat("the run goes on from the checkpoint of round ", resume_->round,
                              " (global step ", resume_->global_step, ") as round ", init->round()));
+      } else {
+        values.assign(params.begin(), params.end());
+        momentum.assign(exchange_->keeps_momentum() ? params.size() : 0, 0.0f);
       }
       held_->Install(member_.run_id, init->round(), init->global_step(), std::move(values),
                      std::move(momentum));
@@ -80,8 +82,8 @@ absl::Status NodeLeader::Start(absl::Span<float> params) {
     } else if (absl::IsAlreadyExists(status)) {
       status = Adopt(left);
     } else if (resuming && !IsTransient(status)) {
-      LogWarning(absl::StrCat("this node's checkpoint was refused (", status.ToString(),
-                              "); starting without it"));
+      LogWarning(absl::StrCat("the checkpoint of round ", resume_->round, " was refused (",
+                              status.ToString(), "); starting without it"));
       resume_.reset();
       continue;
     }

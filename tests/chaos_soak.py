@@ -222,7 +222,7 @@ class Soak:
         global step at most now's: the one way the global step may go back."""
         for event in status.get("events", []):
             m = re.search(r"restored the global model of round (\d+) \(global step (\d+),.*"
-                          r"were committed but their model was not on disk", event.get("text", ""))
+                          r"were committed after it and their model is lost", event.get("text", ""))
             if (event.get("kind") == "model_restored" and m and before[0] < int(m.group(1)) <= now[0]
                     and int(m.group(2)) <= now[1]):
                 return True

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -36,6 +37,7 @@ class Gloo : public IntraNodeAverager {
   int size() const override { return size_; }
 
   absl::Status AllReduceMean(at::Tensor& flat) override {
+    if (absl::Status agreed = Agree(kAllReduce, flat.numel()); !agreed.ok()) return agreed;
     try {
       std::vector<at::Tensor> tensors = {flat};
       group_->allreduce(tensors)->wait();
@@ -48,6 +50,7 @@ class Gloo : public IntraNodeAverager {
   }
 
   absl::Status Broadcast(at::Tensor& flat) override {
+    if (absl::Status agreed = Agree(kBroadcast, flat.numel()); !agreed.ok()) return agreed;
     try {
       std::vector<at::Tensor> tensors = {flat};
       c10d::BroadcastOptions options;
@@ -60,6 +63,34 @@ class Gloo : public IntraNodeAverager {
   }
 
  private:
+  static constexpr int64_t kAllReduce = 1;
+  static constexpr int64_t kBroadcast = 2;
+
+  // Every rank says which collective it is about to run, and on how many values, before it
+  // runs it (a fixed-size all-reduce, so it always pairs with the others'): ranks out of step
+  // (a node re-formed while its ranks were at different steps) get UNAVAILABLE here and re-form
+  // again, where Gloo would abort the process on a message of another size.
+  absl::Status Agree(int64_t kind, int64_t values) {
+    const int64_t mine[4] = {kind, values, -kind, -values};
+    at::Tensor header = at::empty({4}, at::kLong);
+    std::copy(mine, mine + 4, header.data_ptr<int64_t>());
+    try {
+      std::vector<at::Tensor> tensors = {header};
+      c10d::AllreduceOptions options;
+      options.reduceOp = c10d::ReduceOp::MAX;
+      group_->allreduce(tensors, options)->wait();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("intra-node collective failed: ", What(e)));
+    }
+    // The maxima of x and -x are x's on every rank only when every rank has the same x.
+    if (!std::equal(mine, mine + 4, header.data_ptr<int64_t>())) {
+      return absl::UnavailableError(absl::StrCat(
+          "the node's ranks are at different collectives (this rank: ",
+          kind == kAllReduce ? "all-reduce" : "broadcast", " of ", values, " values)"));
+    }
+    return absl::OkStatus();
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   const int rank_;
   const int size_;

@@ -44,5 +44,31 @@ TEST(IntraNodeAveragerTest, GlooAveragesAndBroadcastsAcrossRanks) {
   }
 }
 
+// Ranks out of step (one all-reduces while another broadcasts, of another size) fail
+// UNAVAILABLE, and can go on together once back in step, where Gloo used to abort the process.
+TEST(IntraNodeAveragerTest, GlooRanksAtDifferentCollectivesFailInsteadOfAborting) {
+  const std::string store = absl::StrCat(std::getenv("TEST_TMPDIR"), "/gloo-apart.store");
+  std::vector<absl::Status> apart(2);
+  std::vector<at::Tensor> after(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto averager = MakeGlooAverager(store, r, 2, absl::Seconds(30));
+      ASSERT_TRUE(averager.ok()) << averager.status();
+      at::Tensor t = torch::full({r == 0 ? 1000 : 1200}, 1.0f);
+      apart[r] = r == 0 ? (*averager)->AllReduceMean(t) : (*averager)->Broadcast(t);
+      at::Tensor together = torch::full({100}, static_cast<float>(2 * r));
+      ASSERT_TRUE((*averager)->AllReduceMean(together).ok());
+      after[r] = together;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(absl::IsUnavailable(apart[r])) << apart[r];
+    EXPECT_NE(apart[r].message().find("different collectives"), std::string::npos) << apart[r];
+    EXPECT_TRUE(torch::allclose(after[r], torch::full({100}, 1.0f))) << r;
+  }
+}
+
 }  // namespace
 }  // namespace localsgd

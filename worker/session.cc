@@ -408,19 +408,27 @@ absl::Status Session::Health() const {
   return hierarchical_ != nullptr ? hierarchical_->Health() : absl::OkStatus();
 }
 
+void Session::FlushCheckpoint(absl::Duration wait) {
+  if (checkpointer_ == nullptr) return;
+  if (absl::Status flushed = checkpointer_->Flush(wait); !flushed.ok()) {
+    LogWarning(absl::StrCat("the last checkpoint: ", flushed.ToString()));
+  } else if (auto written = checkpointer_->last_written(); written.has_value()) {
+    LogInfo(absl::StrCat("checkpoint of round ", written->round, " (global step ",
+                         written->global_step, ") in ", checkpointer_->path()));
+    coordinator_->Flush().IgnoreError();  // the heartbeat that reports it
+  }
+}
+
+absl::Status Session::Leave(const std::string& reason, Departure departure) {
+  FlushCheckpoint(absl::Seconds(60));
+  return coordinator_->Leave(reason, departure);
+}
+
 absl::Status Session::Finish(int64_t steps, double loss, double samples_per_second,
                              double test_accuracy, const std::string& reason, Ending ending,
                              absl::Duration wait) {
   const bool finished = ending == Ending::kFinished;
-  // The node's model on its disk before the final report (which carries the checkpoint).
-  if (checkpointer_ != nullptr) {
-    if (absl::Status flushed = checkpointer_->Flush(wait); !flushed.ok()) {
-      LogWarning(absl::StrCat("the final checkpoint: ", flushed.ToString()));
-    } else if (auto written = checkpointer_->last_written(); written.has_value()) {
-      LogInfo(absl::StrCat("checkpoint of round ", written->round, " (global step ",
-                           written->global_step, ") in ", checkpointer_->path()));
-    }
-  }
+  FlushCheckpoint(wait);  // before the final report, which carries it
   coordinator_->Report(steps, loss, samples_per_second, finished, test_accuracy);
   coordinator_->Flush().IgnoreError();  // the final report, at once
   // Stay a member until the run ends, so that the run can see every worker finished.

@@ -150,10 +150,9 @@ class Session : public ParameterAverager {
                       absl::Duration wait = absl::Seconds(60));
 
   using Departure = CoordinatorClient::Departure;
-  // Leaves the coordinator (idempotent), e.g. with "failed: <error>" as kFailed.
-  absl::Status Leave(const std::string& reason, Departure departure = Departure::kDone) {
-    return coordinator_->Leave(reason, departure);
-  }
+  // Leaves the coordinator (idempotent), e.g. with "failed: <error>" as kFailed; a node leader
+  // first writes its checkpoint of the round it holds (as Finish does).
+  absl::Status Leave(const std::string& reason, Departure departure = Departure::kDone);
 
  private:
   Session(SessionOptions options, std::unique_ptr<CoordinatorClient> coordinator);
@@ -162,6 +161,9 @@ class Session : public ParameterAverager {
   // Has `leader` offer the newest checkpoint of this run in options_.checkpoint_dir (any node's
   // folder), if there is one, at its Start.
   void ResumeFromCheckpoint(NodeLeader* leader);
+  // A node leader with a checkpoint folder: writes the round it holds unless written already,
+  // waiting at most `wait` (logged, never fatal).
+  void FlushCheckpoint(absl::Duration wait);
   // Leads the node from now on, in place of `replaces` (a dead leader's worker id) or "".
   absl::StatusOr<NodeLeader*> TakeLead(const std::string& replaces);
 

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -215,9 +216,12 @@ int main(int argc, char** argv) {
   } else {
     exchange = std::make_unique<localsgd::StarExchange>(channel, token);
   }
-  // The "training" between rounds is a fixed random step, drawn once: drawing it anew each
-  // round would keep this member's CPU busy while the others are already in the round.
-  std::vector<float> params(held.values().size()), step(held.values().size());
+  // The "training" between rounds is a fixed random step, drawn once (drawing it anew each
+  // round would keep this member's CPU busy while the others are already in the round), of at
+  // most 2^20 values repeated over the model: a model-sized one would add the model's size to
+  // this member's memory, which the benchmarks read as the member's own.
+  std::vector<float> params(held.values().size());
+  std::vector<float> step(std::min<size_t>(params.size(), size_t{1} << 20));
   std::mt19937 rng(std::hash<std::string>()(joined.worker_id()));
   std::normal_distribution<float> dist(0.0f, 0.01f);
   for (float& x : step) x = dist(rng);
@@ -247,9 +251,10 @@ int main(int argc, char** argv) {
         while (true) pause();
       }
       const localsgd::ChunkLayout layout{n, response.header().chunk_values()};
+      std::vector<float> first_delta(static_cast<size_t>(layout.size(0)));
+      for (size_t i = 0; i < first_delta.size(); ++i) first_delta[i] = step[i % step.size()];
       request.mutable_chunk()->set_index(0);
-      localsgd::Encode(run.spec().codec(),
-                       absl::MakeConstSpan(step.data(), static_cast<size_t>(layout.size(0))),
+      localsgd::Encode(run.spec().codec(), absl::MakeConstSpan(first_delta),
                        request.mutable_chunk()->mutable_data());
       stream->Write(request);
       std::printf("stalled\n");
@@ -257,7 +262,9 @@ int main(int argc, char** argv) {
       while (true) pause();
     }
     if (round > first_round && cpu_start < 0) cpu_start = CpuSeconds();  // after the warm-up
-    for (size_t i = 0; i < params.size(); ++i) params[i] = held.values()[i] + step[i];
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i] = held.values()[i] + step[i % step.size()];
+    }
     absl::Time start = absl::Now();
     localsgd::ExchangeRound exchange_round{round,
                                            round * 8,

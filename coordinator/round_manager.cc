@@ -168,19 +168,25 @@ absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& h
     return absl::InvalidArgumentError(
         absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
   }
-  if (header.from_checkpoint()) {
-    LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
-  } else if (header.has_momentum() || header.checkpoint_round() != 0 ||
-             header.checkpoint_global_step() != 0) {
+  if (!header.from_checkpoint() && (header.has_momentum() || header.checkpoint_round() != 0 ||
+                                    header.checkpoint_global_step() != 0)) {
     return absl::InvalidArgumentError(
         "has_momentum, checkpoint_round, checkpoint_global_step: for a checkpoint only "
         "(from_checkpoint)");
   }
-  if (model().initialised() &&
-      !(header.from_checkpoint() && models_.TakesCheckpoint(header.checkpoint_global_step()))) {
-    return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
-  }
+  LOCALSGD_RETURN_IF_ERROR(MayInstall(header, run));
   return ChunkLayout::ForBytes(header.vector_length(), model().spec().chunk_bytes());
+}
+
+absl::Status RoundManager::MayInstall(const v1::InitModelHeader& header,
+                                      const v1::RunInfo& run) const {
+  if (header.from_checkpoint()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
+    if (models_.TakesCheckpoint(header.checkpoint_global_step())) return absl::OkStatus();
+  } else if (!model().initialised()) {
+    return absl::OkStatus();
+  }
+  return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
 }
 
 absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
@@ -196,12 +202,9 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::ve
   // After a model still being saved (of an earlier run), never before it.
   AwaitNoSave();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
+  // (Checked again: the record and the model may have moved since BeginInit.)
+  LOCALSGD_RETURN_IF_ERROR(MayInstall(header, run));
   if (header.from_checkpoint()) {
-    // (Checked again: the record may have moved since BeginInit.)
-    LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
-    if (!models_.TakesCheckpoint(header.checkpoint_global_step())) {
-      return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
-    }
     // A round on the model it replaces cannot commit on this one.
     if (round_.has_value()) {
       Abort(absl::StrCat("the run's model was replaced by ", header.member_id(),
@@ -213,9 +216,6 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::ve
     LOCALSGD_RETURN_IF_ERROR(models_.Adopt(*plane_, std::move(checkpoint),
                                            absl::StrCat(header.member_id(), "'s checkpoint")));
   } else {
-    if (model().initialised()) {
-      return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
-    }
     LOCALSGD_RETURN_IF_ERROR(model().Install(std::move(values), std::nullopt));
     const ChunkLayout& layout = model().reducer()->layout();
     LogInfo(absl::StrCat("run ", model().run_id(), ": initial model (", layout.num_values,

@@ -194,6 +194,10 @@ class RoundManager {
   // On a state writer thread: runs `next` under the lock, acts on the round's decisions and
   // flushes the streams touched.
   void Resume(absl::FunctionRef<void()> next) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
+  // ModelKeeper::TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not.
+  absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The header offers a round of the model's run that has already committed.
   bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one);

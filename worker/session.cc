@@ -415,12 +415,14 @@ void Session::FlushCheckpoint(absl::Duration wait) {
   } else if (auto written = checkpointer_->last_written(); written.has_value()) {
     LogInfo(absl::StrCat("checkpoint of round ", written->round, " (global step ",
                          written->global_step, ") in ", checkpointer_->path()));
-    coordinator_->Flush().IgnoreError();  // the heartbeat that reports it
   }
 }
 
 absl::Status Session::Leave(const std::string& reason, Departure departure) {
-  FlushCheckpoint(absl::Seconds(60));
+  if (checkpointer_ != nullptr) {
+    FlushCheckpoint(absl::Seconds(60));
+    coordinator_->Flush().IgnoreError();  // the heartbeat that reports it
+  }
   return coordinator_->Leave(reason, departure);
 }
 

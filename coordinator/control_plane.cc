@@ -523,6 +523,20 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   return leaders;
 }
 
+absl::StatusOr<ControlPlane::Leader> ControlPlane::CheckLeader(const std::string& member_id,
+                                                               absl::string_view credential) const {
+  if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");
+  std::vector<Leader> leaders = LiveLeaders();
+  auto leader = std::find_if(leaders.begin(), leaders.end(),
+                             [&](const Leader& l) { return l.worker_id == member_id; });
+  if (leader == leaders.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("member_id: ", Quoted(member_id), " is not a live node leader (join first)"));
+  }
+  LOCALSGD_RETURN_IF_ERROR(Authenticate(member_id, credential));
+  return std::move(*leader);
+}
+
 absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
                                        int64_t global_step, int64_t synced_step, bool restored) {
   MutexLock lock(&mu_);

@@ -101,6 +101,11 @@ class ControlPlane {
     std::string data_plane_key;
   };
   std::vector<Leader> LiveLeaders() const;
+  // A call in the name of node leader `member_id` carrying `credential`: the live leader it
+  // is (as LiveLeaders has it) when the credential is its own (docs/design.md, "Security").
+  // INVALID_ARGUMENT or NOT_FOUND naming member_id, or Authenticate's refusal.
+  absl::StatusOr<Leader> CheckLeader(const std::string& member_id,
+                                     absl::string_view credential) const;
 
   // Logs `text` and keeps it as an event of the current run (kinds: see v1::Event).
   void RecordEvent(v1::EventSeverity severity, const std::string& kind, const std::string& text);

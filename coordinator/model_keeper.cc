@@ -42,6 +42,36 @@ bool ModelKeeper::TakesCheckpoint(int64_t global_step) const {
                                     global_step > adopted_->global_step);
 }
 
+absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header,
+                                     const v1::RunInfo& run) const {
+  if (header.from_checkpoint()) {
+    LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
+    if (TakesCheckpoint(header.checkpoint_global_step())) return absl::OkStatus();
+  } else if (!active_.initialised()) {
+    return absl::OkStatus();
+  }
+  return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
+}
+
+absl::Status ModelKeeper::InstallUpload(ControlPlane& plane, const v1::InitModelHeader& header,
+                                        std::vector<float> values,
+                                        std::optional<std::vector<float>> momentum) {
+  if (header.from_checkpoint()) {
+    ModelCheckpoint checkpoint{header.run_id(), header.checkpoint_round(),
+                               header.checkpoint_global_step(), std::move(values),
+                               momentum.has_value() ? *std::move(momentum) : std::vector<float>()};
+    LOCALSGD_RETURN_IF_ERROR(
+        Adopt(plane, std::move(checkpoint), absl::StrCat(header.member_id(), "'s checkpoint")));
+  } else {
+    LOCALSGD_RETURN_IF_ERROR(active_.Install(std::move(values), std::nullopt));
+    const ChunkLayout& layout = active_.reducer()->layout();
+    LogInfo(absl::StrCat("run ", active_.run_id(), ": initial model (", layout.num_values,
+                         " values, ", layout.num_chunks(), " chunks) from ", header.member_id()));
+  }
+  holders_ = {header.member_id()};
+  return absl::OkStatus();
+}
+
 absl::Status ModelKeeper::Adopt(ControlPlane& plane, ModelCheckpoint saved,
                                 const std::string& source) {
   const v1::RunInfo run = plane.Run();

@@ -46,6 +46,13 @@ class ModelKeeper {
   // active model (docs/design.md, "Checkpoints"): there is none, or it was restored or taken
   // from a checkpoint at a lower global step and no round committed since.
   bool TakesCheckpoint(int64_t global_step) const;
+  // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
+  // TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not.
+  absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run) const;
+  // Installs an InitModel upload that MayInstall allowed as the active model (a checkpoint
+  // through Adopt), held by its uploader.
+  absl::Status InstallUpload(ControlPlane& plane, const v1::InitModelHeader& header,
+                             std::vector<float> values, std::optional<std::vector<float>> momentum);
   // Installs `saved` (of the active run: model.bin, or a node leader's checkpoint; `source`
   // names it) as the active model as PlanRestore says, committing a round on `plane` when the
   // plan does. FAILED_PRECONDITION (naming `source`) when the plan refuses it, DATA_LOSS when

@@ -1,6 +1,7 @@
 #include "coordinator/restore_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "exchange/codec.h"
 
 namespace localsgd {
 
@@ -62,6 +63,33 @@ absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::R
     return absl::InvalidArgumentError(
         absl::StrCat("has_momentum: the run's outer optimizer ", keeps_momentum ? "has" : "has no",
                      " momentum, the checkpoint ", header.has_momentum() ? "has" : "has none"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckInitModelHeader(const v1::InitModelHeader& header) {
+  constexpr int64_t kMaxVectorLength = int64_t{1} << 32;
+  if (header.vector_length() <= 0 || header.vector_length() > kMaxVectorLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vector_length: must be in [1, 2^32], got ", header.vector_length()));
+  }
+  if (!header.from_checkpoint() && (header.has_momentum() || header.checkpoint_round() != 0 ||
+                                    header.checkpoint_global_step() != 0)) {
+    return absl::InvalidArgumentError(
+        "has_momentum, checkpoint_round, checkpoint_global_step: for a checkpoint only "
+        "(from_checkpoint)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckInitModelUpload(const v1::InitModelHeader& header,
+                                  const std::vector<float>& values,
+                                  const std::optional<std::vector<float>>& momentum) {
+  if (!AllFinite(values) || (momentum.has_value() && !AllFinite(*momentum))) {
+    return absl::InvalidArgumentError("initial model: NaN or infinity");
+  }
+  if (momentum.has_value() != header.has_momentum()) {
+    return absl::InvalidArgumentError("has_momentum: the momentum did not come as the header says");
   }
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 #define LOCALSGD_COORDINATOR_RESTORE_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +45,15 @@ absl::StatusOr<RestorePlan> PlanRestore(int64_t saved_round, int64_t saved_step,
 // outer optimizer keeps it. FAILED_PRECONDITION naming checkpoint_round or
 // checkpoint_global_step, INVALID_ARGUMENT naming has_momentum.
 absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::RunInfo& run);
+
+// An InitModel header as such: a vector_length in [1, 2^32], and the checkpoint's fields only
+// with from_checkpoint. INVALID_ARGUMENT naming the field.
+absl::Status CheckInitModelHeader(const v1::InitModelHeader& header);
+// The upload's values (and momentum, which comes exactly when the header says): no NaN, no
+// infinity. INVALID_ARGUMENT.
+absl::Status CheckInitModelUpload(const v1::InitModelHeader& header,
+                                  const std::vector<float>& values,
+                                  const std::optional<std::vector<float>>& momentum);
 
 }  // namespace localsgd
 

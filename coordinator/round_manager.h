@@ -16,15 +16,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
+#include "coordinator/commit_pipeline.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/global_model.h"
+#include "coordinator/member_standing.h"
 #include "coordinator/model_keeper.h"
+#include "coordinator/open_round.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_sessions.h"
 #include "coordinator/sharded_driver.h"
 #include "coordinator/star_driver.h"
 #include "coordinator/state_writer.h"
-#include "coordinator/suspensions.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
 #include "exchange/range_reducer.h"
@@ -33,13 +35,14 @@
 namespace localsgd {
 
 // The sync rounds of the active run (docs/design.md, "One round, both modes"): the facade
-// over one lock that guards the members' streams (RoundSessions) and the models
-// (ModelKeeper: global[r] and the outer optimizer state, handed out as immutable snapshots),
-// and the commit pipeline through the state writer. It opens a round when the first member's header
+// over one lock that guards the members' streams (RoundSessions), the models (ModelKeeper:
+// global[r] and the outer optimizer state, handed out as immutable snapshots), what the rounds
+// hold against members (MemberStanding) and the commits on their way to the run record, the
+// disk and the members (CommitPipeline). It opens a round when the first member's header
 // arrives (its members are the node leaders alive then) and gives it to the driver of the run's
 // exchange mode (StarDriver, ShardedDriver), which sees the round through a RoundContext. Knows
 // nothing of gRPC. Thread-safe. Lock order: this manager's lock, then the control plane's.
-class RoundManager {
+class RoundManager : private RoundContext, private CommitPipeline::Host {
  public:
   struct Options {
     std::function<absl::Time()> clock = [] { return absl::Now(); };
@@ -50,7 +53,7 @@ class RoundManager {
 
   RoundManager(ControlPlane* plane, Options options);
   // Waits for a model being saved.
-  ~RoundManager();
+  ~RoundManager() override;
 
   // Loads the state folder's model of the control plane's (restored) run
   // (ModelKeeper::Restore). Call once, before serving.
@@ -108,110 +111,64 @@ class RoundManager {
   absl::StatusOr<v1::RunInfo> StopRun(const v1::StopRunRequest& request);
 
  private:
-  // The manager as the open round's driver sees it (RoundContext): every call under mu_.
-  class Context : public RoundContext {
-   public:
-    explicit Context(RoundManager* manager) : m_(manager) {}
-    absl::Time Now() const override;
-    const std::string& run_id() const override;
-    const v1::RunSpec& spec() const override;
-    int64_t committed_round() const override;
-    int64_t committed_step() const override;
-    const Round& round() const override;
-    uint64_t NextAttempt() override;
-    RoundSessions& sessions() override;
-    void CountBytes(int64_t received, int64_t sent) override;
-    bool MayCommit() const override;
-    void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
-                std::string log) override;
-    void Abort(const std::string& reason) override;
-
-   private:
-    RoundManager* const m_;
-  };
-
-  struct Round {
-    RoundContext::Round info;
-    std::vector<std::string> members;  // the leaders expected when it opened
-    std::vector<std::pair<std::string, std::string>> suspended;  // live leaders left out: why
-    int64_t bytes_received = 0;
-    int64_t bytes_sent = 0;
-    // The mode's driver, and the same as the mode's class (the other null).
-    std::unique_ptr<RoundDriver> driver;
-    StarDriver* star = nullptr;
-    ShardedDriver* sharded = nullptr;
-  };
-  // A model applied but not yet announced (a commit, or the initial model without members):
-  // what to do once it is on disk.
-  struct PendingCommit {
-    std::string run_id;
-    int64_t round = 0;
-    int64_t global_step = 0;
-    int64_t synced_step = 0;  // GlobalModel::synced_step after it
-    std::vector<std::string> included;
-    std::vector<std::shared_ptr<RoundMember>> members;  // waiting for the RoundCommit
-    v1::RoundRecord record;
-    std::string log;
-  };
+  // RoundContext: the open round as its driver sees it; every call under mu_.
+  absl::Time Now() const override { return options_.clock(); }
+  const std::string& run_id() const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return model().run_id();
+  }
+  const v1::RunSpec& spec() const override ABSL_NO_THREAD_SAFETY_ANALYSIS { return model().spec(); }
+  int64_t committed_round() const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return model().round();
+  }
+  int64_t committed_step() const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return model().global_step();
+  }
+  const RoundContext::Round& round() const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return round_->info;
+  }
+  uint64_t NextAttempt() override ABSL_NO_THREAD_SAFETY_ANALYSIS { return next_attempt_++; }
+  RoundSessions& sessions() override ABSL_NO_THREAD_SAFETY_ANALYSIS { return sessions_; }
+  void CountBytes(int64_t received, int64_t sent) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    round_->bytes_received += received;
+    round_->bytes_sent += sent;
+  }
+  bool MayCommit() const override ABSL_NO_THREAD_SAFETY_ANALYSIS { return pipeline_.MayStart(); }
+  // The update is in the round's reducer: applies it to the model, judges the round, and hands
+  // the commit to the pipeline (which records it, saves the model and sends the RoundCommit).
+  // `log` describes the round.
+  void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
+              std::string log) override ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Ends every session with ABORTED, records the round and forgets it.
+  void Abort(const std::string& reason) override ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.
   absl::StatusOr<v1::RunInfo> RunningRun(const std::string& run_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `ranks`: the local_world_size the member joined with.
+  // Admits the header of a leader of the running run and enters it into the round.
   absl::StatusOr<int64_t> JoinLocked(const v1::SyncHeader& claimed,
                                      const ControlPlane::Leader& leader,
                                      const std::shared_ptr<RoundMember>& member)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OpenRound(int64_t number, int fragment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The update is in the round's reducer: records round and step, then (once the model is
-  // saved, when there is a state folder) commits the run, sends the RoundCommit and ends the
-  // round's streams. `log` describes the round.
-  void Publish(const std::vector<std::string>& included, int64_t step, DigestPair digest,
-               std::string log) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Has a model saved behind a commit written now, and waits until no model is being saved:
-  // neither a pending commit's nor one saved behind.
-  void AwaitNoSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until no commit waits for its model to be on disk (pending_).
-  void AwaitNoPendingCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a decided commit may go ahead now (no model being saved, no stop being saved).
-  bool MayCommit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !pending_.has_value() && !stopping_run_;
-  }
-  // Hands the model's snapshot to the state writer and records the pending commit once it is
-  // durable (at once without a state folder): the initial model and a run's final commit.
-  void SaveModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands the model's snapshot to the state writer after a commit that was announced already
-  // (StateWriter::SaveModelLater; docs/design.md, "Persistence"): the commit does not wait for
-  // the disk.
-  void SaveBehind() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commits the pending commit to the run record and announces it once the record is on disk
-  // (at once without a state folder): a member never holds a round the record has not, so a
-  // restarted coordinator never reuses the number of a round a member holds (docs/design.md,
-  // "Persistence").
-  void RecordCommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the pending commit's RoundCommit to its members, ends their streams and forgets it.
-  void Announce() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // On a state writer thread: runs `next` under the lock, acts on the round's decisions and
-  // flushes the streams touched.
-  void Resume(absl::FunctionRef<void()> next) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
-  // ModelKeeper::TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not.
-  absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run) const
+  // Opens round `number` carrying `fragment` over the live leaders not suspended.
+  void StartRound(int64_t number, int fragment) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CommitPipeline::Host.
+  void Resume(absl::FunctionRef<void()> next) override ABSL_LOCKS_EXCLUDED(mu_);
+  void Announced(const std::vector<std::string>& included) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The header offers a round of the model's run that has already committed.
-  bool Stale(const v1::SyncHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves a live leader whose header was refused out of the round (or the next one);
   // `excused` as for RoundDriver::Refuse.
   void Refuse(const std::string& member_id, const absl::Status& status, bool excused = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `call` on the open sharded round's driver if the session is in it (else
+  // FAILED_PRECONDITION naming `what`), then acts on the round's decisions.
+  absl::Status InShardedRound(int64_t session_id, absl::string_view what,
+                              absl::FunctionRef<absl::Status(ShardedDriver&)> call)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Acts on the round's decisions, if a round is open.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends every session with ABORTED, records the round and forgets it.
-  void Abort(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The open round ended with `committed` in its commit (none: aborted): suspends the members
-  // its faults condemn, with an event each.
+  // its faults condemn (MemberStanding), with an event each.
   void Judge(const std::vector<std::string>& committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::RoundRecord Record(v1::RoundOutcome outcome) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The active run's model.
   GlobalModel& model() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return models_.active(); }
   const GlobalModel& model() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return models_.active(); }
@@ -232,32 +189,18 @@ class RoundManager {
 
   ControlPlane* const plane_;
   const Options options_;
-  Context context_{this};
 
   Mutex mu_;
   ModelKeeper models_ ABSL_GUARDED_BY(mu_);
-  std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
+  std::optional<OpenRound> round_ ABSL_GUARDED_BY(mu_);
   RoundSessions sessions_ ABSL_GUARDED_BY(mu_);
   // Names each attempt at a round (RoundHeader.attempt): random start, then counting, so that
   // a restarted coordinator does not reuse an attempt its members saw.
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_);
-  // A commit waiting for its model or its run record to be on disk; while it waits, no other
-  // commit starts and FetchModel waits.
-  std::optional<PendingCommit> pending_ ABSL_GUARDED_BY(mu_);
-  // Models of announced commits handed to the state writer and not yet on disk (SaveBehind).
-  int saves_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  // A StopRun is being saved: no round commits, and Tick leaves the open round to the stop.
-  bool stopping_run_ ABSL_GUARDED_BY(mu_) = false;
-  // Members that sent a Sync header in this run, and since its last commit: silent in a round
-  // (RoundFault::silent) is only one of the first and none of the second.
-  std::set<std::string> heard_in_run_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> heard_since_commit_ ABSL_GUARDED_BY(mu_);
-  // Each member's credential in its latest header: another one is a new process.
-  std::map<std::string, std::string> credentials_ ABSL_GUARDED_BY(mu_);
-  // Who sits out rounds for failing earlier ones (this run's, under its spec).
-  Suspensions suspensions_ ABSL_GUARDED_BY(mu_){Suspensions::Options{}};
-  // Live leaders refused before the round opened: member id -> (round, reason).
-  std::map<std::string, std::pair<int64_t, std::string>> refused_ ABSL_GUARDED_BY(mu_);
+  // A commit on its way to the run record, the disk and its members.
+  CommitPipeline pipeline_{&mu_, plane_, options_.state, &sessions_, this};
+  // What this run's rounds hold against its members.
+  MemberStanding standing_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace localsgd

@@ -74,4 +74,16 @@ std::vector<std::string> Suspensions::TakeReadmitted(absl::Time now) {
   return readmitted;
 }
 
+std::string Describe(const Suspensions::Verdict& verdict) {
+  return absl::StrCat(verdict.member_id, " sits out rounds for ",
+                      absl::FormatDuration(verdict.length), " after failing ",
+                      verdict.failed_rounds, " round(s) in a row (last: ", verdict.reason, ")");
+}
+
+std::string Readmitted(const std::string& member_id) {
+  return absl::StrCat(member_id,
+                      " takes part in rounds again, on probation (its next failed round "
+                      "suspends it again)");
+}
+
 }  // namespace localsgd

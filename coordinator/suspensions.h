@@ -77,6 +77,10 @@ class Suspensions {
   std::map<std::string, Record> records_;
 };
 
+// The event texts of a suspension and of a readmission.
+std::string Describe(const Suspensions::Verdict& verdict);
+std::string Readmitted(const std::string& member_id);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COORDINATOR_SUSPENSIONS_H_

@@ -78,4 +78,31 @@ absl::StatusOr<v1::SyncHeader> AdmitSyncHeader(const v1::SyncHeader& claimed,
   return header;
 }
 
+RefusalAnswer AnswerRefusal(const v1::SyncHeader& header, const absl::Status& status,
+                            const RefusalContext& at) {
+  RefusalAnswer answer;
+  if (status.ok()) return answer;
+  const bool not_now = absl::IsFailedPrecondition(status);
+  const bool of_model = header.run_id() == at.run_id;
+  const bool stale = not_now && of_model && header.round() <= at.committed_round;
+  const bool ended = not_now && of_model && at.initialised && at.run_ended;
+  const bool other_fragment = not_now && of_model && at.open_round.has_value() &&
+                              header.round() == at.open_round->first &&
+                              header.fragment() != at.open_round->second;
+  if (stale || ended) {
+    v1::StaleRound* out = answer.response.emplace().mutable_stale();
+    out->set_committed_round(at.committed_round);
+    out->set_global_step(at.global_step);
+    out->set_run_ended(ended);
+  } else if (other_fragment) {
+    v1::RoundFragment* out = answer.response.emplace().mutable_other_fragment();
+    out->set_round(at.open_round->first);
+    out->set_fragment(at.open_round->second);
+  }
+  answer.refuse = !absl::IsAlreadyExists(status) && !absl::IsAborted(status) &&
+                  !absl::IsUnavailable(status) && !stale;
+  answer.excused = other_fragment;
+  return answer;
+}
+
 }  // namespace localsgd

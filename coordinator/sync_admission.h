@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "exchange/fragment_plan.h"
@@ -38,6 +39,37 @@ struct SyncAdmission {
 // RUNNING is the caller's to check.
 absl::StatusOr<v1::SyncHeader> AdmitSyncHeader(const v1::SyncHeader& claimed,
                                                const SyncAdmission& at);
+
+// Where the run stands when a Sync header was not taken.
+struct RefusalContext {
+  // The run's model: its run, whether it is set, the round and global step it is at.
+  std::string run_id;
+  bool initialised = false;
+  int64_t committed_round = 0;
+  int64_t global_step = 0;
+  // The run ended (completed, stopped or failed).
+  bool run_ended = false;
+  // The round open now (number, fragment), if one is.
+  std::optional<std::pair<int64_t, int>> open_round;
+};
+// What a header that was not taken (`status`) is told beside the status, and whether the member
+// sits the round out for it.
+struct RefusalAnswer {
+  // The structured answer the member acts on (SyncResponse.stale or .other_fragment), if any.
+  std::optional<v1::SyncResponse> response;
+  // Leave the member out of the open round (or the next one), and whether that is `excused`
+  // (RoundDriver::Refuse): a member out of phase is not at fault.
+  bool refuse = false;
+  bool excused = false;
+};
+// A pure function. A stale header (a round of the model's run that committed already) is told
+// the committed round to adopt, and so is one of a run that ended; a header of another fragment
+// than the open round's is told that round's fragment. A live leader whose header is refused is
+// left out of the round at once, so the others need not wait for it: not a stale one (it adopts
+// the model and comes back for the next round), and not for a duplicate header, an aborted round
+// or one to try again, which are no fault of the member.
+RefusalAnswer AnswerRefusal(const v1::SyncHeader& header, const absl::Status& status,
+                            const RefusalContext& at);
 
 }  // namespace localsgd
 

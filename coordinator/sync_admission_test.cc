@@ -102,5 +102,69 @@ TEST(SyncAdmissionTest, ClaimsNotValidNowAreRefusedUntilTheyAre) {
               StatusIs(absl::StatusCode::kFailedPrecondition, "not initialised"));
 }
 
+RefusalContext Where() {
+  RefusalContext at;
+  at.run_id = Header().run_id();
+  at.initialised = true;
+  at.committed_round = 5;
+  at.global_step = 40;
+  return at;
+}
+
+TEST(SyncAdmissionTest, AStaleMemberIsToldTheRoundToAdoptAndNotLeftOutOfTheNext) {
+  v1::SyncHeader header = Header();
+  header.set_round(4);
+  const RefusalAnswer answer =
+      AnswerRefusal(header, absl::FailedPreconditionError("round: 4 is stale"), Where());
+  ASSERT_TRUE(answer.response.has_value());
+  EXPECT_EQ(answer.response->stale().committed_round(), 5);
+  EXPECT_EQ(answer.response->stale().global_step(), 40);
+  EXPECT_FALSE(answer.response->stale().run_ended());
+  EXPECT_FALSE(answer.refuse);
+}
+
+TEST(SyncAdmissionTest, AMemberOfAnEndedRunIsToldSoWithTheModelToTake) {
+  RefusalContext at = Where();
+  at.run_ended = true;
+  v1::SyncHeader header = Header();
+  header.set_round(6);
+  const RefusalAnswer answer =
+      AnswerRefusal(header, absl::FailedPreconditionError("not running"), at);
+  ASSERT_TRUE(answer.response.has_value());
+  EXPECT_TRUE(answer.response->stale().run_ended());
+  // Another run's member is told nothing of this model.
+  header.set_run_id("run-0");
+  EXPECT_FALSE(
+      AnswerRefusal(header, absl::FailedPreconditionError("not running"), at).response.has_value());
+}
+
+TEST(SyncAdmissionTest, AMemberOfAnotherFragmentIsToldTheRoundsAndExcused) {
+  RefusalContext at = Where();
+  at.open_round.emplace(6, 1);
+  v1::SyncHeader header = Header();
+  header.set_round(6);
+  header.set_fragment(0);
+  const RefusalAnswer answer =
+      AnswerRefusal(header, absl::FailedPreconditionError("round 6 carries fragment 1"), at);
+  ASSERT_TRUE(answer.response.has_value());
+  EXPECT_EQ(answer.response->other_fragment().round(), 6);
+  EXPECT_EQ(answer.response->other_fragment().fragment(), 1);
+  EXPECT_TRUE(answer.refuse);
+  EXPECT_TRUE(answer.excused);
+}
+
+TEST(SyncAdmissionTest, OnlyTheMembersFaultsLeaveItOutOfTheRound) {
+  v1::SyncHeader header = Header();
+  header.set_round(6);
+  EXPECT_TRUE(AnswerRefusal(header, absl::InvalidArgumentError("codec"), Where()).refuse);
+  EXPECT_FALSE(AnswerRefusal(header, absl::InvalidArgumentError("codec"), Where()).excused);
+  EXPECT_FALSE(AnswerRefusal(header, absl::AlreadyExistsError("dup"), Where()).refuse);
+  EXPECT_FALSE(AnswerRefusal(header, absl::AbortedError("quorum"), Where()).refuse);
+  EXPECT_FALSE(AnswerRefusal(header, absl::UnavailableError("again"), Where()).refuse);
+  const RefusalAnswer taken = AnswerRefusal(header, absl::OkStatus(), Where());
+  EXPECT_FALSE(taken.refuse);
+  EXPECT_FALSE(taken.response.has_value());
+}
+
 }  // namespace
 }  // namespace localsgd

@@ -32,8 +32,8 @@ void CommitPipeline::Start(Commit commit, std::shared_ptr<const ModelSnapshot> m
   state_->SaveModelLater(std::move(model), [this, run_id](const absl::Status& saved) {
     MutexLock lock(mu_);
     if (!saved.ok()) {
-      LogError(absl::StrCat("run ", run_id, ": the global model is not on disk: ",
-                            saved.ToString()));
+      LogError(
+          absl::StrCat("run ", run_id, ": the global model is not on disk: ", saved.ToString()));
     }
     --saves_in_flight_;
   });

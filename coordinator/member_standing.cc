@@ -26,8 +26,7 @@ void MemberStanding::Heard(const std::string& member_id, const std::string& cred
   heard_since_commit_.insert(member_id);
 }
 
-void MemberStanding::RefuseBefore(const std::string& member_id, int64_t round,
-                                  std::string reason) {
+void MemberStanding::RefuseBefore(const std::string& member_id, int64_t round, std::string reason) {
   refused_[member_id] = {round, std::move(reason)};
 }
 

@@ -58,6 +58,7 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
     models_.StartRun(run);  // the ended run's final model stays to be fetched
     // Refusals, suspensions and streams belong to the run they were made in.
     standing_ = MemberStanding(run.spec());
+    backoff_ = RoundBackoff();
     sessions_.ForgetLatest();
   }
   return run;
@@ -178,7 +179,12 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
   standing_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
   LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
   models_.AddHolder(header.member_id());  // admitted: its round is the next, so it holds ours
-  if (!round_.has_value()) StartRound(model().round() + 1, header.fragment());
+  if (!round_.has_value()) {
+    if (std::string why; !backoff_.MayOpen(options_.clock(), Membership(), &why)) {
+      return RoundsBackOff(why);
+    }
+    StartRound(model().round() + 1, header.fragment());
+  }
   return round_->driver->Arrive(header, member);
 }
 
@@ -369,6 +375,7 @@ void RoundManager::Commit(const std::vector<std::string>& included, int64_t step
                                  options_.clock());
   commit.log = std::move(log);
   Judge(included);
+  backoff_.Committed();
   round_.reset();
   // The run's final model is on disk before the run ends.
   const bool ends_run = CommitEndsRun(model().spec(), commit.synced_step);
@@ -391,6 +398,22 @@ void RoundManager::Abort(const std::string& reason) {
   plane_->RecordRound(std::move(record));  // which logs it, as an event
   Judge({});
   round_.reset();
+  const std::string membership = Membership();
+  const bool was_open = backoff_.MayOpen(options_.clock(), membership);
+  backoff_.Aborted(options_.clock(), membership, reason);
+  if (std::string why; was_open && !backoff_.MayOpen(options_.clock(), membership, &why)) {
+    plane_->RecordEvent(v1::EVENT_SEVERITY_WARNING, "rounds_backing_off", why);
+  }
+}
+
+std::string RoundManager::Membership() const {
+  std::string membership;
+  for (const ControlPlane::Leader& leader : plane_->LiveLeaders()) {
+    if (standing_.Suspended(leader.worker_id, options_.clock())) continue;
+    absl::StrAppend(&membership, leader.worker_id, "/", leader.data_plane_key, "/", leader.ranks,
+                    ";");
+  }
+  return membership;
 }
 
 void RoundManager::Judge(const std::vector<std::string>& committed) {

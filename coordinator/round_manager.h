@@ -22,6 +22,7 @@
 #include "coordinator/member_standing.h"
 #include "coordinator/model_keeper.h"
 #include "coordinator/open_round.h"
+#include "coordinator/round_backoff.h"
 #include "coordinator/round_driver.h"
 #include "coordinator/round_sessions.h"
 #include "coordinator/sharded_driver.h"
@@ -164,6 +165,9 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   absl::Status InShardedRound(int64_t session_id, absl::string_view what,
                               absl::FunctionRef<absl::Status(ShardedDriver&)> call)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The live leaders that take part in rounds (not suspended) as RoundBackoff compares them:
+  // their ids, credentials and ranks.
+  std::string Membership() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acts on the round's decisions, if a round is open.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The open round ended with `committed` in its commit (none: aborted): suspends the members
@@ -201,6 +205,8 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   CommitPipeline pipeline_{&mu_, plane_, options_.state, &sessions_, this};
   // What this run's rounds hold against its members.
   MemberStanding standing_ ABSL_GUARDED_BY(mu_);
+  // When this run's rounds may open again after aborting.
+  RoundBackoff backoff_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace localsgd

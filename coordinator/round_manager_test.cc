@@ -754,5 +754,64 @@ TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
   EXPECT_EQ(plane_->Run().round(), 1);
 }
 
+// Issue 50, finding 6: rounds that cannot commit (here: too few members for min_workers)
+// opened and aborted at every step boundary, thousands a minute. After three aborts in a row
+// with the same members, rounds back off (1 s, then doubling): headers meanwhile are answered
+// ABORTED, saying so, and open no round; the time passing, or another member joining, ends it.
+TEST_F(RoundManagerTest, RoundsThatCannotCommitBackOffUntilTimePassesOrTheMembersChange) {
+  JoinMember(NodeJoin("m"));
+  Start(RoundManager::Options(), "star", /*min_workers=*/2);
+  v1::LeaveRequest leave;
+  leave.set_worker_id("m/0");
+  leave.set_member_credential(credentials_["m/0"]);
+  leave.set_preempted(true);
+  ASSERT_THAT(plane_->Leave(leave), IsOk());
+  // One header at a boundary: whether a round opened for it (it then aborts: quorum lost).
+  auto try_round = [&] {
+    auto alone = std::make_shared<FakeMember>();
+    absl::StatusOr<int64_t> session = rounds_->Join(Header(1), alone);
+    if (absl::IsAborted(session.status()) &&
+        absl::StrContains(session.status().message(), "rounds back off")) {
+      return false;
+    }
+    if (session.ok()) {
+      const v1::Chunk chunk = DeltaChunk();
+      rounds_->AddChunk(*session, chunk).IgnoreError();
+    }
+    rounds_->Tick();
+    EXPECT_FALSE(alone->committed());
+    return true;
+  };
+  int opened = 0;
+  for (int i = 0; i < 20; ++i) opened += try_round() ? 1 : 0;
+  EXPECT_EQ(opened, 3);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(try_round());   // the back-off's 1 s are over: one more try
+  EXPECT_FALSE(try_round());  // and 2 s now
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(try_round());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(try_round());
+  const v1::CoordinatorStatus status = plane_->Status();
+  int backing_off = 0;
+  for (const v1::Event& event : status.events()) {
+    if (event.kind() == "rounds_backing_off") ++backing_off;
+  }
+  EXPECT_GE(backing_off, 1);
+  // The other member is back: its round opens at once and commits.
+  EXPECT_FALSE(try_round());
+  JoinMember(NodeJoin("m"));
+  auto first = std::make_shared<FakeMember>();
+  auto second = std::make_shared<FakeMember>();
+  absl::StatusOr<int64_t> a = rounds_->Join(Header(1, "n/0"), first);
+  absl::StatusOr<int64_t> b = rounds_->Join(Header(1, "m/0"), second);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  const v1::Chunk chunk = DeltaChunk();
+  ASSERT_THAT(rounds_->AddChunk(*a, chunk), IsOk());
+  ASSERT_THAT(rounds_->AddChunk(*b, chunk), IsOk());
+  EXPECT_TRUE(WaitFor([&] { return first->committed() && second->committed(); }, absl::Seconds(5)));
+}
+
 }  // namespace
 }  // namespace localsgd

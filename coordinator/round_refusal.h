@@ -26,6 +26,13 @@ inline absl::Status RoundAborted(int64_t round, const std::string& reason) {
                    "; keep your local weights and sync at the next boundary"));
 }
 
+// Rounds back off after aborting in a row (RoundBackoff; `why` says until when): the member
+// keeps its weights until the next boundary, as for an aborted round.
+inline absl::Status RoundsBackOff(const std::string& why) {
+  return absl::AbortedError(
+      absl::StrCat(why, "; keep your local weights and sync at the next boundary"));
+}
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COORDINATOR_ROUND_REFUSAL_H_

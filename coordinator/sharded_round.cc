@@ -339,12 +339,12 @@ std::vector<std::string> ShardedRound::Included() const {
   return included;
 }
 
-int64_t ShardedRound::Step(int64_t floor) const {
+int64_t ShardedRound::Step(int64_t floor, int64_t ceiling) const {
   std::vector<int64_t> claims;
   for (const Member& member : expected_) {
     if (member.slot >= 0 && !member.dropped) claims.push_back(member.step);
   }
-  return RoundStep(std::move(claims), floor);
+  return RoundStep(std::move(claims), floor, ceiling);
 }
 
 absl::Duration ShardedRound::SlowestWait() const {

@@ -115,7 +115,7 @@ class ShardedRound {
   // Members still in the round (not dropped), in slot order, and the global step their claims
   // give the round (RoundStep, at least `floor`).
   std::vector<std::string> Included() const;
-  int64_t Step(int64_t floor) const;
+  int64_t Step(int64_t floor, int64_t ceiling = 0) const;
   // The shard whose range holds chunk `chunk`, or -1.
   int ShardOf(int chunk) const;
   // Every member dropped so far, with its reason, in order.

@@ -122,12 +122,12 @@ std::vector<std::string> StarRound::Present() const {
   return present;
 }
 
-int64_t StarRound::Step(int64_t floor) const {
+int64_t StarRound::Step(int64_t floor, int64_t ceiling) const {
   std::vector<int64_t> claims;
   for (const Member& member : state_) {
     if (member.arrived && !member.dropped && !member.excluded) claims.push_back(member.step);
   }
-  return RoundStep(std::move(claims), floor);
+  return RoundStep(std::move(claims), floor, ceiling);
 }
 
 absl::Duration StarRound::SlowestWait() const {

@@ -83,7 +83,7 @@ class StarRound {
   // Members that arrived and are neither dropped nor excluded, in slot order, and the global
   // step their claims give the round (RoundStep, at least `floor`).
   std::vector<std::string> Included() const;
-  int64_t Step(int64_t floor) const;
+  int64_t Step(int64_t floor, int64_t ceiling = 0) const;
   // Every member dropped (and every one excluded) so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
   const std::vector<std::pair<std::string, std::string>>& excluded() const { return excluded_; }

@@ -57,17 +57,20 @@ absl::StatusOr<std::string> ResolveToken(absl::string_view token, const std::str
     return absl::InvalidArgumentError("--token and --token_file: give at most one");
   }
   if (token_file.empty()) return std::string(token);
-  // A token is a line of text; the bound keeps a wrong path (a device, a huge file) harmless.
-  constexpr int64_t kMaxTokenFileBytes = 64 * 1024;
-  absl::StatusOr<std::string> contents = ReadFile(token_file, kMaxTokenFileBytes);
+  return ReadSecretFile("--token_file", token_file);
+}
+
+absl::StatusOr<std::string> ReadSecretFile(absl::string_view what, const std::string& path) {
+  // A secret is a line of text; the bound keeps a wrong path (a device, a huge file) harmless.
+  constexpr int64_t kMaxSecretFileBytes = 64 * 1024;
+  absl::StatusOr<std::string> contents = ReadFile(path, kMaxSecretFileBytes);
   if (!contents.ok()) {
     return absl::Status(contents.status().code(),
-                        absl::StrCat("--token_file: ", contents.status().message()));
+                        absl::StrCat(what, ": ", contents.status().message()));
   }
   std::string trimmed(absl::StripAsciiWhitespace(*contents));
-  if (trimmed.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--token_file: ", token_file, " is empty"));
-  }
+  if (trimmed.empty())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, " is empty"));
   return trimmed;
 }
 

@@ -36,6 +36,10 @@ std::unique_ptr<grpc::ClientContext> AuthorizedContext(absl::string_view token,
 // The file's content is trimmed of surrounding whitespace and must not be empty.
 absl::StatusOr<std::string> ResolveToken(absl::string_view token, const std::string& token_file);
 
+// A secret kept in a file (a token, a node key): its first 64 KiB at most, trimmed of
+// surrounding whitespace, not empty. Errors name `what` (the flag or variable that gave `path`).
+absl::StatusOr<std::string> ReadSecretFile(absl::string_view what, const std::string& path);
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COMMON_AUTH_H_

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/enum_name.h"
 #include "common/log.h"
+#include "common/node_key.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
@@ -120,6 +121,15 @@ ControlPlane::Persist ControlPlane::RunOrMembers(v1::RunState before) const {
 
 absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& request) {
   SavedOnReturn saved(options_.state);
+  if (const std::string& node = request.identity().node_name();
+      !options_.node_key_secret.empty() && !node.empty() &&
+      !IsNodeKey(options_.node_key_secret, node, request.node_key())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node_key: ",
+        request.node_key().empty() ? "required: this coordinator admits a node only with its key"
+                                   : "not the key of node",
+        " ", Quoted(node), " (the operator makes it: localsgdctl node_key --node=NAME)"));
+  }
   MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   const bool replaces_live =

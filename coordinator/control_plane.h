@@ -44,6 +44,9 @@ class ControlPlane {
     // What status says of how clients reach the coordinator (CoordinatorStatus).
     std::string transport_security = "plaintext";
     bool token_required = false;
+    // Binds node names to keys (common/node_key.h): a Join must carry its node's key made from
+    // this secret (JoinRequest.node_key); empty admits a Join in any node's name.
+    std::string node_key_secret;
   };
 
   // Restores the run the state writer's folder holds, if any.

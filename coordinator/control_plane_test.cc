@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/node_key.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -753,6 +754,41 @@ TEST_F(ControlPlaneTest, NoMemberCanHeartbeatOrLeaveInAnothersName) {
               StatusIs(absl::StatusCode::kPermissionDenied, "member_credential"));
   leave.clear_member_credential();
   EXPECT_THAT(Leave(*plane, leave), IsOk());
+}
+
+// Issue 50, finding 9: the run token admitted a Join in any node's name, so a token holder
+// could take a live member's worker id (replacing it) or hold many identities. A coordinator
+// that binds node names to keys admits a Join only with its node's key: the run token alone
+// takes no seat, and one node's key takes no other node's.
+TEST_F(ControlPlaneTest, WithNodeKeysAJoinNeedsItsNodesKey) {
+  ControlPlane::Options options;
+  options.clock = clock_.AsFunction();
+  options.node_key_secret = "the operator's secret";
+  std::unique_ptr<ControlPlane> plane = *ControlPlane::Create(options);
+  v1::JoinRequest honest = JoinAs("a", 0);
+  honest.set_node_key(NodeKey(options.node_key_secret, "a"));
+  ASSERT_THAT(Join(*plane, honest), IsOk());
+  const std::string credential = credentials_["a/0"];
+  // An impostor with the run token only, or with another node's key, or a key of another secret.
+  v1::JoinRequest impostor = JoinAs("a", 0);
+  EXPECT_THAT(plane->Join(impostor),
+              StatusIs(absl::StatusCode::kPermissionDenied, "node_key: required"));
+  impostor.set_node_key(NodeKey(options.node_key_secret, "b"));
+  EXPECT_THAT(plane->Join(impostor),
+              StatusIs(absl::StatusCode::kPermissionDenied, "node_key: not the key of node \"a\""));
+  impostor.set_node_key(NodeKey("a guess", "a"));
+  EXPECT_THAT(plane->Join(impostor), StatusIs(absl::StatusCode::kPermissionDenied, "node_key"));
+  // The member was not replaced: its credential still speaks for it.
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("a/0");
+  beat.set_member_credential(credential);
+  EXPECT_THAT(plane->Heartbeat(beat), IsOk());
+  // Other nodes join with their own keys; a plane without a secret ignores the field.
+  v1::JoinRequest other = JoinAs("b", 0);
+  other.set_node_key(NodeKey(options.node_key_secret, "b"));
+  EXPECT_THAT(plane->Join(other), IsOk());
+  std::unique_ptr<ControlPlane> open = Make();
+  EXPECT_THAT(open->Join(JoinAs("c", 0)), IsOk());
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ ABSL_FLAG(std::string, token, "",
 ABSL_FLAG(std::string, token_file, "",
           "File holding the bearer token (surrounding whitespace "
           "is ignored).");
+ABSL_FLAG(std::string, node_key_secret_file, "",
+          "File holding a secret only the operator and the coordinator know; set: a Join must "
+          "carry its node's key made from it (localsgdctl node_key --node=NAME), so the run "
+          "token alone no longer admits a worker in any node's name.");
 ABSL_FLAG(std::string, state_dir, "",
           "Folder where the run record is kept, so a restarted coordinator carries on the same "
           "run; empty keeps nothing.");
@@ -96,6 +100,13 @@ int main(int argc, char** argv) {
   }
 
   localsgd::CoordinatorServer::Options options;
+  if (const std::string secret_file = absl::GetFlag(FLAGS_node_key_secret_file);
+      !secret_file.empty()) {
+    absl::StatusOr<std::string> secret =
+        localsgd::ReadSecretFile("--node_key_secret_file", secret_file);
+    if (!secret.ok()) return Fail(secret.status());
+    options.node_key_secret = *std::move(secret);
+  }
   options.grpc_address = absl::GetFlag(FLAGS_grpc_address);
   options.http_address = absl::GetFlag(FLAGS_http_address);
   options.token = *token;
@@ -117,6 +128,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   localsgd::LogInfo(absl::StrCat(
       "coordinator ready (", options.tls.Name(), ", auth ", token->empty() ? "off" : "on",
+      options.node_key_secret.empty() ? "" : ", node keys required",
       options.state_dir.empty() ? ", no state dir"
                                 : absl::StrCat(", state dir ", options.state_dir),
       ")"));

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
   plane_options.clock = options.clock;
   plane_options.transport_security = options.tls.Name();
   plane_options.token_required = !options.token.empty();
+  plane_options.node_key_secret = options.node_key_secret;
   LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<ControlPlane> plane,
                             ControlPlane::Create(plane_options));
   self->plane_ = std::move(plane);

@@ -36,6 +36,8 @@ class CoordinatorServer {
     std::string http_address = "127.0.0.1:8080";
     // Bearer token for Join/Heartbeat/Leave/StartRun/StopRun; empty turns auth off.
     std::string token;
+    // Binds node names to keys (ControlPlane::Options::node_key_secret); empty: none.
+    std::string node_key_secret;
     // Where the run record is kept; empty keeps nothing.
     std::string state_dir;
     // The share of time the state folder's model.bin may take (StateWriter::Options).

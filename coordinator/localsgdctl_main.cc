@@ -18,6 +18,7 @@
 #include "common/control_client.h"
 #include "common/file_util.h"
 #include "common/grpc_channel.h"
+#include "common/node_key.h"
 #include "common/run_spec.h"
 #include "common/status_util.h"
 #include "coordinator/ctl_format.h"
@@ -48,6 +49,9 @@ ABSL_FLAG(std::string, out, "",
           "fetch: where to write the committed global model, as raw little-endian fp32 values "
           "in the flat order of the model's parameters.");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1), "watch: least time between two lines.");
+ABSL_FLAG(std::string, node, "", "node_key: the node whose key to print.");
+ABSL_FLAG(std::string, node_key_secret_file, "",
+          "node_key: the file holding the coordinator's --node_key_secret_file secret.");
 ABSL_FLAG(bool, until_done, false,
           "watch: exit when the run is COMPLETED (0), STOPPED or FAILED (1).");
 
@@ -66,7 +70,10 @@ constexpr char kUsage[] =
     "  watch [--interval=1s] [--until_done]\n"
     "                             a line per status change until Ctrl-C\n"
     "  fetch --out=FILE [--run_id=ID]\n"
-    "                             write the run's committed global model (raw fp32)";
+    "                             write the run's committed global model (raw fp32)\n"
+    "  node_key --node=NAME --node_key_secret_file=FILE\n"
+    "                             print the key node NAME's workers join with (no coordinator\n"
+    "                             is asked: the secret is the coordinator's)";
 
 int Usage(const std::string& message) {
   std::fprintf(stderr, "localsgdctl: %s (see --help)\n", message.c_str());
@@ -198,6 +205,20 @@ class Ctl {
   std::string token_;
 };
 
+// Prints node --node's key under the secret in --node_key_secret_file.
+int NodeKeyCommand() {
+  const std::string node = absl::GetFlag(FLAGS_node);
+  if (node.empty()) return Usage("node_key needs --node=NAME");
+  if (absl::GetFlag(FLAGS_node_key_secret_file).empty()) {
+    return Usage("node_key needs --node_key_secret_file=FILE");
+  }
+  absl::StatusOr<std::string> secret =
+      localsgd::ReadSecretFile("--node_key_secret_file", absl::GetFlag(FLAGS_node_key_secret_file));
+  if (!secret.ok()) return Fail(secret.status());
+  std::printf("%s\n", localsgd::NodeKey(*secret, node).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,9 +226,11 @@ int main(int argc, char** argv) {
   localsgd::HelpShowsTlsFlags("localsgdctl_main");
   std::vector<char*> args = localsgd::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    return Usage(args.size() < 2 ? "missing COMMAND (start, stop, status, runs, watch, fetch)"
-                                 : absl::StrCat("one COMMAND expected, got \"", args[2], "\" too"));
+    return Usage(args.size() < 2
+                     ? "missing COMMAND (start, stop, status, runs, watch, fetch, node_key)"
+                     : absl::StrCat("one COMMAND expected, got \"", args[2], "\" too"));
   }
+  if (std::string(args[1]) == "node_key") return NodeKeyCommand();
   absl::StatusOr<std::string> token =
       localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) return Fail(token.status());
@@ -224,6 +247,6 @@ int main(int argc, char** argv) {
   if (command == "runs") return ctl.Runs();
   if (command == "watch") return ctl.Watch();
   if (command == "fetch") return ctl.Fetch();
-  return Usage(
-      absl::StrCat("unknown command \"", command, "\" (start, stop, status, runs, watch, fetch)"));
+  return Usage(absl::StrCat("unknown command \"", command,
+                            "\" (start, stop, status, runs, watch, fetch, node_key)"));
 }

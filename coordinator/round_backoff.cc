@@ -20,8 +20,7 @@ void RoundBackoff::Aborted(absl::Time now, const std::string& membership,
   until_ = now + std::min(wait, options_.longest);
 }
 
-bool RoundBackoff::MayOpen(absl::Time now, const std::string& membership,
-                           std::string* why) const {
+bool RoundBackoff::MayOpen(absl::Time now, const std::string& membership, std::string* why) const {
   if (now >= until_ || membership != membership_) return true;
   if (why != nullptr) {
     *why = absl::StrCat("rounds back off for ", absl::FormatDuration(until_ - now), " after ",

@@ -25,8 +25,8 @@ TEST(RoundBackoffTest, AfterTheFreeAbortsRoundsWaitDoublingUpToTheLongest) {
   EXPECT_THAT(why, HasSubstr("(last: quorum lost: 1 of min_workers 2 left)"));
   EXPECT_TRUE(backoff.MayOpen(now + absl::Seconds(1), "a,b"));
   // 2 s, 4 s, 8 s, then no longer than 8 s.
-  for (absl::Duration wait : {absl::Seconds(2), absl::Seconds(4), absl::Seconds(8),
-                              absl::Seconds(8)}) {
+  for (absl::Duration wait :
+       {absl::Seconds(2), absl::Seconds(4), absl::Seconds(8), absl::Seconds(8)}) {
     now += absl::Seconds(100);
     backoff.Aborted(now, "a,b", "quorum lost");
     EXPECT_FALSE(backoff.MayOpen(now + wait - absl::Milliseconds(1), "a,b"));

@@ -69,6 +69,7 @@ SessionOptions MakeSessionOptions(const py::dict& given) {
                                              {"tls_cert", "LOCALSGD_TLS_CERT"},
                                              {"tls_key", "LOCALSGD_TLS_KEY"},
                                              {"node_name", "LOCALSGD_NODE_NAME"},
+                                             {"node_key_file", "LOCALSGD_NODE_KEY_FILE"},
                                              {"rendezvous_dir", "LOCALSGD_RENDEZVOUS_DIR"},
                                              {"checkpoint_dir", "LOCALSGD_CHECKPOINT_DIR"},
                                              {"connect_timeout", "LOCALSGD_CONNECT_TIMEOUT"}};

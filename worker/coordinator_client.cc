@@ -63,6 +63,7 @@ CoordinatorClient::~CoordinatorClient() { Leave("worker exiting").IgnoreError();
 absl::Status CoordinatorClient::Join(absl::Duration deadline) {
   v1::JoinRequest request;
   *request.mutable_identity() = options_.identity;
+  request.set_node_key(options_.node_key);
   request.set_hostname(options_.hostname);
   request.set_pid(getpid());
   {

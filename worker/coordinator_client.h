@@ -29,6 +29,7 @@ class CoordinatorClient {
     std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
     std::string token;
     v1::WorkerIdentity identity;
+    std::string node_key;  // JoinRequest.node_key
     std::string hostname;
     // Node leaders: where they serve the sharded data plane (JoinRequest.data_address).
     std::string data_address;

@@ -97,12 +97,10 @@ absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(SessionOptions defa
     options.connect_timeout = absl::Seconds(seconds);
   }
   if (std::optional<std::string> file = environment("LOCALSGD_TOKEN_FILE"); file.has_value()) {
-    absl::StatusOr<std::string> token = ResolveToken("", *file);
-    if (!token.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("LOCALSGD_TOKEN_FILE: ", token.status().message()));
-    }
-    options.token = *std::move(token);
+    LOCALSGD_ASSIGN_OR_RETURN(options.token, ReadSecretFile("LOCALSGD_TOKEN_FILE", *file));
+  }
+  if (std::optional<std::string> file = environment("LOCALSGD_NODE_KEY_FILE"); file.has_value()) {
+    LOCALSGD_ASSIGN_OR_RETURN(options.node_key, ReadSecretFile("LOCALSGD_NODE_KEY_FILE", *file));
   }
 
   std::optional<int> node_rank;

@@ -19,7 +19,7 @@ std::optional<std::string> ProcessEnvironment(const std::string& name);
 // "Environment"), so that `torchrun`, Slurm's `srun` and scripts/launch.sh start a program
 // unchanged:
 //  - where to connect: LOCALSGD_COORDINATOR (HOST:PORT), LOCALSGD_TOKEN_FILE, LOCALSGD_TLS_CA,
-//    LOCALSGD_TLS_CERT, LOCALSGD_TLS_KEY; the node: LOCALSGD_NODE_NAME,
+//    LOCALSGD_TLS_CERT, LOCALSGD_TLS_KEY; the node: LOCALSGD_NODE_NAME, LOCALSGD_NODE_KEY_FILE,
 //    LOCALSGD_RENDEZVOUS_DIR, LOCALSGD_DATA_ADDRESS, LOCALSGD_DATA_TLS_CERT and _KEY,
 //    LOCALSGD_CHECKPOINT_DIR;
 //  - the ranks: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK (or

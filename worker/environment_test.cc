@@ -115,15 +115,23 @@ TEST(EnvironmentTest, ErrorsNameTheVariable) {
               HasSubstr("LOCALSGD_TOKEN_FILE"));
 }
 
-TEST(EnvironmentTest, TokenFile) {
-  const std::string path = ::testing::TempDir() + "/token";
-  FILE* f = std::fopen(path.c_str(), "w");
-  std::fputs("secret\n", f);
-  std::fclose(f);
-  absl::StatusOr<SessionOptions> options =
-      SessionOptionsFromEnvironment({}, Env({{"LOCALSGD_TOKEN_FILE", path}}));
+TEST(EnvironmentTest, TokenAndNodeKeyFiles) {
+  const std::string token = ::testing::TempDir() + "/token";
+  const std::string key = ::testing::TempDir() + "/node.key";
+  for (const auto& [path, text] : {std::pair(token, "secret\n"), std::pair(key, " key \n")}) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text, f);
+    std::fclose(f);
+  }
+  absl::StatusOr<SessionOptions> options = SessionOptionsFromEnvironment(
+      {}, Env({{"LOCALSGD_TOKEN_FILE", token}, {"LOCALSGD_NODE_KEY_FILE", key}}));
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->token, "secret");
+  EXPECT_EQ(options->node_key, "key");
+  EXPECT_THAT(SessionOptionsFromEnvironment({}, Env({{"LOCALSGD_NODE_KEY_FILE", "/nonexistent"}}))
+                  .status()
+                  .message(),
+              HasSubstr("LOCALSGD_NODE_KEY_FILE"));
 }
 
 }  // namespace

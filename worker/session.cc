@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   client_options.address = options.coordinator;
   client_options.credentials = credentials;
   client_options.token = options.token;
+  client_options.node_key = options.node_key;
   client_options.identity.set_node_name(options.node_name);
   client_options.identity.set_local_rank(options.local_rank);
   client_options.identity.set_local_world_size(options.local_world_size);

@@ -39,6 +39,8 @@ struct SessionOptions {
   std::string coordinator = "127.0.0.1:50051";
   std::string token;
   ClientTls tls;
+  // This node's key, for a coordinator that binds node names to keys (common/node_key.h).
+  std::string node_key;
   // This node's name (empty: the host name) and this process's rank among the node's ranks.
   // Rank 0 leads the node; when it dies the lowest live rank takes over.
   std::string node_name;

@@ -37,6 +37,9 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC HOST:PORT.");
 ABSL_FLAG(std::string, token, "", "Bearer token (prefer --token_file).");
 ABSL_FLAG(std::string, token_file, "", "File holding the bearer token.");
+ABSL_FLAG(std::string, node_key_file, "",
+          "File holding this node's key, for a coordinator that requires one "
+          "(--node_key_secret_file there; localsgdctl node_key makes it).");
 ABSL_FLAG(std::string, node_name, "", "This node's name (default: the host name).");
 ABSL_FLAG(int, node_rank, 0, "This node's index among the run's nodes (data sharding).");
 ABSL_FLAG(int, num_nodes, 1, "Number of nodes in the run (data sharding).");
@@ -193,6 +196,12 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   absl::StatusOr<std::string> token =
       localsgd::ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) return UsageError(std::string(token.status().message()));
+  std::string node_key;
+  if (const std::string file = absl::GetFlag(FLAGS_node_key_file); !file.empty()) {
+    absl::StatusOr<std::string> key = localsgd::ReadSecretFile("--node_key_file", file);
+    if (!key.ok()) return UsageError(std::string(key.status().message()));
+    node_key = *std::move(key);
+  }
   if (absl::Status s = localsgd::ChannelCredentialsFromFlags().status(); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
@@ -207,6 +216,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   localsgd::SessionOptions session_options;
   session_options.coordinator = absl::GetFlag(FLAGS_coordinator);
   session_options.token = *token;
+  session_options.node_key = std::move(node_key);
   session_options.tls = localsgd::ClientTlsFromFlags();
   session_options.node_name = absl::GetFlag(FLAGS_node_name).empty()
                                   ? environment_node_name

@@ -102,8 +102,9 @@ class LocalSGD:
 
     def __init__(self, accelerator=None, model=None, local_sgd_steps=None, enabled=True, *,
                  average_buffers=None, coordinator=None, token_file=None, tls_ca=None,
-                 tls_cert=None, tls_key=None, node_name=None, rendezvous_dir=None,
-                 checkpoint_dir=None, connect_timeout=None, start_run=False, **spec):
+                 tls_cert=None, tls_key=None, node_name=None, node_key_file=None,
+                 rendezvous_dir=None, checkpoint_dir=None, connect_timeout=None,
+                 start_run=False, **spec):
         if model is None and isinstance(accelerator, torch.nn.Module):
             model, accelerator = accelerator, None  # LocalSGD(model, 8)
         if not isinstance(model, torch.nn.Module):
@@ -135,7 +136,8 @@ class LocalSGD:
             start = _spec_json(dict({"model": {"custom": type(model).__name__}}, **expect))
         connection = dict(coordinator=coordinator, token_file=token_file, tls_ca=tls_ca,
                           tls_cert=tls_cert, tls_key=tls_key, node_name=node_name,
-                          rendezvous_dir=rendezvous_dir, checkpoint_dir=checkpoint_dir,
+                          node_key_file=node_key_file, rendezvous_dir=rendezvous_dir,
+                          checkpoint_dir=checkpoint_dir,
                           connect_timeout=None if connect_timeout is None else str(connect_timeout))
         params, buffers = _model_tensors(model)
         self._replica = _C.Replica.connect(params, buffers, connection, start, _spec_json(expect))

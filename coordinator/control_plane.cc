@@ -353,6 +353,7 @@ v1::CoordinatorStatus ControlPlane::Status() const {
   v1::CoordinatorStatus status;
   status.set_transport_security(options_.transport_security);
   status.set_token_required(options_.token_required);
+  status.set_node_keys_required(!options_.node_key_secret.empty());
   *status.mutable_run() = runs_.info();
   for (const Member& member : membership_.Members()) {
     v1::MemberStatus* out = status.add_members();

@@ -180,6 +180,28 @@ class RoundManagerTest : public ::testing::Test {
     return chunk;
   }
 
+  // Star round `round` of members `a` and `b` (in that order): their headers and chunks; whether
+  // both were told it committed.
+  bool StarRoundOfTwo(int64_t round, const std::string& a, const std::string& b) {
+    auto first = std::make_shared<FakeMember>();
+    auto second = std::make_shared<FakeMember>();
+    absl::StatusOr<int64_t> one = rounds_->Join(Header(round, a), first);
+    absl::StatusOr<int64_t> two = rounds_->Join(Header(round, b), second);
+    if (!one.ok() || !two.ok()) return false;
+    const v1::Chunk chunk = DeltaChunk();
+    if (!rounds_->AddChunk(*one, chunk).ok() || !rounds_->AddChunk(*two, chunk).ok()) return false;
+    return WaitFor([&] { return first->committed() && second->committed(); }, absl::Seconds(5));
+  }
+
+  // The member leaves as a preempted worker does.
+  void LeavePreempted(const std::string& member_id) {
+    v1::LeaveRequest leave;
+    leave.set_worker_id(member_id);
+    leave.set_member_credential(credentials_[member_id]);
+    leave.set_preempted(true);
+    ASSERT_THAT(plane_->Leave(leave), IsOk());
+  }
+
   // One star round of the single member: the header and its one chunk.
   std::shared_ptr<FakeMember> StarRound(int64_t round) {
     auto member = std::make_shared<FakeMember>();
@@ -721,11 +743,7 @@ TEST_F(RoundManagerTest, TheFinalModelsOfTheLastThreeEndedRunsAreKept) {
 TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
   JoinMember(NodeJoin("m"));
   Start(RoundManager::Options(), "star", /*min_workers=*/2);
-  v1::LeaveRequest leave;
-  leave.set_worker_id("m/0");
-  leave.set_member_credential(credentials_["m/0"]);
-  leave.set_preempted(true);
-  ASSERT_THAT(plane_->Leave(leave), IsOk());
+  LeavePreempted("m/0");
   for (int attempt = 0; attempt < 5; ++attempt) {
     auto alone = std::make_shared<FakeMember>();
     absl::StatusOr<int64_t> session = rounds_->Join(Header(1), alone);
@@ -741,16 +759,7 @@ TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
     EXPECT_NE(event.kind(), "member_suspended") << event.text();
   }
   JoinMember(NodeJoin("m"));
-  auto first = std::make_shared<FakeMember>();
-  auto second = std::make_shared<FakeMember>();
-  absl::StatusOr<int64_t> b = rounds_->Join(Header(1, "m/0"), second);
-  absl::StatusOr<int64_t> a = rounds_->Join(Header(1, "n/0"), first);
-  ASSERT_THAT(a, IsOk());
-  ASSERT_THAT(b, IsOk());
-  const v1::Chunk chunk = DeltaChunk();
-  ASSERT_THAT(rounds_->AddChunk(*a, chunk), IsOk());
-  ASSERT_THAT(rounds_->AddChunk(*b, chunk), IsOk());
-  EXPECT_TRUE(WaitFor([&] { return first->committed() && second->committed(); }, absl::Seconds(5)));
+  EXPECT_TRUE(StarRoundOfTwo(1, "m/0", "n/0"));
   EXPECT_EQ(plane_->Run().round(), 1);
 }
 
@@ -761,11 +770,7 @@ TEST_F(RoundManagerTest, RoundsAbortedForLostQuorumDoNotSuspendTheMembersLeft) {
 TEST_F(RoundManagerTest, RoundsThatCannotCommitBackOffUntilTimePassesOrTheMembersChange) {
   JoinMember(NodeJoin("m"));
   Start(RoundManager::Options(), "star", /*min_workers=*/2);
-  v1::LeaveRequest leave;
-  leave.set_worker_id("m/0");
-  leave.set_member_credential(credentials_["m/0"]);
-  leave.set_preempted(true);
-  ASSERT_THAT(plane_->Leave(leave), IsOk());
+  LeavePreempted("m/0");
   // One header at a boundary: whether a round opened for it (it then aborts: quorum lost).
   auto try_round = [&] {
     auto alone = std::make_shared<FakeMember>();
@@ -801,16 +806,7 @@ TEST_F(RoundManagerTest, RoundsThatCannotCommitBackOffUntilTimePassesOrTheMember
   // The other member is back: its round opens at once and commits.
   EXPECT_FALSE(try_round());
   JoinMember(NodeJoin("m"));
-  auto first = std::make_shared<FakeMember>();
-  auto second = std::make_shared<FakeMember>();
-  absl::StatusOr<int64_t> a = rounds_->Join(Header(1, "n/0"), first);
-  absl::StatusOr<int64_t> b = rounds_->Join(Header(1, "m/0"), second);
-  ASSERT_THAT(a, IsOk());
-  ASSERT_THAT(b, IsOk());
-  const v1::Chunk chunk = DeltaChunk();
-  ASSERT_THAT(rounds_->AddChunk(*a, chunk), IsOk());
-  ASSERT_THAT(rounds_->AddChunk(*b, chunk), IsOk());
-  EXPECT_TRUE(WaitFor([&] { return first->committed() && second->committed(); }, absl::Seconds(5)));
+  EXPECT_TRUE(StarRoundOfTwo(1, "n/0", "m/0"));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ cmp -s "$WORK/node-0.key" "$WORK/node-1.key" && fail "two nodes got the same key
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
   --token_file="$WORK/token" --node_key_secret_file="$WORK/secret"
 grep -qF "node keys required" "$WORK/coord.err" || fail "the coordinator does not say it requires node keys"
+expect_status 's["node_keys_required"] == True' "status does not say node keys are required"
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 2048 }

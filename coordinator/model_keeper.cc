@@ -126,12 +126,15 @@ std::optional<ModelSnapshot> ModelKeeper::Find(const std::string& run_id) const 
   return std::nullopt;
 }
 
-absl::StatusOr<std::optional<ModelSnapshot>> ModelKeeper::LoadKept(
-    const std::string& run_id) const {
-  if (state_ == nullptr) return std::nullopt;
+absl::StatusOr<ModelSnapshot> ModelKeeper::LoadKept(const std::string& run_id) const {
+  const absl::Status not_kept = absl::NotFoundError(absl::StrCat(
+      "run_id: no model of run ", Quoted(run_id),
+      " is kept (the coordinator keeps the final models of the last ", StateWriter::kKeptRunModels,
+      " ended runs", state_ != nullptr ? "" : " while it runs", ")"));
+  if (state_ == nullptr) return not_kept;
   absl::StatusOr<std::optional<ModelCheckpoint>> kept = state_->LoadArchivedModel(run_id);
   if (!kept.ok()) return kept.status();
-  if (!kept->has_value() || (*kept)->run_id != run_id) return std::nullopt;
+  if (!kept->has_value() || (*kept)->run_id != run_id) return not_kept;
   ModelCheckpoint& model = **kept;
   ModelSnapshot snapshot;
   snapshot.run_id = run_id;
@@ -149,13 +152,6 @@ absl::StatusOr<std::optional<ModelSnapshot>> ModelKeeper::LoadKept(
                                                : absl::Span<const float>(),
                   snapshot.layout);
   return snapshot;
-}
-
-absl::Status ModelKeeper::NotKept(const std::string& run_id) const {
-  return absl::NotFoundError(absl::StrCat(
-      "run_id: no model of run ", Quoted(run_id),
-      " is kept (the coordinator keeps the final models of the last ", StateWriter::kKeptRunModels,
-      " ended runs", state_ != nullptr ? "" : " while it runs", ")"));
 }
 
 void ModelKeeper::AddHolder(const std::string& member_id) {

@@ -63,10 +63,9 @@ class ModelKeeper {
   // snapshot, shared, not copied.
   std::optional<ModelSnapshot> Find(const std::string& run_id) const;
   // An ended run's final model from the state folder (it reads the disk: call it without the
-  // lock); nullopt when it is not there or there is no state folder.
-  absl::StatusOr<std::optional<ModelSnapshot>> LoadKept(const std::string& run_id) const;
-  // Why run `run_id` has no model to fetch (NOT_FOUND, naming how many runs are kept).
-  absl::Status NotKept(const std::string& run_id) const;
+  // lock); NOT_FOUND, naming how many runs are kept, when it is not there or there is no state
+  // folder.
+  absl::StatusOr<ModelSnapshot> LoadKept(const std::string& run_id) const;
 
   // The members that hold the active model's round: the members of its commit, or the initial
   // model's uploader.

@@ -6,18 +6,22 @@
 
 namespace localsgd {
 
-void RoundBackoff::Aborted(absl::Time now, const std::string& membership,
-                           const std::string& reason) {
+std::optional<std::string> RoundBackoff::Aborted(absl::Time now, const std::string& membership,
+                                                 const std::string& reason) {
+  const bool was_open = MayOpen(now, membership);
   // Aborts with other members count from the first again.
   if (membership != membership_) aborts_ = 0;
   ++aborts_;
   membership_ = membership;
   reason_ = reason;
   until_ = absl::InfinitePast();
-  if (aborts_ < options_.free_aborts) return;
+  if (aborts_ < options_.free_aborts) return std::nullopt;
   absl::Duration wait = options_.first;
   for (int i = options_.free_aborts; i < aborts_ && wait < options_.longest; ++i) wait *= 2;
   until_ = now + std::min(wait, options_.longest);
+  std::string why;
+  if (!was_open || MayOpen(now, membership, &why)) return std::nullopt;
+  return why;
 }
 
 bool RoundBackoff::MayOpen(absl::Time now, const std::string& membership, std::string* why) const {

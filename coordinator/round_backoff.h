@@ -1,6 +1,7 @@
 #ifndef LOCALSGD_COORDINATOR_ROUND_BACKOFF_H_
 #define LOCALSGD_COORDINATOR_ROUND_BACKOFF_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"
@@ -25,8 +26,10 @@ class RoundBackoff {
   RoundBackoff() : RoundBackoff(Options()) {}
   explicit RoundBackoff(Options options) : options_(options) {}
 
-  // A round aborted at `now` for `reason`, with `membership` live.
-  void Aborted(absl::Time now, const std::string& membership, const std::string& reason);
+  // A round aborted at `now` for `reason`, with `membership` live. Returns why rounds wait
+  // when this abort starts a back-off (as MayOpen says it), else nullopt.
+  std::optional<std::string> Aborted(absl::Time now, const std::string& membership,
+                                     const std::string& reason);
   // A round committed.
   void Committed() { aborts_ = 0; }
   // Whether a round may open at `now` with `membership` live; when not, `*why` says until when

@@ -15,10 +15,12 @@ RoundBackoff::Options Opts() { return {3, absl::Seconds(1), absl::Seconds(8)}; }
 TEST(RoundBackoffTest, AfterTheFreeAbortsRoundsWaitDoublingUpToTheLongest) {
   RoundBackoff backoff(Opts());
   absl::Time now = kStart;
-  backoff.Aborted(now, "a,b", "quorum lost");
-  backoff.Aborted(now, "a,b", "quorum lost");
+  EXPECT_EQ(backoff.Aborted(now, "a,b", "quorum lost"), std::nullopt);
+  EXPECT_EQ(backoff.Aborted(now, "a,b", "quorum lost"), std::nullopt);
   EXPECT_TRUE(backoff.MayOpen(now, "a,b"));  // two aborts are free
-  backoff.Aborted(now, "a,b", "quorum lost: 1 of min_workers 2 left");
+  // The third starts the back-off, and says so once.
+  EXPECT_THAT(backoff.Aborted(now, "a,b", "quorum lost: 1 of min_workers 2 left"),
+              ::testing::Optional(HasSubstr("rounds back off for 1s")));
   std::string why;
   EXPECT_FALSE(backoff.MayOpen(now + absl::Milliseconds(999), "a,b", &why));
   EXPECT_THAT(why, HasSubstr("after 3 aborted in a row"));

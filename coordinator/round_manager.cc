@@ -120,10 +120,7 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
           absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
     }
   }
-  // An earlier run's, from the state folder (off the lock: it reads the disk).
-  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelSnapshot> kept, models_.LoadKept(id));
-  if (kept.has_value()) return *std::move(kept);
-  return models_.NotKept(id);
+  return models_.LoadKept(id);  // an earlier run's, off the lock: it reads the disk
 }
 
 std::vector<v1::ModelHolder> RoundManager::Holders(const std::string& run_id, int64_t round) {
@@ -398,11 +395,8 @@ void RoundManager::Abort(const std::string& reason) {
   plane_->RecordRound(std::move(record));  // which logs it, as an event
   Judge({});
   round_.reset();
-  const std::string membership = Membership();
-  const bool was_open = backoff_.MayOpen(options_.clock(), membership);
-  backoff_.Aborted(options_.clock(), membership, reason);
-  if (std::string why; was_open && !backoff_.MayOpen(options_.clock(), membership, &why)) {
-    plane_->RecordEvent(v1::EVENT_SEVERITY_WARNING, "rounds_backing_off", why);
+  if (std::optional<std::string> why = backoff_.Aborted(options_.clock(), Membership(), reason)) {
+    plane_->RecordEvent(v1::EVENT_SEVERITY_WARNING, "rounds_backing_off", *why);
   }
 }
 

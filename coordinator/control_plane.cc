@@ -534,6 +534,21 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   return leaders;
 }
 
+absl::StatusOr<v1::RunInfo> ControlPlane::AveragingRun(const std::string& run_id) const {
+  v1::RunInfo run = Run();
+  if (run_id.empty() || run_id != run.run_id()) {
+    return absl::NotFoundError(absl::StrCat("run_id: ", Quoted(run_id), " is not the active run"));
+  }
+  if (run.state() != v1::RUN_STATE_RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", run_id, " is not running (", EnumName(run.state()), ")"));
+  }
+  if (!run.spec().enabled()) {
+    return absl::FailedPreconditionError("averaging is disabled for this run (enabled: false)");
+  }
+  return run;
+}
+
 absl::StatusOr<ControlPlane::Leader> ControlPlane::CheckLeader(const std::string& member_id,
                                                                absl::string_view credential) const {
   if (member_id.empty()) return absl::InvalidArgumentError("member_id: required");

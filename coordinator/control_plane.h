@@ -65,6 +65,9 @@ class ControlPlane {
   // A consistent snapshot of everything status shows.
   v1::CoordinatorStatus Status() const;
   v1::RunInfo Run() const;
+  // Run `run_id` if it is the active run, RUNNING, with averaging enabled: NOT_FOUND naming
+  // run_id, else FAILED_PRECONDITION saying which it is not.
+  absl::StatusOr<v1::RunInfo> AveragingRun(const std::string& run_id) const;
   // The runs known, newest first (the current one with its state now).
   std::vector<v1::RunInfo> ListRuns() const;
   // The series of a run's rounds, oldest first; NOT_FOUND for a run whose series is not

@@ -1,20 +1,16 @@
 #include "coordinator/round_manager.h"
 
-#include <algorithm>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/enum_name.h"
 #include "common/log.h"
-#include "common/proto_time.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
-#include "common/status_util.h"
 #include "coordinator/restore_plan.h"
 #include "coordinator/round_refusal.h"
 #include "coordinator/sync_admission.h"
-#include "exchange/codec.h"
 
 namespace localsgd {
 
@@ -42,17 +38,7 @@ void RoundManager::Resume(absl::FunctionRef<void()> next) {
 }
 
 absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) {
-  v1::RunInfo run = plane_->Run();
-  if (run_id.empty() || run_id != run.run_id()) {
-    return absl::NotFoundError(absl::StrCat("run_id: ", Quoted(run_id), " is not the active run"));
-  }
-  if (run.state() != v1::RUN_STATE_RUNNING) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("run ", run_id, " is not running (", EnumName(run.state()), ")"));
-  }
-  if (!run.spec().enabled()) {
-    return absl::FailedPreconditionError("averaging is disabled for this run (enabled: false)");
-  }
+  LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, plane_->AveragingRun(run_id));
   if (model().run_id() != run.run_id()) {
     if (round_.has_value()) Abort("a new run started");
     models_.StartRun(run);  // the ended run's final model stays to be fetched
@@ -385,10 +371,7 @@ void RoundManager::Announced(const std::vector<std::string>& included) {
 
 void RoundManager::Abort(const std::string& reason) {
   round_->driver->OnAbort();
-  for (const std::shared_ptr<RoundMember>& member : sessions_.TakeAll()) {
-    member->Close(RoundAborted(round_->info.number, reason));
-    sessions_.Touch(member);
-  }
+  sessions_.EndAll(RoundAborted(round_->info.number, reason));
   v1::RoundRecord record = round_->Record(v1::ROUND_OUTCOME_ABORTED, model().spec(),
                                           model().global_step(), options_.clock());
   record.set_reason(reason);

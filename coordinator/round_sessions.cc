@@ -66,4 +66,11 @@ std::vector<std::shared_ptr<RoundMember>> RoundSessions::TakeAll() {
   return streams;
 }
 
+void RoundSessions::EndAll(const absl::Status& status) {
+  for (const std::shared_ptr<RoundMember>& stream : TakeAll()) {
+    stream->Close(status);
+    Touch(stream);
+  }
+}
+
 }  // namespace localsgd

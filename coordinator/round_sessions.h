@@ -52,6 +52,8 @@ class RoundSessions {
   void End(int64_t session, const absl::Status& status);
   // Closes every session and returns their streams, still open (a commit answers them).
   std::vector<std::shared_ptr<RoundMember>> TakeAll();
+  // Closes every session, ending its stream with `status`.
+  void EndAll(const absl::Status& status);
 
   // `stream` was written to or closed: flush it after the lock is released.
   void Touch(const std::shared_ptr<RoundMember>& stream) { touched_.Add(stream); }

@@ -324,9 +324,11 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
     return absl::Status(resume_at.status().code(),
                         absl::StrCat("initial model: ", resume_at.status().message()));
   }
-  // A run in progress (this worker restarted, or joined late): go on from its global step,
-  // on a sync boundary.
-  first_step_ = *resume_at / spec_.local_sgd_steps() * spec_.local_sgd_steps();
+  // A run in progress (this worker restarted, or joined late): go on from its global step, on
+  // a sync boundary: every local_sgd_steps / fragments steps, so that with fragments the next
+  // round is the next fragment's, not a second round of the one the run has just synced.
+  const int64_t every = spec_.local_sgd_steps() / std::max(1, fragments_.size());
+  first_step_ = *resume_at / every * every;
   if (first_step_ > 0) {
     LogInfo(absl::StrCat("the run is at global step ", *resume_at,
                          "; resuming from the global model at step ", first_step_));

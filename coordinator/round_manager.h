@@ -137,7 +137,8 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   // `log` describes the round.
   void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
               std::string log) override ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Ends every session with ABORTED, records the round and forgets it.
+  // Ends every session with ABORTED, records the round, forgets it and counts it towards the
+  // rounds' back-off (RoundBackoff).
   void Abort(const std::string& reason) override ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // The active run, if it is RUNNING with averaging enabled; resets the model on a new run.

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace localsgd {
@@ -20,7 +21,11 @@ std::string ConnectionHint(const absl::Status& status) {
   if (absl::IsUnauthenticated(status)) {
     return " (give the coordinator's token with --token_file=FILE or --token)";
   }
-  if (absl::IsPermissionDenied(status)) return " (the token differs from the coordinator's)";
+  // A refusal that names its field (node_key, member_credential) says itself what is wrong.
+  if (absl::IsPermissionDenied(status) && !absl::StrContains(status.message(), "node_key:") &&
+      !absl::StrContains(status.message(), "member_credential:")) {
+    return " (the token differs from the coordinator's)";
+  }
   return "";
 }
 

@@ -21,7 +21,7 @@ std::string Quoted(absl::string_view text);
 
 // What to check when a client's call to the coordinator failed with `status`, as " (...)",
 // or "" when there is nothing to add: where it listens (UNAVAILABLE, DEADLINE_EXCEEDED), the
-// token (UNAUTHENTICATED, PERMISSION_DENIED).
+// token (UNAUTHENTICATED, and PERMISSION_DENIED unless it names node_key or member_credential).
 std::string ConnectionHint(const absl::Status& status);
 
 // Maps an absl::Status to the grpc::Status with the same code and message (cut to

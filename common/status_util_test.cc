@@ -59,6 +59,10 @@ TEST(StatusUtilTest, ConnectionHintsSayWhatToCheck) {
   EXPECT_THAT(ConnectionHint(absl::PermissionDeniedError("wrong token")),
               ::testing::HasSubstr("token differs"));
   EXPECT_EQ(ConnectionHint(absl::InvalidArgumentError("spec")), "");
+  // The token was right: the refusal names what was not.
+  EXPECT_EQ(ConnectionHint(absl::PermissionDeniedError(
+                "join 127.0.0.1:1: node_key: not the key of node \"a\"")),
+            "");
 }
 
 }  // namespace

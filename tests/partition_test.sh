@@ -45,8 +45,8 @@ round_deadline_seconds: 2
 optimizer { lr: 0.05 momentum: 0.9 }
 SPEC
 
-wait_status 's["rounds_committed_total"] >= 8' "no 8 rounds" 60
-expect_status 'any(len(r["members"]) == 2 for r in committed)' "no round with both nodes first"
+# Node-1 may join a few rounds after node-0 on a loaded machine: wait for a round of both.
+wait_status 'any(len(r["members"]) == 2 for r in committed)' "no round with both nodes first" 60
 touch "$WORK/cut"
 wait_status 'events("lease_expired", "node-1/0")' "the cut-off worker was not dropped" 15
 expired_at=$(committed_rounds)

@@ -118,12 +118,15 @@ int main(int argc, char** argv) {
   const double next_plain = digest_pass([&](size_t begin, size_t len) {
     return localsgd::NextChunkDigest(localsgd::OuterOptimizer{},
                                      absl::MakeConstSpan(b.data() + begin, len),
-                                     absl::MakeConstSpan(a.data() + begin, len), {});
+                                     absl::MakeConstSpan(a.data() + begin, len), {})
+        .value_or(localsgd::kNotFinite);
   });
   const double next_diloco = digest_pass([&](size_t begin, size_t len) {
-    return localsgd::NextChunkDigest(
-        localsgd::OuterOptimizer{0.7, 0.9, true}, absl::MakeConstSpan(b.data() + begin, len),
-        absl::MakeConstSpan(a.data() + begin, len), absl::MakeConstSpan(out.data() + begin, len));
+    return localsgd::NextChunkDigest(localsgd::OuterOptimizer{0.7, 0.9, true},
+                                     absl::MakeConstSpan(b.data() + begin, len),
+                                     absl::MakeConstSpan(a.data() + begin, len),
+                                     absl::MakeConstSpan(out.data() + begin, len))
+        .value_or(localsgd::kNotFinite);
   });
   for (const auto& [op, s] : {std::pair<const char*, double>{"ChunkDigest", stepped},
                               {"NextChunkDigest", next_plain},

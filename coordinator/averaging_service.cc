@@ -84,14 +84,15 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
     } else if (request_.has_chunk()) {
       // On bad input the round manager drops the member and closes its stream itself.
       status = rounds_->AddChunk(session_, request_.chunk());
-    } else if (request_.has_mean()) {
-      status = rounds_->AddMean(session_, request_.mean());
     } else if (request_.has_delivered()) {
       status = rounds_->Deliver(session_, request_.delivered());
     } else if (request_.has_unreachable()) {
       status = rounds_->Unreachable(session_, request_.unreachable());
     } else {
-      status = absl::InvalidArgumentError("header sent twice; only chunks may follow it");
+      status = absl::InvalidArgumentError(
+          request_.has_header() ? "header sent twice"
+                                : "an empty message: chunks, delivered or unreachable follow the "
+                                  "header");
       rounds_->Leave(session_, status);
     }
     if (!status.ok()) {
@@ -153,68 +154,28 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
 
  private:
   absl::Status Take() {
-    if (!layout_.has_value()) {
+    if (!upload_.has_value()) {
       if (!request_.has_header()) {
         return absl::InvalidArgumentError("the first message must be a header");
       }
       header_ = request_.header();
-      LOCALSGD_ASSIGN_OR_RETURN(ChunkLayout layout, rounds_->BeginInit(header_));
-      layout_ = layout;
-      // Nothing is allocated for the claimed length: chunks are kept as they arrive, so
-      // memory follows the bytes actually sent.
+      LOCALSGD_ASSIGN_OR_RETURN(ModelUpload upload, rounds_->BeginInit(header_));
+      upload_.emplace(std::move(upload));
       return absl::OkStatus();
     }
     if (request_.has_header()) return absl::InvalidArgumentError("header sent twice");
     const bool momentum = request_.has_momentum();
-    if (momentum && !header_.has_momentum()) {
-      return absl::InvalidArgumentError("momentum: the header says no momentum follows");
-    }
-    const char* field = momentum ? "momentum" : "chunk";
-    v1::Chunk& chunk = momentum ? *request_.mutable_momentum() : *request_.mutable_chunk();
-    std::map<int, std::string>& kept = chunks_[momentum ? 1 : 0];
-    if (chunk.index() < 0 || chunk.index() >= layout_->num_chunks()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".index: ", chunk.index(), " is out of range [0, ", layout_->num_chunks(), ")"));
-    }
-    if (kept.count(chunk.index())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".index: ", chunk.index(), " sent twice"));
-    }
-    const size_t bytes = static_cast<size_t>(layout_->size(chunk.index())) * sizeof(float);
-    if (chunk.data().size() != bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " ", chunk.index(), ": ",
-                                                     chunk.data().size(), " bytes, expected ",
-                                                     bytes, " (fp32)"));
-    }
-    kept[chunk.index()] = std::move(*chunk.mutable_data());
-    return absl::OkStatus();
-  }
-
-  // The vector of `chunks` (every chunk there), which it empties.
-  std::vector<float> Assemble(std::map<int, std::string>& chunks) const {
-    std::vector<float> values(static_cast<size_t>(layout_->num_values));
-    for (auto& [index, bytes] : chunks) {
-      std::memcpy(values.data() + layout_->begin(index), bytes.data(), bytes.size());
-      std::string().swap(bytes);
-    }
-    return values;
+    return upload_->Take(momentum,
+                         momentum ? request_.mutable_momentum() : request_.mutable_chunk());
   }
 
   absl::Status Complete() {
-    if (!layout_.has_value()) return absl::InvalidArgumentError("the stream ended before a header");
-    for (int b = 0; b < (header_.has_momentum() ? 2 : 1); ++b) {
-      if (static_cast<int64_t>(chunks_[b].size()) != layout_->num_chunks()) {
-        return absl::InvalidArgumentError(absl::StrCat("got ", chunks_[b].size(), " of ",
-                                                       layout_->num_chunks(),
-                                                       b == 0 ? " chunks" : " momentum chunks"));
-      }
+    if (!upload_.has_value()) {
+      return absl::InvalidArgumentError("the stream ended before a header");
     }
-    // Every byte is here: the vectors can be allocated now.
-    std::vector<float> values = Assemble(chunks_[0]);
-    std::optional<std::vector<float>> momentum;
-    if (header_.has_momentum()) momentum = Assemble(chunks_[1]);
-    response_->set_vector_length(layout_->num_values);
-    return rounds_->FinishInit(header_, std::move(values), std::move(momentum), response_);
+    LOCALSGD_RETURN_IF_ERROR(upload_->Complete());
+    response_->set_vector_length(upload_->layout().num_values);
+    return rounds_->FinishInit(header_, *std::move(upload_), response_);
   }
 
   void End(const absl::Status& status) {
@@ -228,9 +189,7 @@ class InitModelReactor : public grpc::ServerReadReactor<v1::InitModelRequest> {
   v1::InitModelResponse* const response_;
   v1::InitModelRequest request_;
   v1::InitModelHeader header_;
-  std::optional<ChunkLayout> layout_;
-  // fp32 bytes by chunk index, as they arrive: the values', then the momentum's.
-  std::map<int, std::string> chunks_[2];
+  std::optional<ModelUpload> upload_;  // once the header was accepted
   Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -256,7 +215,7 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
     header->set_vector_length(snapshot_.layout.num_values);
     header->set_num_chunks(snapshot_.layout.num_chunks());
     header->set_chunk_values(snapshot_.layout.chunk_values);
-    include_momentum_ = include_momentum_ && snapshot_.momentum != nullptr;
+    include_momentum_ = include_momentum_ && snapshot_.has_momentum;
     header->set_has_momentum(include_momentum_);
     if (request.holders_only()) {  // the header alone: the caller fetches from the holders
       header->set_digest(include_momentum_ ? snapshot_.digest.with_momentum
@@ -264,9 +223,21 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
       for (v1::ModelHolder& holder : rounds->Holders(snapshot_.run_id, snapshot_.round)) {
         *header->add_holders() = std::move(holder);
       }
+      if (std::optional<v1::CheckpointInfo> checkpoint = rounds->Checkpoint(snapshot_.run_id)) {
+        header->set_checkpoint_round(checkpoint->round());
+        header->set_checkpoint_path(checkpoint->path());
+      }
       // Written and finished in one: a last write alone may wait in gRPC's buffers for the
       // Finish that OnWriteDone would make, on a connection with nothing else to send.
       StartWriteAndFinish(&message_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    if (snapshot_.values == nullptr) {
+      Finish(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+          "run ", snapshot_.run_id, " is sharded: its model (round ", snapshot_.round,
+          ") lives with its node leaders, and the coordinator keeps no copy; fetch it from "
+          "them (FetchModelRequest.holders_only), or from a node's checkpoint "
+          "(localsgdctl status names the newest)"))));
       return;
     }
     StartWrite(&message_);

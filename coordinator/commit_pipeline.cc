@@ -10,7 +10,8 @@ namespace localsgd {
 void CommitPipeline::Start(Commit commit, std::shared_ptr<const ModelSnapshot> model,
                            bool model_first) {
   pending_ = std::move(commit);
-  if (state_ == nullptr) {
+  // A sharded run's model lives with its members: the coordinator saves no model of it.
+  if (state_ == nullptr || model == nullptr || model->values == nullptr) {
     Record();
     return;
   }
@@ -43,7 +44,7 @@ void CommitPipeline::Record() {
   const Commit& commit = *pending_;
   if (commit.round > 0) {
     if (absl::Status s = plane_->CommitRound(commit.run_id, commit.round, commit.global_step,
-                                             commit.synced_step);
+                                             commit.synced_step, false, commit.model);
         !s.ok()) {
       LogError(
           absl::StrCat("round ", commit.round, ": the run refused the commit: ", s.ToString()));

@@ -29,7 +29,8 @@ class CommitPipeline {
     std::string run_id;
     int64_t round = 0;
     int64_t global_step = 0;
-    int64_t synced_step = 0;  // GlobalModel::synced_step after it
+    int64_t synced_step = 0;               // GlobalModel::synced_step after it
+    std::optional<v1::ModelRecord> model;  // GlobalModel::Record after it
     std::vector<std::string> included;
     std::vector<std::shared_ptr<RoundMember>> members;  // waiting for the RoundCommit
     v1::RoundRecord record;
@@ -64,7 +65,8 @@ class CommitPipeline {
   void EndStop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_) { stopping_ = false; }
   // Starts `commit` of `model` (the snapshot the commit made). `model_first`: the commit is
   // recorded once the model is on disk (the initial model, a run's final commit); otherwise
-  // it is recorded now and the model saved behind it.
+  // it is recorded now and the model saved behind it. A model without values (a sharded run's)
+  // is not saved: the commit is recorded at once.
   void Start(Commit commit, std::shared_ptr<const ModelSnapshot> model, bool model_first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(*mu_);
   // Waits until no commit is pending.

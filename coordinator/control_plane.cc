@@ -534,6 +534,13 @@ std::vector<ControlPlane::Leader> ControlPlane::LiveLeaders() const {
   return leaders;
 }
 
+std::optional<v1::RunInfo> ControlPlane::FindRun(const std::string& run_id) const {
+  MutexLock lock(&mu_);
+  if (!run_id.empty() && runs_.info().run_id() == run_id) return runs_.info();
+  if (const v1::RunInfo* ended = history_.Find(run_id)) return *ended;
+  return std::nullopt;
+}
+
 absl::StatusOr<v1::RunInfo> ControlPlane::AveragingRun(const std::string& run_id) const {
   v1::RunInfo run = Run();
   if (run_id.empty() || run_id != run.run_id()) {
@@ -564,15 +571,27 @@ absl::StatusOr<ControlPlane::Leader> ControlPlane::CheckLeader(const std::string
 }
 
 absl::Status ControlPlane::CommitRound(const std::string& run_id, int64_t round,
-                                       int64_t global_step, int64_t synced_step, bool restored) {
+                                       int64_t global_step, int64_t synced_step, bool restored,
+                                       std::optional<v1::ModelRecord> model) {
   MutexLock lock(&mu_);
   if (run_id != runs_.info().run_id()) {
     return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is not the current run"));
   }
   v1::RunState before = runs_.info().state();
   LOCALSGD_RETURN_IF_ERROR(runs_.CommitRound(round, global_step, synced_step, restored));
+  if (model.has_value()) runs_.SetModel(*std::move(model));
   last_commit_ = options_.clock();
   AfterRunChange(before);
+  Changed(Persist::kRun);
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::RecordModel(const std::string& run_id, v1::ModelRecord model) {
+  MutexLock lock(&mu_);
+  if (run_id != runs_.info().run_id()) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", run_id, " is not the current run"));
+  }
+  runs_.SetModel(std::move(model));
   Changed(Persist::kRun);
   return absl::OkStatus();
 }

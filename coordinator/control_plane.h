@@ -65,6 +65,8 @@ class ControlPlane {
   // A consistent snapshot of everything status shows.
   v1::CoordinatorStatus Status() const;
   v1::RunInfo Run() const;
+  // Run `run_id`'s record: the active run's, or an ended one's from the history.
+  std::optional<v1::RunInfo> FindRun(const std::string& run_id) const;
   // Run `run_id` if it is the active run, RUNNING, with averaging enabled: NOT_FOUND naming
   // run_id, else FAILED_PRECONDITION saying which it is not.
   absl::StatusOr<v1::RunInfo> AveragingRun(const std::string& run_id) const;
@@ -120,8 +122,12 @@ class ControlPlane {
   // synced at `synced_step` or later (see RunManager::CommitRound).
   // `restored`: as for RunManager::CommitRound. Queues the record and returns (the caller may
   // be the state writer's thread).
+  // `model`: a sharded run's model as of this round (RunInfo.model), recorded with it.
   absl::Status CommitRound(const std::string& run_id, int64_t round, int64_t global_step,
-                           int64_t synced_step, bool restored = false);
+                           int64_t synced_step, bool restored = false,
+                           std::optional<v1::ModelRecord> model = std::nullopt);
+  // A sharded run's initial model (RunInfo.model); queues the record and returns.
+  absl::Status RecordModel(const std::string& run_id, v1::ModelRecord model);
 
   // Keeps a finished round's record for status and metrics, and counts its bytes.
   void RecordRound(v1::RoundRecord record);

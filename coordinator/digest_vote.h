@@ -11,8 +11,8 @@ namespace localsgd {
 
 // The copies of global[r] a sharded round would commit, as the members report them
 // (docs/design.md, "Digests"): for each range, the digest a strict majority of the members
-// delivered; without one, the range's tie-breaker (the coordinator's own copy, while it keeps
-// one), if any. A pure function: no clock, no network.
+// delivered; without one, the range's tie-breaker (its owner's ballot), if any. A pure function: no
+// clock, no network.
 struct DigestBallot {
   std::string member_id;
   std::vector<DigestPair> range_digests;  // by range

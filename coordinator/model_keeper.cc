@@ -19,16 +19,34 @@ constexpr int64_t kArchivedChunkBytes = 1 << 20;
 
 absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
   if (state_ == nullptr) return false;
+  const v1::RunInfo run = plane.Run();
+  if (run.spec().exchange() != v1::EXCHANGE_STAR) {
+    LOCALSGD_ASSIGN_OR_RETURN(const bool restored, RestoreRecorded(run));
+    if (restored) {
+      plane.RecordEvent(
+          v1::EVENT_SEVERITY_INFO, "model_restored",
+          absl::StrCat("run ", run.run_id(), ": round ", run.round(), " (global step ",
+                       run.global_step(), ", ", run.model().vector_length(),
+                       " values) lives with the node leaders; their copies are checked against "
+                       "the run record's digests"));
+    }
+    return restored;
+  }
   const std::string& path = state_->model_path();
   LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, state_->LoadModel());
   if (!loaded.has_value()) return false;
-  const v1::RunInfo run = plane.Run();
   if (loaded->run_id != run.run_id()) {
     LogInfo(absl::StrCat("not restoring ", path, ": it holds run ", loaded->run_id,
                          ", the latest run is ", run.run_id()));
     return false;
   }
-  if (absl::Status s = Adopt(plane, *std::move(loaded), path); !s.ok()) {
+  ModelCheckpoint& saved = *loaded;
+  std::optional<std::vector<float>> momentum;
+  if (!saved.momentum.empty()) momentum = std::move(saved.momentum);
+  if (absl::Status s =
+          Adopt(plane, saved.round, saved.global_step, path,
+                [&] { return active_.Install(std::move(saved.global), std::move(momentum)); });
+      !s.ok()) {
     return absl::DataLossError(
         absl::StrCat(s.message(),
                      ". Move model.bin away to let the node leaders upload their "
@@ -37,16 +55,64 @@ absl::StatusOr<bool> ModelKeeper::Restore(ControlPlane& plane) {
   return true;
 }
 
-bool ModelKeeper::TakesCheckpoint(int64_t global_step) const {
+namespace {
+
+// Installs what `run`'s record keeps of its sharded model into `model`: false when it keeps
+// none, DATA_LOSS when what it keeps does not fit the run.
+absl::StatusOr<bool> InstallRecorded(const v1::RunInfo& run, GlobalModel& model) {
+  const v1::ModelRecord& record = run.model();
+  if (run.run_id().empty() || record.vector_length() == 0) return false;
+  if (record.fragment_digests_size() != record.fragment_value_digests_size()) {
+    return absl::DataLossError(absl::StrCat(
+        "the run record of run ", run.run_id(), " holds ", record.fragment_digests_size(),
+        " fragment digests and ", record.fragment_value_digests_size(), " of their values"));
+  }
+  std::vector<DigestPair> digests;
+  for (int f = 0; f < record.fragment_digests_size(); ++f) {
+    digests.push_back({record.fragment_digests(f), record.fragment_value_digests(f)});
+  }
+  model.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
+  if (absl::Status s = model.InstallDigests(record.vector_length(), std::move(digests)); !s.ok()) {
+    model.Reset("", v1::RunSpec(), 0, 0);
+    return absl::DataLossError(
+        absl::StrCat("the run record's model of run ", run.run_id(), ": ", s.message()));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ModelKeeper::RestoreRecorded(const v1::RunInfo& run) {
+  LOCALSGD_ASSIGN_OR_RETURN(const bool restored, InstallRecorded(run, active_));
+  if (!restored) return false;
+  return true;
+}
+
+std::optional<ModelSnapshot> ModelKeeper::FromRecord(const v1::RunInfo& run) {
+  GlobalModel model;
+  absl::StatusOr<bool> installed = InstallRecorded(run, model);
+  if (!installed.ok() || !*installed) return std::nullopt;
+  return *model.snapshot();
+}
+
+bool ModelKeeper::TakesCheckpoint(int64_t global_step,
+                                  const std::vector<ControlPlane::Leader>& live) const {
+  // A sharded run's model that no live member holds is gone with its members (every node
+  // leader was killed, or the coordinator restarted and none has said it holds it yet): a
+  // checkpoint is what is left of it.
+  if (active_.initialised() && active_.reducer() == nullptr &&
+      Holders(active_.run_id(), active_.round(), live).empty()) {
+    return true;
+  }
   return !active_.initialised() || (adopted_.has_value() && adopted_->round == active_.round() &&
                                     global_step > adopted_->global_step);
 }
 
-absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header,
-                                     const v1::RunInfo& run) const {
+absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
+                                     const std::vector<ControlPlane::Leader>& live) const {
   if (header.from_checkpoint()) {
     LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
-    if (TakesCheckpoint(header.checkpoint_global_step())) return absl::OkStatus();
+    if (TakesCheckpoint(header.checkpoint_global_step(), live)) return absl::OkStatus();
   } else if (!active_.initialised()) {
     return absl::OkStatus();
   }
@@ -54,34 +120,41 @@ absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header,
 }
 
 absl::Status ModelKeeper::InstallUpload(ControlPlane& plane, const v1::InitModelHeader& header,
-                                        std::vector<float> values,
-                                        std::optional<std::vector<float>> momentum) {
+                                        ModelUpload upload) {
+  const int64_t num_values = upload.layout().num_values;
+  const auto install = [&]() -> absl::Status {
+    if (upload.keeps_values()) return active_.Install(upload.TakeValues(), upload.TakeMomentum());
+    LOCALSGD_ASSIGN_OR_RETURN(std::vector<DigestPair> digests,
+                              active_.FragmentDigests(num_values, upload.ChunkDigests()));
+    return active_.InstallDigests(num_values, std::move(digests));
+  };
   if (header.from_checkpoint()) {
-    ModelCheckpoint checkpoint{header.run_id(), header.checkpoint_round(),
-                               header.checkpoint_global_step(), std::move(values),
-                               momentum.has_value() ? *std::move(momentum) : std::vector<float>()};
-    LOCALSGD_RETURN_IF_ERROR(
-        Adopt(plane, std::move(checkpoint), absl::StrCat(header.member_id(), "'s checkpoint")));
+    LOCALSGD_RETURN_IF_ERROR(Adopt(plane, header.checkpoint_round(),
+                                   header.checkpoint_global_step(),
+                                   absl::StrCat(header.member_id(), "'s checkpoint"), install));
   } else {
-    LOCALSGD_RETURN_IF_ERROR(active_.Install(std::move(values), std::nullopt));
-    const ChunkLayout& layout = active_.reducer()->layout();
-    LogInfo(absl::StrCat("run ", active_.run_id(), ": initial model (", layout.num_values,
-                         " values, ", layout.num_chunks(), " chunks) from ", header.member_id()));
+    LOCALSGD_RETURN_IF_ERROR(install());
+    LogInfo(absl::StrCat("run ", active_.run_id(), ": initial model (", num_values, " values, ",
+                         active_.layout().num_chunks(), " chunks) from ", header.member_id()));
+  }
+  if (std::optional<v1::ModelRecord> record = active_.Record()) {
+    LOCALSGD_RETURN_IF_ERROR(plane.RecordModel(active_.run_id(), *std::move(record)));
   }
   holders_ = {header.member_id()};
   return absl::OkStatus();
 }
 
-absl::Status ModelKeeper::Adopt(ControlPlane& plane, ModelCheckpoint saved,
-                                const std::string& source) {
+absl::Status ModelKeeper::Adopt(ControlPlane& plane, int64_t round, int64_t global_step,
+                                const std::string& source,
+                                absl::FunctionRef<absl::Status()> install) {
   const v1::RunInfo run = plane.Run();
   auto disagree = [&](absl::string_view why) {
     return absl::FailedPreconditionError(
-        absl::StrCat(source, " holds round ", saved.round, " (global step ", saved.global_step,
-                     ") of run ", saved.run_id, ", but the run record says round ", run.round(),
+        absl::StrCat(source, " holds round ", round, " (global step ", global_step, ") of run ",
+                     run.run_id(), ", but the run record says round ", run.round(),
                      " (global step ", run.global_step(), "): ", why));
   };
-  absl::StatusOr<RestorePlan> plan = PlanRestore(saved.round, saved.global_step, run);
+  absl::StatusOr<RestorePlan> plan = PlanRestore(round, global_step, run);
   if (!plan.ok()) return disagree(plan.status().message());
   if (plan->commit) {
     if (absl::Status s = plane.CommitRound(run.run_id(), plan->round, plan->global_step,
@@ -91,19 +164,16 @@ absl::Status ModelKeeper::Adopt(ControlPlane& plane, ModelCheckpoint saved,
     }
   }
   active_.Reset(run.run_id(), run.spec(), plan->round, plan->global_step);
-  const size_t values = saved.global.size();
-  std::optional<std::vector<float>> momentum;
-  if (!saved.momentum.empty()) momentum = std::move(saved.momentum);
-  if (absl::Status s = active_.Install(std::move(saved.global), std::move(momentum)); !s.ok()) {
+  if (absl::Status s = install(); !s.ok()) {
     active_.Reset("", v1::RunSpec(), 0, 0);
     return absl::DataLossError(absl::StrCat(source, ": ", s.message()));
   }
-  adopted_ = Adopted{active_.round(), saved.global_step};
-  plane.RecordEvent(plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO,
-                    "model_restored",
-                    absl::StrCat("run ", run.run_id(), ": restored the global model of round ",
-                                 active_.round(), " (global step ", active_.global_step(), ", ",
-                                 values, " values) from ", source, plan->note));
+  adopted_ = Adopted{active_.round(), global_step};
+  plane.RecordEvent(
+      plan->lost_rounds ? v1::EVENT_SEVERITY_WARNING : v1::EVENT_SEVERITY_INFO, "model_restored",
+      absl::StrCat("run ", run.run_id(), ": restored the global model of round ", active_.round(),
+                   " (global step ", active_.global_step(), ", ", active_.layout().num_values,
+                   " values) from ", source, plan->note));
   return absl::OkStatus();
 }
 
@@ -111,7 +181,10 @@ void ModelKeeper::StartRun(const v1::RunInfo& run) {
   if (active_.initialised()) {
     ended_.push_back(active_.snapshot());
     if (ended_.size() > StateWriter::kKeptRunModels) ended_.pop_front();
-    if (state_ != nullptr) state_->ArchiveModel(active_.snapshot());
+    // A sharded run's model lived with its members: only its digest is kept.
+    if (state_ != nullptr && active_.snapshot()->values != nullptr) {
+      state_->ArchiveModel(active_.snapshot());
+    }
   }
   active_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
   holders_.clear();
@@ -146,6 +219,7 @@ absl::StatusOr<ModelSnapshot> ModelKeeper::LoadKept(const std::string& run_id) c
   if (!model.momentum.empty()) {
     snapshot.momentum = std::make_shared<const std::vector<float>>(std::move(model.momentum));
   }
+  snapshot.has_momentum = snapshot.momentum != nullptr;
   snapshot.digest =
       ModelDigest(*snapshot.values,
                   snapshot.momentum != nullptr ? absl::Span<const float>(*snapshot.momentum)

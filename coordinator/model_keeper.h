@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/model_store.h"
 #include "coordinator/control_plane.h"
 #include "coordinator/global_model.h"
+#include "coordinator/model_upload.h"
 #include "coordinator/state_writer.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
@@ -33,8 +35,10 @@ class ModelKeeper {
   // ended run's final model, if it had one, is kept. Forgets the holders.
   void StartRun(const v1::RunInfo& run);
 
-  // Loads the state folder's saved model of `plane`'s (restored) run, so that a restarted
-  // coordinator resumes from it; true when it did. A model saved just before a crash that kept
+  // Loads what the state folder keeps of `plane`'s (restored) run's model, so that a restarted
+  // coordinator resumes from it; true when it did. A sharded run's is its layout and digests
+  // in the run record (RunInfo.model): the model itself lives with the members. A star run's
+  // is model.bin. A model saved just before a crash that kept
   // the run record from following is committed to the run now. A model older than the record
   // (commits are announced before their model is on disk) is committed again as the round
   // after the record's, at its own global step, so the members adopt it as stale members do
@@ -43,25 +47,32 @@ class ModelKeeper {
   absl::StatusOr<bool> Restore(ControlPlane& plane);
 
   // Whether a node leader's checkpoint of the active run at `global_step` would replace the
-  // active model (docs/design.md, "Checkpoints"): there is none, or it was restored or taken
-  // from a checkpoint at a lower global step and no round committed since.
-  bool TakesCheckpoint(int64_t global_step) const;
+  // active model (docs/design.md, "Checkpoints"): there is none; or it was restored or taken
+  // from a checkpoint at a lower global step and no round committed since; or it is a sharded
+  // run's model that none of the `live` leaders holds.
+  bool TakesCheckpoint(int64_t global_step, const std::vector<ControlPlane::Leader>& live) const;
   // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
   // TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not.
-  absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run) const;
+  absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
+                          const std::vector<ControlPlane::Leader>& live) const;
   // Installs an InitModel upload that MayInstall allowed as the active model (a checkpoint
-  // through Adopt), held by its uploader.
+  // through Adopt), held by its uploader: a star run's values, a sharded run's digests.
   absl::Status InstallUpload(ControlPlane& plane, const v1::InitModelHeader& header,
-                             std::vector<float> values, std::optional<std::vector<float>> momentum);
-  // Installs `saved` (of the active run: model.bin, or a node leader's checkpoint; `source`
-  // names it) as the active model as PlanRestore says, committing a round on `plane` when the
-  // plan does. FAILED_PRECONDITION (naming `source`) when the plan refuses it, DATA_LOSS when
-  // the model does not fit the run.
-  absl::Status Adopt(ControlPlane& plane, ModelCheckpoint saved, const std::string& source);
+                             ModelUpload upload);
+  // Installs a model of round `round` at `global_step` of the active run (model.bin, or a node
+  // leader's checkpoint; `source` names it) through `install` (GlobalModel::Install or
+  // InstallDigests, after the reset) as PlanRestore says, committing a round on `plane` when
+  // the plan does. FAILED_PRECONDITION (naming `source`) when the plan refuses it, DATA_LOSS
+  // when the model does not fit the run.
+  absl::Status Adopt(ControlPlane& plane, int64_t round, int64_t global_step,
+                     const std::string& source, absl::FunctionRef<absl::Status()> install);
 
   // The committed model of run `run_id` if it is the active run's or kept in memory: the
   // snapshot, shared, not copied.
   std::optional<ModelSnapshot> Find(const std::string& run_id) const;
+  // What `run`'s record keeps of its sharded model (RunInfo.model) as a snapshot without
+  // values; nullopt when it keeps none.
+  static std::optional<ModelSnapshot> FromRecord(const v1::RunInfo& run);
   // An ended run's final model from the state folder (it reads the disk: call it without the
   // lock); NOT_FOUND, naming how many runs are kept, when it is not there or there is no state
   // folder.
@@ -80,6 +91,9 @@ class ModelKeeper {
                                        const std::vector<ControlPlane::Leader>& live) const;
 
  private:
+  // A sharded run's model from its record (Restore).
+  absl::StatusOr<bool> RestoreRecorded(const v1::RunInfo& run);
+
   StateWriter* const state_;
   GlobalModel active_;
   std::vector<std::string> holders_;

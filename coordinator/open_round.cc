@@ -32,7 +32,7 @@ v1::RoundRecord OpenRound::Record(v1::RoundOutcome outcome, const v1::RunSpec& s
   record.set_bytes_sent(bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(now - info.opened));
   record.set_codec(spec.codec());
-  const int64_t n = info.reducer->layout().num_values;
+  const int64_t n = info.layout.num_values;
   record.set_fragment(info.fragment);
   record.set_values(n);
   record.set_compression_ratio(

@@ -82,16 +82,4 @@ absl::Status CheckInitModelHeader(const v1::InitModelHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status CheckInitModelUpload(const v1::InitModelHeader& header,
-                                  const std::vector<float>& values,
-                                  const std::optional<std::vector<float>>& momentum) {
-  if (!AllFinite(values) || (momentum.has_value() && !AllFinite(*momentum))) {
-    return absl::InvalidArgumentError("initial model: NaN or infinity");
-  }
-  if (momentum.has_value() != header.has_momentum()) {
-    return absl::InvalidArgumentError("has_momentum: the momentum did not come as the header says");
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace localsgd

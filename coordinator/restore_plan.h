@@ -49,11 +49,6 @@ absl::Status CheckCheckpointOffer(const v1::InitModelHeader& header, const v1::R
 // An InitModel header as such: a vector_length in [1, 2^32], and the checkpoint's fields only
 // with from_checkpoint. INVALID_ARGUMENT naming the field.
 absl::Status CheckInitModelHeader(const v1::InitModelHeader& header);
-// The upload's values (and momentum, which comes exactly when the header says): no NaN, no
-// infinity. INVALID_ARGUMENT.
-absl::Status CheckInitModelUpload(const v1::InitModelHeader& header,
-                                  const std::vector<float>& values,
-                                  const std::optional<std::vector<float>>& momentum);
 
 }  // namespace localsgd
 

@@ -30,7 +30,8 @@ class RoundContext {
     int fragment = 0;     // RunSpec.fragments: the fragment it carries
     int first_chunk = 0;  // the fragment's first chunk in the model (GlobalModel::first_chunk)
     absl::Time opened;
-    // What it averages on (GlobalModel::RoundReducer).
+    ChunkLayout layout;  // the fragment's chunks, counted from its first
+    // What a star round averages on (GlobalModel::RoundReducer); null for a sharded round.
     std::shared_ptr<RangeReducer> reducer;
   };
 
@@ -52,7 +53,8 @@ class RoundContext {
 
   // Whether a commit the driver decided may go ahead now (else it waits for the next Advance).
   virtual bool MayCommit() const = 0;
-  // The round's update is in its reducer: commit it with `included` at global step `step`,
+  // The round's update is decided (a star round's is in its reducer): commit it with
+  // `included` at global step `step`,
   // the fragment's digest now `digest` (ModelDigest from its first chunk); `log` describes the
   // round. The driver is destroyed with the round.
   virtual void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,

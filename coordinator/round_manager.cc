@@ -50,33 +50,33 @@ absl::StatusOr<v1::RunInfo> RoundManager::RunningRun(const std::string& run_id) 
   return run;
 }
 
-absl::StatusOr<ChunkLayout> RoundManager::BeginInit(const v1::InitModelHeader& header) {
+absl::StatusOr<ModelUpload> RoundManager::BeginInit(const v1::InitModelHeader& header) {
   LOCALSGD_RETURN_IF_ERROR(CheckInitModelHeader(header));
   MutexLock lock(&mu_);
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   LOCALSGD_RETURN_IF_ERROR(
       plane_->CheckLeader(header.member_id(), header.member_credential()).status());
-  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run));
-  return ChunkLayout::ForBytes(header.vector_length(), model().spec().chunk_bytes());
+  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run, plane_->LiveLeaders()));
+  const v1::RunSpec& spec = model().spec();
+  return ModelUpload(ChunkLayout::ForBytes(header.vector_length(), spec.chunk_bytes()),
+                     header.has_momentum(), spec.exchange() == v1::EXCHANGE_STAR,
+                     spec.outer_optimizer().momentum() != 0);
 }
 
-absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
-                                      std::optional<std::vector<float>> momentum,
+absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, ModelUpload upload,
                                       v1::InitModelResponse* response) {
-  LOCALSGD_RETURN_IF_ERROR(CheckInitModelUpload(header, values, momentum));
   MutexLock lock(&mu_);
   // After a model still being saved (of an earlier run), never before it.
   pipeline_.AwaitIdle();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   // (Checked again: the record and the model may have moved since BeginInit.)
-  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run));
+  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run, plane_->LiveLeaders()));
   // A round on the model a checkpoint replaces cannot commit on it.
   if (header.from_checkpoint() && round_.has_value()) {
     Abort(absl::StrCat("the run's model was replaced by ", header.member_id(),
                        "'s checkpoint of round ", header.checkpoint_round()));
   }
-  LOCALSGD_RETURN_IF_ERROR(
-      models_.InstallUpload(*plane_, header, std::move(values), std::move(momentum)));
+  LOCALSGD_RETURN_IF_ERROR(models_.InstallUpload(*plane_, header, std::move(upload)));
   response->set_round(model().round());
   response->set_global_step(model().global_step());
   CommitPipeline::Commit initial;  // round 0: nothing to record or announce, only the save
@@ -101,12 +101,22 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
     id = run_id.empty() ? run.run_id() : run_id;
     if (id.empty()) return absl::NotFoundError("run_id: no run has started");
     if (std::optional<ModelSnapshot> model = models_.Find(id)) return *std::move(model);
+    // A sharded run's model from its record (after a restart).
+    if (std::optional<v1::RunInfo> found = plane_->FindRun(id)) {
+      if (std::optional<ModelSnapshot> model = ModelKeeper::FromRecord(*found)) return *model;
+    }
     if (id == run.run_id()) {
       return absl::FailedPreconditionError(
           absl::StrCat("run ", id, " has no model yet (its first node leader uploads it)"));
     }
   }
   return models_.LoadKept(id);  // an earlier run's, off the lock: it reads the disk
+}
+
+std::optional<v1::CheckpointInfo> RoundManager::Checkpoint(const std::string& run_id) const {
+  std::optional<v1::RunInfo> run = plane_->FindRun(run_id);
+  if (!run.has_value() || !run->has_checkpoint()) return std::nullopt;
+  return run->checkpoint();
 }
 
 std::vector<v1::ModelHolder> RoundManager::Holders(const std::string& run_id, int64_t round) {
@@ -175,6 +185,7 @@ void RoundManager::StartRound(int64_t number, int fragment) {
   RoundContext::Round info;
   info.number = number;
   info.fragment = fragment;
+  info.layout = model().FragmentLayout(fragment);
   info.reducer = model().RoundReducer(fragment);
   info.first_chunk = model().first_chunk(fragment);
   info.opened = options_.clock();
@@ -257,30 +268,6 @@ void RoundManager::EndOfInput(int64_t session_id) {
   Advance();
 }
 
-absl::Status RoundManager::AddMean(int64_t session_id, const v1::Chunk& chunk) {
-  const FlushWhenDone flush(this);
-  const int index = chunk.index();
-  const int64_t bytes = static_cast<int64_t>(chunk.data().size());
-  // Claims the chunk (its owner, once) before it is decoded.
-  std::optional<ShardedDriver::MeanWork> work;
-  LOCALSGD_RETURN_IF_ERROR(InShardedRound(session_id, "mean", [&](ShardedDriver& round) {
-    absl::StatusOr<ShardedDriver::MeanWork> claimed = round.ClaimMean(session_id, index);
-    if (claimed.ok()) work = *std::move(claimed);
-    return claimed.status();
-  }));
-  // Outside the lock: decoded and stepped into the next model as the chunks arrive.
-  absl::Status status = work->Apply(index, chunk);
-  {
-    MutexLock lock(&mu_);
-    if (!round_.has_value() || round_->sharded == nullptr) {
-      return absl::FailedPreconditionError("mean: the round ended");
-    }
-    status = round_->sharded->FinishMean(session_id, index, bytes, *work, std::move(status));
-    Advance();
-  }
-  return status;
-}
-
 absl::Status RoundManager::Deliver(int64_t session_id, const v1::Delivered& delivered) {
   return InShardedRound(session_id, "delivered",
                         [&](ShardedDriver& round) { return round.Deliver(session_id, delivered); });
@@ -345,13 +332,16 @@ void RoundManager::Advance() {
 
 void RoundManager::Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
                           std::string log) {
-  model().CommitFragment(round_->info.fragment, *round_->info.reducer);
+  if (round_->info.reducer != nullptr) {
+    model().CommitFragment(round_->info.fragment, *round_->info.reducer);
+  }
   model().Committed(round_->info.number, step, round_->info.fragment, digest);
   CommitPipeline::Commit commit;
   commit.run_id = model().run_id();
   commit.round = round_->info.number;
   commit.global_step = step;
   commit.synced_step = model().synced_step();
+  commit.model = model().Record();
   commit.included = included;
   commit.members = sessions_.TakeAll();
   commit.record = round_->Record(v1::ROUND_OUTCOME_COMMITTED, model().spec(), model().global_step(),

@@ -19,6 +19,7 @@
 #include "coordinator/global_model.h"
 #include "coordinator/member_standing.h"
 #include "coordinator/model_keeper.h"
+#include "coordinator/model_upload.h"
 #include "coordinator/open_round.h"
 #include "coordinator/round_backoff.h"
 #include "coordinator/round_driver.h"
@@ -60,15 +61,15 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
 
   // --- Initial model (global[0]) ---
   // Checks an InitModel header: the active run is running, the member is a live node leader,
-  // the model is not initialised yet. Returns the chunk layout the upload must follow.
-  absl::StatusOr<ChunkLayout> BeginInit(const v1::InitModelHeader& header);
+  // the model is not initialised yet. Returns the upload to fill (ModelUpload: a star run's
+  // model is kept, a sharded run's only digested).
+  absl::StatusOr<ModelUpload> BeginInit(const v1::InitModelHeader& header);
   // Installs global[0] and says in `response` which round and global step it is; ALREADY_EXISTS
   // when another leader was first. A node leader's checkpoint (header.from_checkpoint, with
   // its `momentum` when the run keeps one) replaces the model when ModelKeeper::TakesCheckpoint
   // (docs/design.md, "Checkpoints"), as a restore does, aborting a round open on the model it
   // replaces.
-  absl::Status FinishInit(const v1::InitModelHeader& header, std::vector<float> values,
-                          std::optional<std::vector<float>> momentum,
+  absl::Status FinishInit(const v1::InitModelHeader& header, ModelUpload upload,
                           v1::InitModelResponse* response);
 
   // --- Late joiners ---
@@ -80,6 +81,8 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   // The node leaders that hold round `round` of run `run_id` (docs/design.md, "Where the model
   // lives"): the live ones that were in its commit (or uploaded the initial model) and serve a
   // data plane. None for another round or run, or before a commit since a restart.
+  // The newest checkpoint of run `run_id` a node leader reported (RunInfo.checkpoint).
+  std::optional<v1::CheckpointInfo> Checkpoint(const std::string& run_id) const;
   std::vector<v1::ModelHolder> Holders(const std::string& run_id, int64_t round);
 
   // --- Sync ---
@@ -94,10 +97,9 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   // The member closed its side of the stream: fine once it sent every chunk (star) or
   // delivered (sharded), else a Leave.
   void EndOfInput(int64_t session);
-  // Sharded rounds: an owner's averaged chunk, and a member's "I hold every chunk" with the
-  // digests of its copy (docs/design.md, "Digests"). Bad input
-  // drops the member (and closes its stream) as for AddChunk.
-  absl::Status AddMean(int64_t session, const v1::Chunk& chunk);
+  // Sharded rounds: a member's "I hold every chunk" with the digests of its next copy
+  // (docs/design.md, "Digests"), and its report of an owner it could not reach. Bad input drops
+  // the member (and closes its stream) as for AddChunk.
   absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
   absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
   // Deadlines, expired leases and the run's state; the server calls it periodically.

@@ -151,11 +151,24 @@ class RoundManagerTest : public ::testing::Test {
     init.set_member_id("n/0");
     init.set_member_credential(credentials_["n/0"]);
     init.set_vector_length(kValues);
-    ASSERT_THAT(rounds_->BeginInit(init), IsOk());
+    ASSERT_THAT(Upload(init, std::vector<float>(kValues, 1.0f)), IsOk());
+  }
+
+  // An InitModel stream of `header` with `values`.
+  absl::StatusOr<v1::InitModelResponse> Upload(const v1::InitModelHeader& header,
+                                               const std::vector<float>& values) {
+    LOCALSGD_ASSIGN_OR_RETURN(ModelUpload upload, rounds_->BeginInit(header));
+    for (int c = 0; c < upload.layout().num_chunks(); ++c) {
+      v1::Chunk chunk;
+      chunk.set_index(c);
+      chunk.set_data(reinterpret_cast<const char*>(values.data() + upload.layout().begin(c)),
+                     static_cast<size_t>(upload.layout().size(c)) * sizeof(float));
+      LOCALSGD_RETURN_IF_ERROR(upload.Take(false, &chunk));
+    }
+    LOCALSGD_RETURN_IF_ERROR(upload.Complete());
     v1::InitModelResponse response;
-    ASSERT_THAT(
-        rounds_->FinishInit(init, std::vector<float>(kValues, 1.0f), std::nullopt, &response),
-        IsOk());
+    LOCALSGD_RETURN_IF_ERROR(rounds_->FinishInit(header, std::move(upload), &response));
+    return response;
   }
 
   v1::SyncHeader Header(int64_t round, const std::string& member_id = "n/0") {
@@ -290,11 +303,7 @@ TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
     header.set_from_checkpoint(true);
     header.set_checkpoint_round(round);
     header.set_checkpoint_global_step(step);
-    LOCALSGD_RETURN_IF_ERROR(rounds_->BeginInit(header).status());
-    v1::InitModelResponse response;
-    LOCALSGD_RETURN_IF_ERROR(
-        rounds_->FinishInit(header, std::vector<float>(kValues, value), std::nullopt, &response));
-    return response;
+    return Upload(header, std::vector<float>(kValues, value));
   };
   EXPECT_THAT(offer(2, 16, 3.0f),
               StatusIs(absl::StatusCode::kAlreadyExists, "already set"));  // its own

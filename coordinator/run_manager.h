@@ -48,6 +48,8 @@ class RunManager {
   // total_steps. FAILED_PRECONDITION otherwise.
   absl::Status CommitRound(int64_t round, int64_t global_step, int64_t synced_step,
                            bool restored = false);
+  // A sharded run's model as of its round (RunInfo.model).
+  void SetModel(v1::ModelRecord model) { *info_.mutable_model() = std::move(model); }
 
   // Marks the active run FAILED with `reason`.
   absl::Status Fail(const std::string& reason);

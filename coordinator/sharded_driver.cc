@@ -16,7 +16,7 @@ ShardedRound::Options OptionsOf(const RoundContext& context) {
   const v1::RunSpec& spec = context.spec();
   ShardedRound::Options options;
   options.number = context.round().number;
-  options.layout = context.round().reducer->layout();
+  options.layout = context.round().layout;
   options.opened = context.round().opened;
   options.deadline = absl::Seconds(spec.round_deadline_seconds());
   options.min_workers = spec.min_workers();
@@ -46,17 +46,12 @@ std::vector<std::string> IdsOf(const std::vector<ControlPlane::Leader>& leaders)
 ShardedDriver::ShardedDriver(RoundContext* context,
                              const std::vector<ControlPlane::Leader>& leaders)
     : context_(context),
-      reducer_(context->round().reducer),
       round_(OptionsOf(*context), CandidatesOf(leaders)),
       expected_(IdsOf(leaders)),
       attempt_(context->NextAttempt()) {
   for (const ControlPlane::Leader& leader : leaders) {
     data_plane_keys_[leader.worker_id] = leader.data_plane_key;
   }
-  next_ = std::make_shared<NextModel>();
-  next_->global = reducer_->SpareBuffer(static_cast<size_t>(reducer_->layout().num_values));
-  next_->momentum = reducer_->SpareBuffer(reducer_->momentum().size());
-  next_->digests = RangeDigests(reducer_->layout().num_chunks(), context->round().first_chunk);
 }
 
 absl::StatusOr<int64_t> ShardedDriver::Arrive(const v1::SyncHeader& header,
@@ -93,46 +88,6 @@ void ShardedDriver::Tick(absl::Time now, const std::vector<ControlPlane::Leader>
   round_.Tick(now);
 }
 
-absl::StatusOr<ShardedDriver::MeanWork> ShardedDriver::ClaimMean(int64_t session, int index) {
-  if (absl::Status status = round_.AddMean(context_->sessions().MemberOf(session), index);
-      !status.ok()) {
-    DropSession(session, status);
-    return status;
-  }
-  // Accepted, so in the owner's range.
-  MeanWork work;
-  work.shard = round_.ShardOf(index);
-  work.next = next_;
-  work.reducer = reducer_;
-  work.codec = context_->spec().codec();
-  const v1::OuterOptimizerSpec& spec = context_->spec().outer_optimizer();
-  work.outer = OuterOptimizer{spec.lr(), spec.momentum(), spec.nesterov()};
-  return work;
-}
-
-absl::Status ShardedDriver::FinishMean(int64_t session, int index, int64_t bytes,
-                                       const MeanWork& work, absl::Status applied) {
-  if (work.next != next_) return absl::FailedPreconditionError("mean: the round ended");
-  if (absl::IsOutOfRange(applied)) {
-    round_.Fail(std::string(applied.message()));
-    return applied;
-  }
-  if (!applied.ok()) {
-    const std::string owner_id = context_->sessions().MemberOf(session);
-    DropSession(session, applied);  // the owner leaves, and the chunk it claimed can never
-    // come: the round aborts at once (the owner's range counted as averaged, so its leaving
-    // alone would not abort it).
-    round_.RefuseMean(owner_id, index, std::string(applied.message()));
-    return applied;
-  }
-  ++means_done_;
-  context_->CountBytes(bytes, 0);
-  if (work.shard >= 0 && static_cast<size_t>(work.shard) < mean_bytes_.size()) {
-    mean_bytes_[work.shard] += bytes;
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ShardedDriver::Deliver(int64_t session, const v1::Delivered& delivered) {
   absl::Status status;
   if (delivered.value_digests_size() != delivered.range_digests_size()) {
@@ -167,22 +122,16 @@ void ShardedDriver::Advance() {
   if (round_.TakeLaidOut()) SendLayout();
   if (round_.phase() == ShardedRound::Phase::kAborted) {
     context_->Abort(std::string(round_.abort_reason()));  // this driver ends with the round
-  } else if (round_.phase() == ShardedRound::Phase::kCommitted && context_->MayCommit() &&
-             means_done_ == reducer_->layout().num_chunks()) {
-    // Every member applies the same decoded mean through the same outer step; so did this
-    // copy, chunk by chunk, into next_. Nothing commits on copies that differ.
-    std::vector<DigestPair> reference;
-    DigestPair digest;  // the fragment's
-    for (const ShardedRound::Shard& shard : round_.shards()) {
-      reference.push_back(next_->digests.Of(shard.begin_chunk, shard.end_chunk));
-      digest = RangeDigests::Combine(digest, reference.back());
-    }
-    if (!round_.Verify(reference)) {
+  } else if (round_.phase() == ShardedRound::Phase::kCommitted && context_->MayCommit()) {
+    // Every member applies the same decoded means through the same outer step; nothing
+    // commits on copies that differ.
+    if (!round_.Verify()) {
       SendDiverged();
       context_->Abort(std::string(round_.abort_reason()));
       return;
     }
-    reducer_->InstallNext(std::move(next_->global), std::move(next_->momentum));
+    DigestPair digest;  // the fragment's
+    for (const DigestPair& range : round_.agreed()) digest = RangeDigests::Combine(digest, range);
     const std::vector<std::string> included = round_.Included();
     const size_t owners = round_.shards().size();
     context_->Commit(
@@ -203,7 +152,7 @@ void ShardedDriver::Record(v1::RoundRecord* record) const {
   for (const std::string& id : round_.Included()) record->add_members(id);
   record->set_ring(round_.ring());
   const int64_t members = static_cast<int64_t>(round_.members().size());
-  const ChunkLayout& layout = reducer_->layout();
+  const ChunkLayout& layout = context_->round().layout;
   const v1::Codec codec = context_->spec().codec();
   for (size_t s = 0; s < round_.shards().size(); ++s) {
     const ShardedRound::Shard& shard = round_.shards()[s];
@@ -212,16 +161,15 @@ void ShardedDriver::Record(v1::RoundRecord* record) const {
     out->set_address(shard.address);
     out->set_begin(layout.begin(shard.begin_chunk));
     out->set_end(layout.begin(shard.end_chunk - 1) + layout.size(shard.end_chunk - 1));
-    const int64_t mean_bytes = s < mean_bytes_.size() ? mean_bytes_[s] : 0;
-    out->set_mean_bytes(mean_bytes);
     const int64_t range = out->end() - out->begin();
-    // A ring's owner gets one fp32 running sum of its range and sends its mean to succ and
-    // the coordinator; otherwise it gets every member's delta and sends its mean to every
-    // member (itself in process) and to the coordinator.
-    out->set_bytes_received(round_.ring()
-                                ? range * static_cast<int64_t>(sizeof(float))
-                                : members * static_cast<int64_t>(EncodedBytes(codec, range)));
-    out->set_bytes_sent((round_.ring() ? 2 : members + 1) * mean_bytes);
+    const int64_t mean_bytes = static_cast<int64_t>(EncodedBytes(codec, range));
+    out->set_mean_bytes(mean_bytes);
+    // A ring's owner gets one fp32 running sum of its range and sends its mean to succ;
+    // otherwise it gets every member's delta and sends its mean to every member (itself in
+    // process).
+    out->set_bytes_received(round_.ring() ? range * static_cast<int64_t>(sizeof(float))
+                                          : members * mean_bytes);
+    out->set_bytes_sent((round_.ring() ? 1 : members) * mean_bytes);
   }
   RecordRoundOutcomes(round_.dropped(), round_.SlowestWait(), record);
 }
@@ -268,7 +216,7 @@ void ShardedDriver::SendDiverged() {
 }
 
 void ShardedDriver::SendLayout() {
-  const ChunkLayout& layout = reducer_->layout();
+  const ChunkLayout& layout = context_->round().layout;
   auto response = std::make_shared<v1::SyncResponse>();
   v1::RoundHeader* header = response->mutable_header();
   header->set_round(round_.number());
@@ -290,7 +238,6 @@ void ShardedDriver::SendLayout() {
     range->set_begin_chunk(shard.begin_chunk);
     range->set_end_chunk(shard.end_chunk);
   }
-  mean_bytes_.assign(round_.shards().size(), 0);
   laid_out_ = true;
   // Each member gets its own copy, with the tags of the streams it is to open
   // (docs/design.md, "Security").
@@ -320,29 +267,6 @@ void ShardedDriver::AddStreamTags(int slot, v1::RoundHeader* header) const {
                                                         attempt_, members[slot], members[receiver]})
             : std::string());
   }
-}
-
-absl::Status ShardedDriver::MeanWork::Apply(int index, const v1::Chunk& chunk) const {
-  // The chunk's range of `next` is this call's alone (ClaimMean claimed it), and the reducer's
-  // model does not change before the round commits, which waits for this chunk.
-  const ChunkLayout& layout = reducer->layout();
-  const size_t begin = static_cast<size_t>(layout.begin(index));
-  const size_t size = static_cast<size_t>(layout.size(index));
-  absl::Span<float> region = absl::MakeSpan(*next->global).subspan(begin, size);
-  absl::Span<const float> momentum = reducer->momentum();
-  if (absl::Status status = Decode(codec, chunk.data(), region); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("mean ", index, ": ", status.message()));
-  }
-  const absl::Span<float> next_momentum =
-      next->momentum->empty() ? absl::Span<float>()
-                              : absl::MakeSpan(*next->momentum).subspan(begin, size);
-  if (!OuterStepInto(outer, region, reducer->global().subspan(begin, size),
-                     momentum.empty() ? momentum : momentum.subspan(begin, size), next_momentum)) {
-    return absl::OutOfRangeError(
-        absl::StrCat("the update of chunk ", index, " overflows fp32 (the deltas are too large)"));
-  }
-  next->digests.Set(index, ChunkDigest(region, next_momentum));
-  return absl::OkStatus();
 }
 
 }  // namespace localsgd

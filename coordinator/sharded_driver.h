@@ -14,16 +14,13 @@
 #include "coordinator/round_driver.h"
 #include "coordinator/sharded_round.h"
 #include "exchange/model_digest.h"
-#include "exchange/outer_step.h"
-#include "exchange/range_reducer.h"
 
 namespace localsgd {
 
 // Sharded rounds on the coordinator (docs/design.md, "Sharded rounds"): a ShardedRound
 // decides; this driver sends the layout (with each member's stream tags), the drop notices and
-// the commit, takes each owner's averaged chunks and applies them through the outer optimizer
-// into the next model exactly as the members do, and checks the members' digests against it.
-// It sends no member model bytes: the owners send the means to every member.
+// the commit, and takes the members' deliveries (the digests of their next copies) and reports.
+// No model bytes pass through it either way: the owners send the means to every member.
 // Thread-compatible: the round manager's lock.
 class ShardedDriver : public RoundDriver {
  public:
@@ -40,33 +37,9 @@ class ShardedDriver : public RoundDriver {
   void Record(v1::RoundRecord* record) const override;
   std::vector<RoundFault> Faults() const override;
 
-  // The next model, computed chunk by chunk as the owners' means arrive.
-  struct NextModel {
-    std::shared_ptr<std::vector<float>> global;
-    std::shared_ptr<std::vector<float>> momentum;  // empty without outer momentum
-    // Each chunk's digest, taken as its mean is applied (the members' are checked against it).
-    RangeDigests digests{0, 0};
-  };
-  // An owner's mean, claimed under the lock and applied outside it.
-  struct MeanWork {
-    int shard = -1;
-    std::shared_ptr<NextModel> next;
-    std::shared_ptr<RangeReducer> reducer;
-    v1::Codec codec = v1::CODEC_FP32;
-    OuterOptimizer outer;
-    // Without the lock: decodes mean `index` into its range of `next` and runs the outer step
-    // there. OUT_OF_RANGE when the update overflows fp32, INVALID_ARGUMENT for bytes that do
-    // not decode.
-    absl::Status Apply(int index, const v1::Chunk& chunk) const;
-  };
-  // An owner's averaged chunk `index`: claimed (its owner, once) before it is applied outside
-  // the lock, then the outcome of the application with the chunk's `bytes`. Bad input drops the
-  // owner and its stream with the error, which is returned.
-  absl::StatusOr<MeanWork> ClaimMean(int64_t session, int index);
-  absl::Status FinishMean(int64_t session, int index, int64_t bytes, const MeanWork& work,
-                          absl::Status applied);
-  // A member's "I hold every chunk" with the digests of its copy, and its report of an owner it
-  // could not exchange with. Bad input drops the member as for a mean.
+  // A member's "I hold every chunk" with the digests of its next copy, and its report of an
+  // owner it could not exchange with. Bad input drops the member and its stream with the error,
+  // which is returned.
   absl::Status Deliver(int64_t session, const v1::Delivered& delivered);
   absl::Status Unreachable(int64_t session, const v1::OwnerUnreachable& unreachable);
 
@@ -88,7 +61,6 @@ class ShardedDriver : public RoundDriver {
   void AddStreamTags(int slot, v1::RoundHeader* header) const;
 
   RoundContext* const context_;
-  const std::shared_ptr<RangeReducer> reducer_;
   ShardedRound round_;
   // By member: its data-plane key as of the round's opening (ControlPlane::Leader).
   std::map<std::string, std::string> data_plane_keys_;
@@ -96,10 +68,6 @@ class ShardedDriver : public RoundDriver {
   const uint64_t attempt_;
   bool laid_out_ = false;        // the RoundHeader went out
   std::set<int64_t> delivered_;  // sessions
-  // The next model, installed at the commit.
-  std::shared_ptr<NextModel> next_;
-  int means_done_ = 0;
-  std::vector<int64_t> mean_bytes_;  // by shard
 };
 
 }  // namespace localsgd

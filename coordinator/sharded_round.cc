@@ -13,7 +13,6 @@ namespace localsgd {
 ShardedRound::ShardedRound(Options options, std::vector<Candidate> expected)
     : options_(std::move(options)) {
   for (Candidate& candidate : expected) expected_.push_back(Member{std::move(candidate)});
-  mean_received_.assign(static_cast<size_t>(options_.layout.num_chunks()), false);
   Advance(options_.opened);  // an empty or too small round aborts at once
 }
 
@@ -54,17 +53,13 @@ void ShardedRound::Leave(const std::string& member_id, const std::string& reason
   Member* member = Find(member_id);
   if (member == nullptr || member->dropped) return;
   if (excused) excused_.push_back(member_id);
-  if (phase_ == Phase::kExchanging && member->slot >= 0) {
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      const Shard& shard = shards_[s];
-      if (shard.owner_slot == member->slot &&
-          shard_means_[s] < shard.end_chunk - shard.begin_chunk) {
-        Drop(*member, reason);
-        AbortWith(absl::StrCat("owner ", member_id, " left before its range was averaged (", reason,
-                               ")"));
-        return;
-      }
-    }
+  // An owner that leaves while a member still waits for its range's means takes the range
+  // with it.
+  if (phase_ == Phase::kExchanging && Owns(member->slot) && Waiting(member_id)) {
+    Drop(*member, reason);
+    AbortWith(absl::StrCat("owner ", member_id, " left before every member held its range (",
+                           reason, ")"));
+    return;
   }
   Drop(*member, reason);
   Advance(now);
@@ -81,41 +76,6 @@ int ShardedRound::ShardOf(int chunk) const {
     if (chunk >= shards_[s].begin_chunk && chunk < shards_[s].end_chunk) return static_cast<int>(s);
   }
   return -1;
-}
-
-absl::Status ShardedRound::AddMean(const std::string& member_id, int chunk) {
-  if (phase_ != Phase::kExchanging) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("round ", options_.number, " is not exchanging"));
-  }
-  const int s = ShardOf(chunk);
-  if (s < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("mean.index: ", chunk, " is out of range [0, ",
-                                                   options_.layout.num_chunks(), ")"));
-  }
-  if (shards_[s].owner_id != member_id) {
-    return absl::InvalidArgumentError(absl::StrCat("mean.index: chunk ", chunk, " belongs to ",
-                                                   shards_[s].owner_id, ", not ", member_id));
-  }
-  if (mean_received_[chunk]) {
-    return absl::InvalidArgumentError(absl::StrCat("mean.index: ", chunk, " sent twice"));
-  }
-  mean_received_[chunk] = true;
-  ++shard_means_[s];
-  ++means_received_;
-  Advance(absl::InfinitePast());  // never lays out: the layout is out
-  return absl::OkStatus();
-}
-
-void ShardedRound::RefuseMean(const std::string& member_id, int chunk, const std::string& reason) {
-  if (phase_ != Phase::kExchanging && phase_ != Phase::kCommitted) return;
-  blamed_.push_back(RoundFault{member_id, absl::StrCat("sent an unusable mean: ", reason), ""});
-  AbortWith(absl::StrCat("owner ", member_id, " sent an unusable mean of chunk ", chunk, " (",
-                         reason, ")"));
-}
-
-void ShardedRound::Fail(const std::string& reason) {
-  if (phase_ != Phase::kAborted) AbortWith(reason);
 }
 
 absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::string& owner_id,
@@ -170,15 +130,17 @@ void ShardedRound::Tick(absl::Time now) {
     LayOut(now);
     Advance(now);
   } else if (phase_ == Phase::kExchanging && now > laid_out_at_ + options_.deadline) {
-    if (!AllMeans()) {
-      std::vector<std::string> late;
-      for (size_t s = 0; s < shards_.size(); ++s) {
-        if (shard_means_[s] < shards_[s].end_chunk - shards_[s].begin_chunk) {
-          late.push_back(shards_[s].owner_id);
-          blamed_.push_back(RoundFault{shards_[s].owner_id,
-                                       "did not average its range within the round deadline", ""});
-        }
+    // An owner that has not delivered may not have averaged its range: nobody can be sure to
+    // hold it. Others that have not delivered are dropped and the round goes on.
+    std::vector<std::string> late;
+    for (const Member& member : expected_) {
+      if (Owns(member.slot) && !member.dropped && !member.delivered) {
+        late.push_back(member.candidate.member_id);
+        blamed_.push_back(RoundFault{member.candidate.member_id,
+                                     "did not average its range within the round deadline", ""});
       }
+    }
+    if (!late.empty()) {
       AbortWith(absl::StrCat("owner ", absl::StrJoin(late, ", "),
                              " did not average its range within the round deadline (",
                              absl::FormatDuration(options_.deadline), ")"));
@@ -192,6 +154,18 @@ void ShardedRound::Tick(absl::Time now) {
     }
     Advance(now);
   }
+}
+
+bool ShardedRound::Owns(int slot) const {
+  return slot >= 0 && std::any_of(shards_.begin(), shards_.end(),
+                                  [&](const Shard& shard) { return shard.owner_slot == slot; });
+}
+
+bool ShardedRound::Waiting(const std::string& but) const {
+  return std::any_of(expected_.begin(), expected_.end(), [&](const Member& member) {
+    return member.slot >= 0 && !member.dropped && !member.delivered &&
+           member.candidate.member_id != but;
+  });
 }
 
 void ShardedRound::LayOut(absl::Time now) {
@@ -228,7 +202,6 @@ void ShardedRound::LayOut(absl::Time now) {
   // Owners are the members with a data plane, in slot order: with one range each, the ring's
   // member i owns range i.
   ring_ = !options_.owners_hold_deltas && members_.size() >= 2 && shards_.size() == members_.size();
-  shard_means_.assign(shards_.size(), 0);
   laid_out_pending_ = true;
 }
 
@@ -250,27 +223,34 @@ void ShardedRound::Advance(absl::Time now) {
     if (!waiting) LayOut(now);
     return;
   }
-  if (!AllMeans()) return;
-  for (const Member& member : expected_) {
-    if (member.slot >= 0 && !member.dropped && !member.delivered) return;
-  }
-  phase_ = Phase::kCommitted;
+  if (!Waiting()) phase_ = Phase::kCommitted;
 }
 
-bool ShardedRound::Verify(const std::vector<DigestPair>& range_digests) {
+bool ShardedRound::Verify() {
   if (phase_ != Phase::kCommitted) return phase_ != Phase::kAborted;
   std::vector<DigestBallot> ballots;
+  std::vector<std::optional<DigestPair>> owners(shards_.size());  // each range's tie-breaker
   for (const Member& member : expected_) {
-    if (member.slot >= 0 && !member.dropped) {
-      ballots.push_back({member.candidate.member_id, member.range_digests});
+    if (member.slot < 0 || member.dropped) continue;
+    ballots.push_back({member.candidate.member_id, member.range_digests});
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (shards_[s].owner_slot == member.slot) owners[s] = member.range_digests[s];
     }
   }
-  // While the coordinator keeps its own copy, that copy breaks ties.
-  std::vector<std::optional<DigestPair>> tie_breakers(shards_.size());
-  for (size_t s = 0; s < shards_.size() && s < range_digests.size(); ++s) {
-    tie_breakers[s] = range_digests[s];
+  const DigestVote vote = VoteOnDigests(ballots, owners);
+  // A range without a majority and without its owner: nobody can say which copy stands.
+  std::vector<std::string> undecided;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (!vote.agreed[s].has_value()) {
+      undecided.push_back(absl::StrCat(s, " (", shards_[s].owner_id, ")"));
+    }
   }
-  const DigestVote vote = VoteOnDigests(ballots, tie_breakers);
+  if (!undecided.empty()) {
+    AbortWith(absl::StrCat("no majority of the members agrees on range",
+                           undecided.size() == 1 ? " " : "s ", absl::StrJoin(undecided, ", "),
+                           " and its owner is not in the round to break the tie"));
+    return false;
+  }
   std::vector<std::string> named;
   for (const DigestVote::Differing& differing : vote.differing) {
     diverged_.push_back(differing.member_id);
@@ -282,27 +262,25 @@ bool ShardedRound::Verify(const std::vector<DigestPair>& range_digests) {
   }
   if (!named.empty()) {
     AbortWith(absl::StrCat("the digests of ", absl::StrJoin(named, ", "),
-                           " differ from the copy most members (or the coordinator) hold: ",
+                           " differ from the copy most members (or the range's owner) hold: ",
                            named.size() == 1 ? "its copy" : "their copies",
                            " of the global model would not be the others'"));
     return false;
   }
-  // The members agree; the coordinator's copy, made from the means the owners sent it, must
-  // be theirs too.
-  std::vector<std::string> ranges;
+  std::vector<std::string> not_finite;
   for (size_t s = 0; s < shards_.size(); ++s) {
-    if (s < range_digests.size() && range_digests[s] == *vote.agreed[s]) continue;
-    ranges.push_back(absl::StrCat(s, " (", shards_[s].owner_id, ")"));
-    blamed_.push_back(RoundFault{shards_[s].owner_id,
-                                 "the means it sent the coordinator are not those it sent members",
-                                 ""});
+    if (*vote.agreed[s] == kNotFinite) {
+      not_finite.push_back(absl::StrCat(s, " (", shards_[s].owner_id, ")"));
+    } else {
+      agreed_.push_back(*vote.agreed[s]);
+    }
   }
-  if (ranges.empty()) return true;
-  AbortWith(
-      absl::StrCat("the coordinator's copy of range", ranges.size() == 1 ? " " : "s ",
-                   absl::StrJoin(ranges, ", "),
-                   " differs from the members' (its owner sent the coordinator other means)"));
-  return false;
+  if (!not_finite.empty()) {
+    AbortWith(absl::StrCat("the update of range", not_finite.size() == 1 ? " " : "s ",
+                           absl::StrJoin(not_finite, ", "),
+                           " overflows fp32 through the outer step (the deltas are too large)"));
+  }
+  return phase_ == Phase::kCommitted;
 }
 
 std::vector<RoundFault> ShardedRound::Faults() const {

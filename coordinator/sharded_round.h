@@ -23,12 +23,13 @@ namespace localsgd {
 // opened; one that left, or had not arrived by the deadline, is left out. The layout then
 // assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane
 // (the first of them in slot order, no more than there are chunks or min_shard_values allow).
-// Exchanging: owners send each averaged chunk of their range to every member, and once to the
-// coordinator; members say when they hold every chunk. The round commits once every chunk reached
-// the coordinator and every member still in the round has delivered. It aborts when an owner leaves
-// before its range is averaged, when the deadline passes (counted again from the layout) with
-// chunks missing, or when fewer than min_workers workers are left. A member that leaves otherwise,
-// or has not delivered by the deadline, is dropped and the round goes on without it.
+// Exchanging: owners send each averaged chunk of their range to every member (the coordinator
+// gets none); members say when they hold every chunk, with the digests of their next copy. The
+// round commits once every member still in the round has delivered and their digests agree
+// (Verify). It aborts when an owner leaves while another member has not delivered, when the
+// deadline passes (counted again from the layout) with an owner that has not delivered, or when
+// fewer than min_workers workers are left. A member that leaves otherwise, or has not delivered
+// by the deadline, is dropped and the round goes on without it.
 // Thread-compatible.
 class ShardedRound {
  public:
@@ -69,15 +70,6 @@ class ShardedRound {
   // against it in Faults().
   void Leave(const std::string& member_id, const std::string& reason, absl::Time now,
              bool excused = false);
-  // An owner sent averaged chunk `chunk`. INVALID_ARGUMENT when it does not own it or sent it
-  // before, FAILED_PRECONDITION outside the exchange.
-  absl::Status AddMean(const std::string& member_id, int chunk);
-  // The coordinator could not use the averaged chunk `chunk` it accepted from its owner (bad
-  // bytes): the round aborts, naming both, even if it was about to commit.
-  void RefuseMean(const std::string& member_id, int chunk, const std::string& reason);
-  // The update cannot be made (a mean overflows fp32 through the outer step): the round
-  // aborts with `reason`.
-  void Fail(const std::string& reason);
   // The member's exchange with an owner failed: the owner's range cannot reach everyone, so
   // the round aborts naming both. INVALID_ARGUMENT when that member owns nothing here.
   absl::Status Unreachable(const std::string& member_id, const std::string& owner_id,
@@ -87,13 +79,15 @@ class ShardedRound {
   // not one digest per range.
   absl::Status Deliver(const std::string& member_id, std::vector<DigestPair> range_digests,
                        absl::Time now);
-  // Once complete (kCommitted): `range_digests` are the coordinator's own digests of the
-  // ranges. The members still in the round vote (VoteOnDigests: a strict majority, else the
-  // coordinator's copy); a member whose copy differs from the agreed one is named in the abort
-  // (with the ranges) and listed in diverged(). When the members agree but the coordinator's
-  // copy of a range differs, the round aborts naming the range's owner (it sent the
-  // coordinator other means). False when the round aborted.
-  bool Verify(const std::vector<DigestPair>& range_digests);
+  // Once complete (kCommitted): the members still in the round vote on their digests
+  // (VoteOnDigests: a strict majority, else the range owner's). A member whose copy differs from
+  // the agreed one is named in the abort (with the ranges) and listed in diverged(); a range
+  // without a majority and without its owner, or agreed to be kNotFinite (the outer step
+  // overflows), aborts the round too. False when the round aborted; else agreed() holds the
+  // digests of the copy every member holds.
+  bool Verify();
+  // By shard, once Verify returned true.
+  const std::vector<DigestPair>& agreed() const { return agreed_; }
   // Deadlines.
   void Tick(absl::Time now);
 
@@ -146,7 +140,10 @@ class ShardedRound {
   // Quorum, then the layout once everyone expected is in, or the commit once complete.
   void Advance(absl::Time now);
   void AbortWith(const std::string& reason);
-  bool AllMeans() const { return means_received_ == options_.layout.num_chunks(); }
+  // Whether the member in `slot` owns a range.
+  bool Owns(int slot) const;
+  // Whether a member still in the round (other than `but`) has not delivered.
+  bool Waiting(const std::string& but = "") const;
 
   Options options_;
   std::vector<Member> expected_;
@@ -158,15 +155,13 @@ class ShardedRound {
   std::vector<double> weights_;
   bool ring_ = false;
   std::vector<Shard> shards_;
-  std::vector<bool> mean_received_;  // by chunk
-  std::vector<int> shard_means_;     // by shard: chunks received
-  int means_received_ = 0;
   std::vector<std::pair<std::string, std::string>> drops_;
   std::vector<std::pair<std::string, std::string>> all_drops_;
   std::vector<RoundFault> blamed_;    // by the abort
   std::vector<std::string> excused_;  // dropped, not held against them
   std::vector<std::string> silent_;   // dropped at the deadline, alone in not arriving
   std::vector<std::string> diverged_;
+  std::vector<DigestPair> agreed_;
   absl::Time first_delivery_ = absl::InfiniteFuture();
   absl::Time last_delivery_ = absl::InfinitePast();
 };

@@ -48,15 +48,6 @@ class ShardedRoundTest : public ::testing::Test {
     }
   }
 
-  // Every owner sends every chunk of its range.
-  void SendAllMeans(ShardedRound& round) {
-    for (const ShardedRound::Shard& shard : round.shards()) {
-      for (int c = shard.begin_chunk; c < shard.end_chunk; ++c) {
-        ASSERT_THAT(round.AddMean(shard.owner_id, c), IsOk());
-      }
-    }
-  }
-
   // The member delivers digests that agree with Reference's.
   absl::Status Deliver(ShardedRound& round, const std::string& member_id) {
     return round.Deliver(member_id, Reference(round), clock_.Now());
@@ -148,25 +139,20 @@ TEST_F(ShardedRoundTest, ASmallVectorHasFewerOwnersEachWithAtLeastTheMinimumShar
   EXPECT_EQ(every.shards().size(), 4u);
 }
 
-TEST_F(ShardedRoundTest, AnUnusableMeanAbortsTheRoundEvenWhenEveryoneDelivered) {
-  // The mean was accepted (claimed) and then could not be decoded: the owner's range counts as
-  // averaged, so only this tells the round it can never complete.
+// Every member computes the same outer step: when it overflows, they all deliver kNotFinite
+// for the range, agree on it, and nothing commits.
+TEST_F(ShardedRoundTest, AnUpdateTheMembersAgreeIsNotFiniteAbortsTheRound) {
   ShardedRound round = Make(2, 4);
   ArriveAll(round, 2);
-  SendAllMeans(round);
-  ASSERT_THAT(Deliver(round, "m0"), IsOk());
-  ASSERT_THAT(Deliver(round, "m1"), IsOk());
-  ASSERT_EQ(round.phase(), Phase::kCommitted);  // decided, but the coordinator lacks chunk 3
-  round.RefuseMean("m1", 3, "chunk data: 400 bytes");
+  std::vector<DigestPair> overflowed = Reference(round);
+  overflowed[1] = kNotFinite;
+  ASSERT_THAT(round.Deliver("m0", overflowed, clock_.Now()), IsOk());
+  ASSERT_THAT(round.Deliver("m1", overflowed, clock_.Now()), IsOk());
+  ASSERT_EQ(round.phase(), Phase::kCommitted);
+  EXPECT_FALSE(round.Verify());
   EXPECT_EQ(round.phase(), Phase::kAborted);
-  EXPECT_THAT(round.abort_reason(), HasSubstr("m1"));
-  EXPECT_THAT(round.abort_reason(), HasSubstr("chunk 3 (chunk data: 400 bytes)"));
-  // While exchanging, too.
-  ShardedRound open = Make(2, 4);
-  ArriveAll(open, 2);
-  ASSERT_THAT(open.AddMean("m0", 0), IsOk());
-  open.RefuseMean("m0", 0, "bad");
-  EXPECT_EQ(open.phase(), Phase::kAborted);
+  EXPECT_THAT(round.abort_reason(), HasSubstr("the update of range 1 (m1) overflows fp32"));
+  EXPECT_THAT(round.Faults(), IsEmpty());  // nobody's fault
 }
 
 TEST_F(ShardedRoundTest, MembersWithoutADataPlaneTakePartButOwnNothing) {
@@ -182,7 +168,6 @@ TEST_F(ShardedRoundTest, MembersWithoutADataPlaneTakePartButOwnNothing) {
 TEST_F(ShardedRoundTest, CommitsOnlyWhenEveryChunkIsInAndEveryMemberDelivered) {
   ShardedRound round = Make(2, 5);
   ArriveAll(round, 2);
-  SendAllMeans(round);
   EXPECT_EQ(round.phase(), Phase::kExchanging);
   ASSERT_THAT(Deliver(round, "m0"), IsOk());
   EXPECT_EQ(round.phase(), Phase::kExchanging);
@@ -198,14 +183,13 @@ TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
   ShardedRound round = Make(3, 6);
   ArriveAll(round, 3);
   ASSERT_EQ(round.shards().size(), 3u);
-  SendAllMeans(round);
   ASSERT_THAT(Deliver(round, "m0"), IsOk());
   std::vector<DigestPair> differs = Reference(round);
   differs[2].with_momentum ^= 1;
   ASSERT_THAT(round.Deliver("m1", differs, clock_.Now()), IsOk());
   ASSERT_THAT(Deliver(round, "m2"), IsOk());
   ASSERT_EQ(round.phase(), Phase::kCommitted);  // complete: the digests are checked now
-  EXPECT_FALSE(round.Verify(Reference(round)));
+  EXPECT_FALSE(round.Verify());
   EXPECT_EQ(round.phase(), Phase::kAborted);
   EXPECT_THAT(round.abort_reason(), HasSubstr("the digests of m1 (range 2) differ"));
   EXPECT_THAT(round.diverged(), ElementsAre("m1"));
@@ -217,41 +201,51 @@ TEST_F(ShardedRoundTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
   // Agreeing copies commit.
   ShardedRound agreed = Make(3, 6);
   ArriveAll(agreed, 3);
-  SendAllMeans(agreed);
   for (const char* id : {"m0", "m1", "m2"}) ASSERT_THAT(Deliver(agreed, id), IsOk());
-  EXPECT_TRUE(agreed.Verify(Reference(agreed)));
+  EXPECT_TRUE(agreed.Verify());
   EXPECT_EQ(agreed.phase(), Phase::kCommitted);
   EXPECT_THAT(agreed.diverged(), IsEmpty());
+  EXPECT_EQ(agreed.agreed(), Reference(agreed));
 
   // The values' digest counts on its own: a copy whose momentum digest agrees but not its
   // values' differs.
   ShardedRound values_differ = Make(2, 4);
   ArriveAll(values_differ, 2);
-  SendAllMeans(values_differ);
   ASSERT_THAT(Deliver(values_differ, "m0"), IsOk());
   std::vector<DigestPair> values_only = Reference(values_differ);
   values_only[0].values ^= 1;
   ASSERT_THAT(values_differ.Deliver("m1", values_only, clock_.Now()), IsOk());
-  EXPECT_FALSE(values_differ.Verify(Reference(values_differ)));
+  EXPECT_FALSE(values_differ.Verify());
+  // Two members, no majority: range 0's owner (m0) breaks the tie.
   EXPECT_THAT(values_differ.diverged(), ElementsAre("m1"));
 
-  // The members agree, but the coordinator's copy of range 1 is another: its owner sent the
-  // coordinator other means than the members. The owner is named; no member diverged.
-  ShardedRound owner_lied = Make(3, 6);
-  ArriveAll(owner_lied, 3);
-  SendAllMeans(owner_lied);
-  for (const char* id : {"m0", "m1", "m2"}) ASSERT_THAT(Deliver(owner_lied, id), IsOk());
-  std::vector<DigestPair> coordinators = Reference(owner_lied);
-  coordinators[1].values ^= 1;
-  EXPECT_FALSE(owner_lied.Verify(coordinators));
-  EXPECT_EQ(owner_lied.phase(), Phase::kAborted);
-  const std::string owner = owner_lied.shards()[1].owner_id;
-  EXPECT_THAT(owner_lied.abort_reason(),
-              HasSubstr(absl::StrCat("the coordinator's copy of range 1 (", owner, ")")));
-  EXPECT_THAT(owner_lied.diverged(), IsEmpty());
-  blamed.clear();
-  for (const RoundFault& fault : owner_lied.Faults()) blamed.push_back(fault.member_id);
-  EXPECT_THAT(blamed, ElementsAre(owner));
+  // A tie goes to the range's owner: m1 owns range 1, and m0 is the one that differs there.
+  ShardedRound tie = Make(2, 4);
+  ArriveAll(tie, 2);
+  std::vector<DigestPair> others = Reference(tie);
+  others[1].with_momentum ^= 1;
+  ASSERT_THAT(tie.Deliver("m0", others, clock_.Now()), IsOk());
+  ASSERT_THAT(Deliver(tie, "m1"), IsOk());
+  EXPECT_FALSE(tie.Verify());
+  EXPECT_THAT(tie.diverged(), ElementsAre("m0"));
+  EXPECT_THAT(tie.abort_reason(), HasSubstr("the digests of m0 (range 1) differ"));
+}
+
+// Without a majority and without the range's owner, nobody can say which copy stands.
+TEST_F(ShardedRoundTest, ATieWithoutTheRangesOwnerAbortsTheRound) {
+  // m0 owns range 0; m2, with no data plane, owns nothing; m1 owns range 1 and leaves after
+  // every other member delivered.
+  ShardedRound round = Make(3, 4, 1, {2});
+  ArriveAll(round, 3);
+  ASSERT_EQ(round.shards().size(), 2u);
+  std::vector<DigestPair> others = Reference(round);
+  others[1].values ^= 1;
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  ASSERT_THAT(round.Deliver("m2", others, clock_.Now()), IsOk());
+  round.Leave("m1", "stream broke", clock_.Now());
+  ASSERT_EQ(round.phase(), Phase::kCommitted);
+  EXPECT_FALSE(round.Verify());
+  EXPECT_THAT(round.abort_reason(), HasSubstr("no majority of the members agrees on range 1 (m1)"));
 }
 
 // Issue 50, finding 3: a member refused for bringing another fragment than the round's (a
@@ -281,16 +275,13 @@ TEST_F(ShardedRoundTest, DigestsMustBeOnePerRange) {
   EXPECT_THAT(Deliver(round, "m0"), IsOk());
 }
 
-TEST_F(ShardedRoundTest, BadMeansAreRefused) {
+TEST_F(ShardedRoundTest, DeliveriesOutsideTheExchangeAreRefused) {
   ShardedRound round = Make(2, 4);
-  EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kFailedPrecondition, "not"));
+  EXPECT_THAT(Deliver(round, "m0"), StatusIs(absl::StatusCode::kFailedPrecondition, "not"));
   ArriveAll(round, 2);
-  EXPECT_THAT(round.AddMean("m1", 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, "belongs to m0"));
-  EXPECT_THAT(round.AddMean("m0", 9), StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
-  ASSERT_THAT(round.AddMean("m0", 0), IsOk());
-  EXPECT_THAT(round.AddMean("m0", 0), StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
   EXPECT_THAT(Deliver(round, "m9"), StatusIs(absl::StatusCode::kFailedPrecondition, ""));
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  EXPECT_THAT(Deliver(round, "m0"), StatusIs(absl::StatusCode::kInvalidArgument, "twice"));
 }
 
 TEST_F(ShardedRoundTest, LateAndUnexpectedMembersAreToldSo) {
@@ -320,25 +311,25 @@ TEST_F(ShardedRoundTest, AMemberLeavingWhileGatheringIsLeftOutAtOnce) {
   EXPECT_THAT(round.members(), ElementsAre("m0", "m1"));
 }
 
-TEST_F(ShardedRoundTest, AnOwnerLeavingBeforeItsRangeIsAveragedAbortsTheRound) {
+TEST_F(ShardedRoundTest, AnOwnerLeavingBeforeEveryMemberHeldItsRangeAbortsTheRound) {
   ShardedRound round = Make(3, 6);
   ArriveAll(round, 3);
-  ASSERT_THAT(round.AddMean("m1", 2), IsOk());
-  round.Leave("m1", "stream broke", clock_.Now());
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  round.Leave("m1", "stream broke", clock_.Now());  // m2 has not delivered
   EXPECT_EQ(round.phase(), Phase::kAborted);
-  EXPECT_THAT(round.abort_reason(), ::testing::HasSubstr("owner m1 left before its range"));
+  EXPECT_THAT(round.abort_reason(),
+              ::testing::HasSubstr("owner m1 left before every member held its range"));
 }
 
-TEST_F(ShardedRoundTest, AnOwnerLeavingAfterItsRangeIsAveragedIsOnlyDropped) {
+TEST_F(ShardedRoundTest, AnOwnerLeavingOnceTheOthersHeldItsRangeIsOnlyDropped) {
   ShardedRound round = Make(3, 6);
   ArriveAll(round, 3);
-  SendAllMeans(round);
   ASSERT_THAT(Deliver(round, "m0"), IsOk());
+  ASSERT_THAT(Deliver(round, "m2"), IsOk());
   round.Leave("m1", "stream broke", clock_.Now());
   EXPECT_THAT(round.TakeDrops(), ElementsAre(Pair("m1", "stream broke")));
-  EXPECT_EQ(round.phase(), Phase::kExchanging);
-  ASSERT_THAT(Deliver(round, "m2"), IsOk());
   EXPECT_EQ(round.phase(), Phase::kCommitted);
+  EXPECT_TRUE(round.Verify());
   EXPECT_THAT(round.Included(), ElementsAre("m0", "m2"));
   EXPECT_EQ(round.Step(0), 24);
 }
@@ -357,8 +348,7 @@ TEST_F(ShardedRoundTest, AStalledOwnerAbortsAtTheDeadlineCountedFromTheLayout) {
   ShardedRound round = Make(2, 4);
   clock_.Advance(absl::Seconds(9));  // gathering took most of the deadline
   ArriveAll(round, 2);
-  ASSERT_THAT(round.AddMean("m0", 0), IsOk());
-  ASSERT_THAT(round.AddMean("m0", 1), IsOk());
+  ASSERT_THAT(Deliver(round, "m0"), IsOk());
   clock_.Advance(absl::Seconds(9));
   round.Tick(clock_.Now());
   EXPECT_EQ(round.phase(), Phase::kExchanging);  // 9 s after the layout: still in time
@@ -369,9 +359,8 @@ TEST_F(ShardedRoundTest, AStalledOwnerAbortsAtTheDeadlineCountedFromTheLayout) {
 }
 
 TEST_F(ShardedRoundTest, AMemberThatMissesTheUpdateIsDroppedAtTheDeadline) {
-  ShardedRound round = Make(3, 3);
+  ShardedRound round = Make(3, 3, 1, {1});  // m1 owns nothing
   ArriveAll(round, 3);
-  SendAllMeans(round);
   ASSERT_THAT(Deliver(round, "m0"), IsOk());
   ASSERT_THAT(Deliver(round, "m2"), IsOk());
   clock_.Advance(absl::Seconds(11));
@@ -388,9 +377,8 @@ TEST_F(ShardedRoundTest, QuorumIsCheckedInEveryPhase) {
   EXPECT_EQ(alone.phase(), Phase::kAborted);
   EXPECT_THAT(alone.Arrive("m0", 1, 0, clock_.Now()),
               StatusIs(absl::StatusCode::kAborted, "quorum lost: 1 of min_workers 2"));
-  ShardedRound round = Make(3, 6, /*min_workers=*/3);
+  ShardedRound round = Make(3, 6, /*min_workers=*/3, {2});  // m2 owns nothing
   ArriveAll(round, 3);
-  SendAllMeans(round);
   round.Leave("m2", "left", clock_.Now());
   EXPECT_EQ(round.phase(), Phase::kAborted);
   EXPECT_THAT(round.abort_reason(), ::testing::HasSubstr("quorum lost: 2 of min_workers 3"));

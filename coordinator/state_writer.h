@@ -29,9 +29,13 @@ struct ModelSnapshot {
   int64_t round = 0;  // committed rounds (0: the initial model)
   int64_t global_step = 0;
   ChunkLayout layout;
+  // Null for a sharded run's model, which lives with its members (docs/design.md, "Where the
+  // model lives"): only its layout and digest are here.
   std::shared_ptr<const std::vector<float>> values;
   // The outer momentum buffer; null when the outer optimizer has none.
   std::shared_ptr<const std::vector<float>> momentum;
+  // Whether the model has an outer momentum (with or without the buffer here).
+  bool has_momentum = false;
   // ModelDigest(values, momentum) (docs/design.md, "Digests").
   DigestPair digest;
 };

@@ -61,7 +61,7 @@ TEST(ChunkWireTest, IsProtobufsOwnWireForm) {
       ExpectProtobufsWireForm<v1::PassRequest>(v1::PassRequest::kMeanFieldNumber, chunk);
       ExpectProtobufsWireForm<v1::ReduceRequest>(v1::ReduceRequest::kChunkFieldNumber, chunk);
       ExpectProtobufsWireForm<v1::ReduceResponse>(v1::ReduceResponse::kMeanFieldNumber, chunk);
-      ExpectProtobufsWireForm<v1::SyncRequest>(v1::SyncRequest::kMeanFieldNumber, chunk);
+      ExpectProtobufsWireForm<v1::SyncRequest>(v1::SyncRequest::kChunkFieldNumber, chunk);
     }
   }
 }
@@ -93,9 +93,9 @@ TEST(ChunkWireTest, ParsesBackAsTheMessage) {
   EXPECT_EQ(pass.mean().index(), 42);
   EXPECT_EQ(pass.mean().data(), chunk.data());
   const v1::SyncRequest sync =
-      Parse<v1::SyncRequest>(ChunkMessageBuffer(v1::SyncRequest::kMeanFieldNumber, chunk));
-  ASSERT_TRUE(sync.has_mean());
-  EXPECT_EQ(sync.mean().data(), chunk.data());
+      Parse<v1::SyncRequest>(ChunkMessageBuffer(v1::SyncRequest::kChunkFieldNumber, chunk));
+  ASSERT_TRUE(sync.has_chunk());
+  EXPECT_EQ(sync.chunk().data(), chunk.data());
 }
 
 TEST(ChunkWireTest, SharesTheChunksBytesAndHoldsThemUntilReleased) {

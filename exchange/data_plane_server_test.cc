@@ -39,11 +39,9 @@ void Tag(v1::ReduceHeader* header) {
 }
 constexpr int64_t kChunkValues = 64;
 
-// The node's uploader to the coordinator is not under test here: means it would send are
-// dropped.
-class DroppingSink : public MeanSink {
+// The node's uploader to the coordinator is not under test here.
+class DroppingSink : public OwnerFailureSink {
  public:
-  void OnMean(int, std::shared_ptr<const OwnerMean>) override {}
   void OnFailure(const absl::Status&) override {}
 };
 

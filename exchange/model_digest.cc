@@ -150,26 +150,22 @@ uint64_t LaneCrc::Digest() const {
   return Mix(digest ^ lanes_[2]);
 }
 
-namespace {
-
-// A chunk's digests from its values' and its momentum's LaneCrc.
-DigestPair Digests(const LaneCrc& values, const LaneCrc& momentum) {
+DigestPair ChunkDigest(const LaneCrc& values, const LaneCrc& momentum) {
   static const uint64_t kNoMomentum = Mix(LaneCrc().Digest());
   return {Mix(values.Digest() ^ Mix(momentum.Digest())), Mix(values.Digest() ^ kNoMomentum)};
 }
-
-}  // namespace
 
 DigestPair ChunkDigest(absl::Span<const float> next_global, absl::Span<const float> next_momentum) {
   LaneCrc global;
   global.Update(next_global.data(), next_global.size() * sizeof(float));
   LaneCrc momentum;
   momentum.Update(next_momentum.data(), next_momentum.size() * sizeof(float));
-  return Digests(global, momentum);
+  return ChunkDigest(global, momentum);
 }
 
-DigestPair NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
-                           absl::Span<const float> global, absl::Span<const float> momentum) {
+std::optional<DigestPair> NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
+                                          absl::Span<const float> global,
+                                          absl::Span<const float> momentum) {
   constexpr size_t kBlock = 1024;  // whole 8-byte words, as LaneCrc's pieces must be
   std::array<float, kBlock> next;
   std::array<float, kBlock> next_momentum;
@@ -179,14 +175,16 @@ DigestPair NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> 
   for (size_t begin = 0; begin < global.size(); begin += kBlock) {
     const size_t n = std::min(kBlock, global.size() - begin);
     std::memcpy(next.data(), mean.data() + begin, n * sizeof(float));
-    // Not finite: the coordinator's own step fails too, and the round aborts.
-    OuterStepInto(outer, absl::MakeSpan(next.data(), n), global.subspan(begin, n),
-                  has_momentum ? momentum.subspan(begin, n) : absl::Span<const float>(),
-                  has_momentum ? absl::MakeSpan(next_momentum.data(), n) : absl::Span<float>());
+    if (!OuterStepInto(
+            outer, absl::MakeSpan(next.data(), n), global.subspan(begin, n),
+            has_momentum ? momentum.subspan(begin, n) : absl::Span<const float>(),
+            has_momentum ? absl::MakeSpan(next_momentum.data(), n) : absl::Span<float>())) {
+      return std::nullopt;
+    }
     global_crc.Update(next.data(), n * sizeof(float));
     if (has_momentum) momentum_crc.Update(next_momentum.data(), n * sizeof(float));
   }
-  return Digests(global_crc, momentum_crc);
+  return ChunkDigest(global_crc, momentum_crc);
 }
 
 DigestPair RangeDigests::Of(int begin, int end) const {

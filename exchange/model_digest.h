@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -45,15 +46,25 @@ struct DigestPair {
   bool operator!=(const DigestPair& other) const { return !(*this == other); }
 };
 
+// What a member delivers for a range whose next copy is not finite (its outer step overflows
+// fp32): the round aborts when the members agree on it. A real range's digests are these with
+// probability 2^-128.
+inline constexpr DigestPair kNotFinite{0, 0};
+
 // One chunk's digests of global[r] and its outer momentum as they stand after the outer step
 // (`next_momentum` empty without one): the values' and the momentum's LaneCrc, mixed; the
 // values' alone as if the momentum were empty.
 DigestPair ChunkDigest(absl::Span<const float> next_global, absl::Span<const float> next_momentum);
+// The same from the LaneCrc of the chunk's values and of its momentum (an empty one without),
+// for a model read in pieces.
+DigestPair ChunkDigest(const LaneCrc& values, const LaneCrc& momentum);
 
 // The same digests computed from the chunk's mean and its values before the step, changing
 // nothing: what a member's copy will be at the commit (OuterStepInto's arithmetic, in blocks).
-DigestPair NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
-                           absl::Span<const float> global, absl::Span<const float> momentum);
+// nullopt when a value of the result is not finite.
+std::optional<DigestPair> NextChunkDigest(const OuterOptimizer& outer, absl::Span<const float> mean,
+                                          absl::Span<const float> global,
+                                          absl::Span<const float> momentum);
 
 // Ranges' digests from their chunks': the chunks may be digested in any order, and a change in
 // any one chunk changes its range's digest. The chunks are counted in the whole model: a

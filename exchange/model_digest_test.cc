@@ -90,11 +90,19 @@ TEST(ModelDigestTest, NextChunkDigestIsTheSteppedChunksDigest) {
 TEST(ModelDigestTest, OneValueChangesTheDigest) {
   const std::vector<float> mean = Values(1000, 0.01f);
   std::vector<float> global = Values(1000, 1.0f);
-  const DigestPair before = NextChunkDigest(OuterOptimizer{}, mean, global, {});
+  const DigestPair before = *NextChunkDigest(OuterOptimizer{}, mean, global, {});
   global[999] = std::nextafter(global[999], 2.0f);
-  const DigestPair after = NextChunkDigest(OuterOptimizer{}, mean, global, {});
+  const DigestPair after = *NextChunkDigest(OuterOptimizer{}, mean, global, {});
   EXPECT_NE(after.with_momentum, before.with_momentum);
   EXPECT_NE(after.values, before.values);
+}
+
+// A member that cannot make the step says so rather than deliver a copy with infinities.
+TEST(ModelDigestTest, AStepThatOverflowsHasNoDigest) {
+  std::vector<float> mean = Values(1000, 0.01f);
+  mean[500] = 3e38f;
+  const std::vector<float> global = Values(1000, 3e38f);
+  EXPECT_FALSE(NextChunkDigest(OuterOptimizer{}, mean, global, {}).has_value());
 }
 
 DigestPair Pair(uint64_t d) { return {d, d + 1000}; }

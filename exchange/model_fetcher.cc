@@ -11,6 +11,7 @@
 #include "common/auth.h"
 #include "common/grpc_channel.h"
 #include "common/log.h"
+#include "common/model_store.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "exchange/chunking.h"
@@ -84,24 +85,61 @@ absl::StatusOr<ModelFetcher::Fetched> ModelFetcher::Fetch(const std::string& run
   // Holders that moved on to a newer round meanwhile: ask again for the newest (into the same
   // buffers: allocating them takes long enough for a round to commit).
   Fetched fetched;
+  std::string failed;  // why the holders (and the checkpoint) could not serve it
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     absl::StatusOr<v1::ModelHeader> header =
         options_.coordinator->FetchHolders(run_id, timeout, include_momentum);
     if (!header.ok()) break;
     const absl::Status status = FromHolders(*header, timeout, include_momentum, &fetched);
     if (status.ok()) return fetched;
-    if (absl::IsNotFound(status)) break;  // no holder but the coordinator
-    const std::string failed = absl::StrCat("the run's model of round ", header->round(),
-                                            " from its holders: ", status.message());
+    failed = absl::StrCat("the run's model of round ", header->round(),
+                          " from its holders: ", status.message());
     if (!absl::IsFailedPrecondition(status)) {
-      LogWarning(failed);
+      const absl::Status saved = FromCheckpoint(*header, include_momentum, &fetched);
+      if (saved.ok()) return fetched;
+      if (!absl::IsNotFound(saved)) absl::StrAppend(&failed, "; its checkpoint: ", saved.message());
+      if (!absl::IsNotFound(status)) LogWarning(failed);
       break;
     }
     LogInfo(absl::StrCat(failed, " (asking the coordinator again)"));
   }
-  LOCALSGD_ASSIGN_OR_RETURN(ModelClient::Model model,
-                            options_.coordinator->FetchModel(run_id, timeout, include_momentum));
-  return Fetched{std::move(model), "the coordinator"};
+  // A star run's model; a sharded run's lives with its holders alone (the coordinator says so).
+  absl::StatusOr<ModelClient::Model> model =
+      options_.coordinator->FetchModel(run_id, timeout, include_momentum);
+  if (!model.ok()) {
+    if (failed.empty()) return model.status();
+    return absl::Status(model.status().code(),
+                        absl::StrCat(failed, "; the coordinator: ", model.status().message()));
+  }
+  return Fetched{*std::move(model), "the coordinator"};
+}
+
+absl::Status ModelFetcher::FromCheckpoint(const v1::ModelHeader& header, bool include_momentum,
+                                          Fetched* out) {
+  if (header.checkpoint_path().empty() || header.checkpoint_round() != header.round()) {
+    return absl::NotFoundError("no checkpoint of the round");
+  }
+  const std::string& path = header.checkpoint_path();
+  LOCALSGD_ASSIGN_OR_RETURN(std::optional<ModelCheckpoint> loaded, ModelStore::At(path).Load());
+  if (!loaded.has_value()) return absl::NotFoundError(absl::StrCat(path, " is not there"));
+  if (loaded->run_id != header.run_id() || loaded->round != header.round() ||
+      static_cast<int64_t>(loaded->global.size()) != header.vector_length()) {
+    return absl::DataLossError(absl::StrCat(path, " holds round ", loaded->round, " of run ",
+                                            loaded->run_id, ", not this model"));
+  }
+  const bool momentum = include_momentum && header.has_momentum();
+  if (!momentum) loaded->momentum.clear();
+  const ChunkLayout layout{header.vector_length(), header.chunk_values()};
+  if (ModelDigest(loaded->global, loaded->momentum, layout).with_momentum != header.digest()) {
+    return absl::DataLossError(absl::StrCat(path, " does not match the coordinator's digest"));
+  }
+  out->model.run_id = header.run_id();
+  out->model.round = header.round();
+  out->model.global_step = header.global_step();
+  out->model.values = std::move(loaded->global);
+  out->model.momentum = std::move(loaded->momentum);
+  out->source = absl::StrCat("checkpoint ", path);
+  return absl::OkStatus();
 }
 
 absl::Status ModelFetcher::FromHolders(const v1::ModelHeader& header, absl::Duration timeout,
@@ -158,13 +196,33 @@ absl::Status ModelFetcher::FromHolders(const v1::ModelHeader& header, absl::Dura
   std::vector<std::string> names = served_by;
   names.erase(std::unique(names.begin(), names.end()), names.end());
   // Without the momentum, the digest with an empty momentum: the values' (DigestPair).
-  if (ModelDigest(fetched.model.values, fetched.model.momentum, layout).with_momentum !=
-      header.digest()) {
-    return absl::DataLossError(absl::StrCat("the model from ", absl::StrJoin(names, ", "),
-                                            " does not match the coordinator's digest"));
+  const auto matches = [&] {
+    return ModelDigest(fetched.model.values, fetched.model.momentum, layout).with_momentum ==
+           header.digest();
+  };
+  if (matches()) {
+    fetched.source = absl::StrJoin(names, ", ");
+    return absl::OkStatus();
   }
-  fetched.source = absl::StrJoin(names, ", ");
-  return absl::OkStatus();
+  // One of them served other bytes: the whole model from each holder alone, until one matches.
+  std::vector<std::string> differ;
+  for (const v1::ModelHolder* holder : holders) {
+    const absl::Status s = FetchRange(
+        CreateStreamingChannel(holder->data_address(), options_.peer_credentials != nullptr
+                                                           ? options_.peer_credentials
+                                                           : grpc::InsecureChannelCredentials()),
+        options_.token, header, 0, chunks, momentum, timeout, &fetched.model);
+    if (s.ok() && matches()) {
+      LogWarning(absl::StrCat("the model from ", absl::StrJoin(names, ", "),
+                              " did not match the coordinator's digest; ", holder->member_id(),
+                              "'s alone does"));
+      fetched.source = holder->member_id();
+      return absl::OkStatus();
+    }
+    differ.push_back(holder->member_id());
+  }
+  return absl::DataLossError(absl::StrCat("the model from ", absl::StrJoin(differ, ", "),
+                                          " does not match the coordinator's digest"));
 }
 
 }  // namespace localsgd

@@ -267,7 +267,6 @@ absl::Status RingMember::Take(const ReceivedChunk& message) {
       return refused();
   }
   auto mean = std::make_shared<const OwnerMean>(std::move(response));
-  setup_.sink->OnMean(c, mean);
   // To succ in the bytes it lies in (ChunkMessageBuffer), where the generated stub's
   // serialiser would copy it.
   Queue(v1::PassRequest::kMeanFieldNumber,

@@ -30,8 +30,8 @@ namespace localsgd {
 // (no LibTorch), as RingPlan lays it out: it passes to succ over DataPlane.Pass streams the
 // running sums (in the round's codec, added to in fp32) (its own weighted delta starts pred's
 // chain; every other sum but its own range's goes on with its delta added) and the averaged chunks
-// it gets. A sum of its own range that arrives is complete: its mean goes to succ, to the sink
-// (the uploader to the coordinator) and into this member's update. A writer thread per stripe
+// it gets. A sum of its own range that arrives is complete: its mean goes to succ and into this
+// member's update. A writer thread per stripe
 // (RoundHeader.ring_streams: one stream each, on a connection of its own) sends whatever is next
 // when its stream has room, and a reader thread takes pred's stream from the inbox, from
 // construction until Stop. Errors name the neighbour through `unreachable`. Each writer sends means
@@ -50,7 +50,6 @@ class RingMember : public RangeSchedule {
     std::vector<std::shared_ptr<grpc::Channel>> succ_channels;
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
     RingInbox* inbox = nullptr;  // this node's; followed by the caller
-    MeanSink* sink = nullptr;    // where this member's own means go
     TakeMean take_mean;
     // The round cannot complete: the neighbour `member_id` broke its stream or sent what the
     // ring does not expect. Not called once Stop began.

@@ -9,11 +9,6 @@ RoundUploader::RoundUploader(SyncStream* stream, grpc::ClientContext* context)
 
 RoundUploader::~RoundUploader() { Stop(); }
 
-void RoundUploader::OnMean(int, std::shared_ptr<const OwnerMean> mean) {
-  MutexLock lock(&mu_);
-  queue_.push_back(std::move(mean));
-}
-
 void RoundUploader::OnFailure(const absl::Status& status) {
   {
     MutexLock lock(&mu_);
@@ -51,47 +46,31 @@ absl::Status RoundUploader::failure() {
 void RoundUploader::Run() {
   v1::SyncRequest request;
   while (true) {
-    std::shared_ptr<const OwnerMean> mean;
-    bool more = false;  // another mean is queued behind this one
     std::optional<std::vector<DigestPair>> deliver;
     {
       MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](RoundUploader* u) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return u->stop_ || !u->queue_.empty() || u->deliver_.has_value() ||
-                   !u->reports_.empty();
+            return u->stop_ || u->deliver_.has_value() || !u->reports_.empty();
           },
           this));
       if (stop_) return;
       if (!reports_.empty()) {
         request = *reports_.front();
         reports_.pop_front();
-      } else if (!queue_.empty()) {
-        mean = std::move(queue_.front());
-        queue_.pop_front();
-        more = !queue_.empty();
       } else {
         deliver = std::move(deliver_);
         deliver_.reset();
       }
     }
-    if (mean != nullptr) {
-      // The owner's chunk itself, lent to the request for this write and taken back after it
-      // (its bytes are copied only by the serialiser, not into the request first).
-      request.unsafe_arena_set_allocated_mean(const_cast<v1::Chunk*>(&mean->message().mean()));
-      const bool written =
-          stream_->Write(request, batch_.Next(static_cast<int64_t>(request.ByteSizeLong()), more));
-      request.unsafe_arena_release_mean();
-      if (!written) return;  // the stream ended: the reader sees why
-      continue;
-    }
     if (deliver.has_value()) {
+      request.Clear();
       for (const DigestPair& range : *deliver) {
         request.mutable_delivered()->add_range_digests(range.with_momentum);
         request.mutable_delivered()->add_value_digests(range.values);
       }
-    }  // else: a report, copied above
-    if (!stream_->Write(request)) return;
+    }                                      // else: a report, copied above
+    if (!stream_->Write(request)) return;  // the stream ended: the reader sees why
   }
 }
 

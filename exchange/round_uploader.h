@@ -16,23 +16,20 @@
 #include "exchange/model_digest.h"
 #include "exchange/shard_owner.h"
 #include "exchange/sync_stream.h"
-#include "exchange/write_batch.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 
 namespace localsgd {
 
-// The one writer of a member's Sync stream once a sharded round's layout is known: this
-// node's averaged chunks (as an owner, or a ring's last hop), its "delivered" and its reports
-// of unreachable peers. Producers only queue, so the owner's reactors never block on the
-// coordinator. Thread-safe.
-class RoundUploader : public MeanSink {
+// The one writer of a member's Sync stream once a sharded round's layout is known: its
+// "delivered" and its reports of unreachable peers (the coordinator gets no model bytes).
+// Producers only queue, so the owner's reactors never block on the coordinator. Thread-safe.
+class RoundUploader : public OwnerFailureSink {
  public:
   RoundUploader(SyncStream* stream, grpc::ClientContext* context);
   ~RoundUploader() override;
   RoundUploader(const RoundUploader&) = delete;
   RoundUploader& operator=(const RoundUploader&) = delete;
 
-  void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) override;
   // Cancels the stream: the coordinator sees this owner leave and aborts the round.
   void OnFailure(const absl::Status& status) override;
   // Every averaged chunk is here; `range_digests` are this copy's (Delivered), by range.
@@ -50,12 +47,10 @@ class RoundUploader : public MeanSink {
   SyncStream* const stream_;
   grpc::ClientContext* const context_;
   Mutex mu_;
-  std::deque<std::shared_ptr<const OwnerMean>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<const v1::SyncRequest>> reports_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<DigestPair>> deliver_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  WriteBatch batch_;  // the writer thread's
   std::thread thread_;
 };
 

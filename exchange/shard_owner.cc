@@ -13,7 +13,7 @@
 
 namespace localsgd {
 
-absl::Status ShardOwner::Install(Assignment assignment, MeanSink* sink) {
+absl::Status ShardOwner::Install(Assignment assignment, OwnerFailureSink* sink) {
   const ChunkLayout& layout = assignment.layout;
   if (assignment.begin_chunk < 0 || assignment.begin_chunk >= assignment.end_chunk ||
       assignment.end_chunk > layout.num_chunks() || assignment.members.empty() ||
@@ -219,7 +219,6 @@ void ShardOwner::Advance() {
       it->second.stream->Enqueue(message);
       touched_.Add(it->second.stream);
     }
-    round_->sink->OnMean(begin_chunk + local, std::move(message));
   }
   if (engine_->AllComplete()) {
     for (int64_t session_id : round_->session_of_slot) {

@@ -39,12 +39,11 @@ class ReduceStream : public ChunkStream<OwnerMean> {
   virtual void Resume() = 0;
 };
 
-// Where an owner's averaged chunks go besides the members: the node leader's uploader, which
-// sends them to the coordinator. Called under the owner's lock: must only queue.
-class MeanSink {
+// Where an owner's failure goes: the node leader's uploader, which ends its Sync stream so that
+// the coordinator aborts the round. Called under the owner's lock: must not block.
+class OwnerFailureSink {
  public:
-  virtual ~MeanSink() = default;
-  virtual void OnMean(int chunk, std::shared_ptr<const OwnerMean> mean) = 0;
+  virtual ~OwnerFailureSink() = default;
   // The range cannot be averaged (an update that does not fit the codec): the round must abort.
   virtual void OnFailure(const absl::Status& status) = 0;
 };
@@ -52,7 +51,7 @@ class MeanSink {
 // The owner's side of a sharded round (docs/design.md, "Sharded rounds"): it averages one
 // contiguous range of the flat vector over the range reducer (weighted mean in fp32, no
 // outer step: every member applies that itself), chunk by chunk as the members' deltas arrive,
-// and sends each averaged chunk to every member and to the sink as soon as it is complete.
+// and sends each averaged chunk to every member as soon as it is complete.
 // A member's stream may arrive before this node learnt the round's layout from the
 // coordinator: it waits (Attach says so) until Install. Knows nothing of gRPC.
 // Thread-safe.
@@ -75,7 +74,7 @@ class ShardOwner {
 
   // Starts owning a range in a round; `sink` must outlive the round (until Finish). Streams
   // that waited for this round read on.
-  absl::Status Install(Assignment assignment, MeanSink* sink);
+  absl::Status Install(Assignment assignment, OwnerFailureSink* sink);
 
   // A member's header. Returns a session id, with *waiting set when the stream must hold its
   // reads until Resume (the round's layout is not known yet). FAILED_PRECONDITION: an attempt
@@ -106,7 +105,7 @@ class ShardOwner {
   };
   struct Round {
     Assignment assignment;
-    MeanSink* sink = nullptr;
+    OwnerFailureSink* sink = nullptr;
     std::vector<int64_t> session_of_slot;
   };
 

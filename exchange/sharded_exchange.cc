@@ -97,6 +97,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   const absl::Span<float> averaged = absl::MakeSpan(averaged_);
   RangeDigests digests(layout.num_chunks(), header.first_chunk());
   Mutex take_mu;  // serialises the round's bookkeeping across the schedule's threads
+  std::vector<bool> not_finite(static_cast<size_t>(round.num_ranges()), false);  // by range
   // Takes averaged chunk `c` of range `s`, decoded by `decode` into the chunk's values.
   auto take = [&](int s, int c, const auto& decode) -> absl::Status {
     {
@@ -106,20 +107,25 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     const size_t begin = static_cast<size_t>(layout.begin(c));
     const size_t size = static_cast<size_t>(layout.size(c));
     LOCALSGD_RETURN_IF_ERROR(decode(averaged.subspan(begin, size)));
-    digests.Set(
-        c, NextChunkDigest(
-               options_.outer, averaged.subspan(begin, size), global.subspan(begin, size),
-               keeps_momentum() ? in.momentum.subspan(begin, size) : absl::Span<const float>()));
+    const std::optional<DigestPair> next = NextChunkDigest(
+        options_.outer, averaged.subspan(begin, size), global.subspan(begin, size),
+        keeps_momentum() ? in.momentum.subspan(begin, size) : absl::Span<const float>());
+    digests.Set(c, next.value_or(kNotFinite));
     bool last = false;
     {
       MutexLock lock(&take_mu);
+      if (!next.has_value()) not_finite[static_cast<size_t>(s)] = true;
       last = round.Mark(s, c);
     }
     if (last) {
+      // A range whose next copy is not finite is delivered as kNotFinite: the members agree
+      // on it and the round aborts.
       std::vector<DigestPair> range_digests;
       for (int r = 0; r < round.num_ranges(); ++r) {
         range_digests.push_back(
-            digests.Of(round.range(r).begin_chunk(), round.range(r).end_chunk()));
+            not_finite[static_cast<size_t>(r)]
+                ? kNotFinite
+                : digests.Of(round.range(r).begin_chunk(), round.range(r).end_chunk()));
       }
       uploader.Deliver(std::move(range_digests));
     }
@@ -164,7 +170,6 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       setup.contexts.push_back(AuthorizedContext(options_.token, in.timeout));
     }
     setup.inbox = options_.inbox;
-    setup.sink = &uploader;
     setup.unreachable = unreachable;
     // A ring's means, read where gRPC received them.
     setup.take_mean = [&](int s, const ReceivedChunk& mean) {

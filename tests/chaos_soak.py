@@ -174,7 +174,8 @@ class Soak:
                 f"--node_rank={node}", f"--num_nodes={self.args.nodes}", f"--local_rank={rank}",
                 f"--local_world_size={self.args.ranks}", f"--rendezvous_dir={self.work}/rdv",
                 f"--dump_dir={dump}", f"--save_model={self.work}/model-{run}.pt",
-                "--log_every=100000", "--connect_timeout=3m"])
+                f"--checkpoint_dir={self.work}/checkpoints", "--log_every=100000",
+                "--connect_timeout=3m"])
 
     def kill(self, proc, sig=signal.SIGKILL):
         if proc.poll() is None:

@@ -19,7 +19,7 @@ coordinator_flags=(--state_dir="$WORK/state" --token_file="$WORK/token" --lease_
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 "${coordinator_flags[@]}"
 first_coordinator=$coord_pid
 
-start_workers 2 2 --log_every=20
+start_workers 2 2 --log_every=20 --checkpoint_dir="$WORK/checkpoints"
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }

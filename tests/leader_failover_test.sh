@@ -23,7 +23,7 @@ source "$BIN/tests/testutil/test_helpers.sh"
 start_coordinator --grpc_address=127.0.0.1:0 --http_address=127.0.0.1:0 \
   --token_file="$WORK/token" --lease_timeout=150s --heartbeat_interval=1s
 
-start_workers 2 3 --log_every=50 --save_model="$WORK/model.pt"
+start_workers 2 3 --log_every=50 --save_model="$WORK/model.pt" --checkpoint_dir="$WORK/checkpoints"
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { synthetic_samples: 4096 }

@@ -30,7 +30,7 @@ check() {  # name, exchange, tau, extra spec text, extra reference flags ("-": n
   local name=$1 exchange=$2 tau=$3 spec_extra=$4 ref_flags=$5
   rm -rf "$WORK/dump" && mkdir -p "$WORK/dump"
   workers=()
-  start_workers 2 2 --save_model="$WORK/$name.pt" --threads=1
+  start_workers 2 2 --save_model="$WORK/$name.pt" --threads=1 --checkpoint_dir="$WORK/checkpoints"
   start_run <<SPEC
 name: "$name"
 model { torchscript_path: "$WORK/$INIT.pt" }

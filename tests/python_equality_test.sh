@@ -46,7 +46,7 @@ spec cpp | start_run
 for node in 0 1; do
   "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$node" \
     --node_rank=$node --num_nodes=2 --threads=1 --rendezvous_dir="$WORK" \
-    >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
+    --checkpoint_dir="$WORK/checkpoints" >"$WORK/w$node.out" 2>"$WORK/w$node.err" &
   pids+=($!)
   workers+=($!)
 done
@@ -60,7 +60,8 @@ spec python | start_run
 workers=()
 for node in 0 1; do
   RANK=$node WORLD_SIZE=2 LOCALSGD_NODE_NAME="py-$node" LOCALSGD_COORDINATOR="$GRPC" \
-    LOCALSGD_TOKEN_FILE="$WORK/token" LOCALSGD_RENDEZVOUS_DIR="$WORK" $PY - "$WORK" <<'PYTHON' \
+    LOCALSGD_TOKEN_FILE="$WORK/token" LOCALSGD_RENDEZVOUS_DIR="$WORK" \
+    LOCALSGD_CHECKPOINT_DIR="$WORK/checkpoints" $PY - "$WORK" <<'PYTHON' \
     >"$WORK/p$node.out" 2>"$WORK/p$node.err" &
 import sys, torch, torch.nn.functional as F
 import localsgd

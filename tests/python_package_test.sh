@@ -28,7 +28,7 @@ start_ranks() {  # TAG EXAMPLE_ARGS...
   for node in 0 1; do
     for rank in 0 1; do
       RANK=$((node * 2 + rank)) WORLD_SIZE=4 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 GROUP_RANK=$node \
-        $PY "$BIN/examples/train_fashion_mnist.py" --out="$WORK/$tag$node$rank.pt" "$@" \
+        LOCALSGD_CHECKPOINT_DIR="$WORK/checkpoints" $PY "$BIN/examples/train_fashion_mnist.py" --out="$WORK/$tag$node$rank.pt" "$@" \
         >"$WORK/$tag$node$rank.out" 2>"$WORK/$tag$node$rank.err" &
       pids+=($!)
       ranks[$node$rank]=$!

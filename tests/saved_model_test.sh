@@ -78,7 +78,7 @@ run_worker() {  # NODE RANK RANKS LOG [FLAGS...]
 }
 run_worker 0 0 2 late00 --save_model="$WORK/late.pt"
 late=$last_pid
-run_worker 1 0 1 late10
+run_worker 1 0 1 late10 --checkpoint_dir="$WORK/late-checkpoints"
 alone=$last_pid
 start_run <<SPEC
 model { builtin: "mlp" }
@@ -108,7 +108,8 @@ echo "PASS: node 0 saved run $second_run's final model after the run completed w
 # the run's last committed global model (what `localsgdctl fetch` returns), labelled with that
 # round, not its own weights under the round's name.
 workers=()
-start_workers 2 1 --log_every=100000 --save_model="$WORK/stopped.pt" --device=auto
+start_workers 2 1 --log_every=100000 --save_model="$WORK/stopped.pt" --device=auto \
+  --checkpoint_dir="$WORK/stopped-checkpoints"
 start_run <<SPEC
 model { builtin: "mlp" }
 dataset { kind: DATASET_KIND_FASHION_MNIST path: "/usr/share/datasets/fashion-mnist" }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -169,6 +170,20 @@ class ShardedTest : public ::testing::Test {
 
   ModelClient Client() { return ModelClient(Channel(), kToken); }
 
+  // Expects `global` and `momentum` to be round `round` of the run as the coordinator vouches
+  // for it (its recorded digest, what every fetch from the members is checked against): the
+  // coordinator keeps no copy of a sharded run's model.
+  void ExpectRecorded(const std::vector<float>& global, const std::vector<float>& momentum,
+                      int64_t round) {
+    absl::StatusOr<v1::ModelHeader> header =
+        Client().FetchHolders("", kTimeout, /*include_momentum=*/true);
+    ASSERT_THAT(header, IsOk());
+    EXPECT_EQ(header->round(), round);
+    EXPECT_EQ(
+        header->digest(),
+        ModelDigest(global, momentum, Layout(static_cast<int64_t>(global.size()))).with_momentum);
+  }
+
   v1::CoordinatorStatus Status() {
     v1::CoordinatorStatus status;
     EXPECT_TRUE(coordinator_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
@@ -233,6 +248,7 @@ class ShardedTest : public ::testing::Test {
 
 class ShardedEquivalenceTest : public ShardedTest {
  public:
+  Vectors members_momenta_;  // after the last Run
   // The star reference: the same deltas through StarExchange.
   std::vector<Vectors> Run(bool sharded, int nodes, int64_t values, int rounds,
                            const std::string& codec = "CODEC_FP32") {
@@ -269,6 +285,7 @@ class ShardedEquivalenceTest : public ShardedTest {
       }
       history.push_back(globals);
     }
+    members_momenta_ = momenta;
     return history;
   }
 };
@@ -298,12 +315,11 @@ TEST_F(ShardedEquivalenceTest, ShardedGivesTheStarsModelAndEveryCopyIsBitIdentic
       }
       EXPECT_LE(max_diff, 1e-6) << "round " << round + 1;
     }
-    // The coordinator's copy (late joiners, restarts) is the members' copy, momentum included.
-    auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
-    ASSERT_THAT(fetched, IsOk());
-    EXPECT_EQ(fetched->round, 3);
-    EXPECT_EQ(std::memcmp(fetched->values.data(), sharded[2][0].data(), values * sizeof(float)), 0);
-    ASSERT_EQ(fetched->momentum.size(), static_cast<size_t>(values));
+    // What the coordinator vouches for (late joiners, restarts) is the members' copy.
+    ASSERT_THAT(Client().FetchModel("", kTimeout),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "keeps no copy"));
+    ASSERT_EQ(members_momenta_.size(), static_cast<size_t>(nodes));
+    ExpectRecorded(sharded[2][0], members_momenta_[0], 3);
     // The round's record says how it went.
     v1::CoordinatorStatus status = Status();
     const v1::RoundRecord& record = status.recent_rounds(status.recent_rounds_size() - 1);
@@ -318,8 +334,9 @@ TEST_F(ShardedEquivalenceTest, ShardedGivesTheStarsModelAndEveryCopyIsBitIdentic
       EXPECT_EQ(shard.mean_bytes(), (shard.end() - shard.begin()) * 4);
     }
     EXPECT_EQ(covered, values);
-    // The coordinator received one model's bytes, whatever the number of members.
-    EXPECT_EQ(record.bytes_received(), values * 4);
+    // The coordinator received no model bytes, whatever the number of members.
+    EXPECT_EQ(record.bytes_received(), 0);
+    EXPECT_EQ(record.bytes_sent(), 0);
   }
 }
 
@@ -328,8 +345,6 @@ TEST_F(ShardedEquivalenceTest, LossyCodecsKeepEveryCopyBitIdentical) {
   for (const char* codec : {"CODEC_BF16", "CODEC_FP16", "CODEC_INT8"}) {
     SCOPED_TRACE(codec);
     std::vector<Vectors> sharded = Run(true, 3, kValues, 3, codec);
-    auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
-    ASSERT_THAT(fetched, IsOk());
     for (int round = 0; round < 3; ++round) {
       for (int k = 1; k < 3; ++k) {
         EXPECT_EQ(std::memcmp(sharded[round][k].data(), sharded[round][0].data(),
@@ -337,10 +352,8 @@ TEST_F(ShardedEquivalenceTest, LossyCodecsKeepEveryCopyBitIdentical) {
                   0);
       }
     }
-    EXPECT_EQ(std::memcmp(fetched->values.data(), sharded[2][0].data(), kValues * sizeof(float)),
-              0);
-    v1::CoordinatorStatus status = Status();
-    EXPECT_LT(status.recent_rounds(0).bytes_received(), kValues * 4 / 1.9);
+    ExpectRecorded(sharded[2][0], members_momenta_[0], 3);
+    EXPECT_EQ(Status().recent_rounds(0).bytes_received(), 0);
   }
 }
 
@@ -431,38 +444,41 @@ TEST_F(ShardedTest, AHostileOwnersMessagesAreRefusedAndTheRoundCommitsWithoutIt)
     std::string names;
     std::string abort_reason;  // the round's, as the status shows it
   };
-  auto mean = [](int index, int64_t floats, float value) {
-    v1::SyncRequest request;
-    request.mutable_mean()->set_index(index);
-    Encode(v1::CODEC_FP32, std::vector<float>(static_cast<size_t>(floats), value),
-           request.mutable_mean()->mutable_data());
-    return request;
-  };
+  const std::string left = "owner node-2/0 left before every member held its range";
   const std::vector<Case> cases = {
-      {"a mean of another owner's chunk", [&](int, int other) { return mean(other, 16384, 1); },
-       grpc::StatusCode::INVALID_ARGUMENT, "mean.index: chunk",
-       "owner node-2/0 left before its range was averaged"},
-      // Accepted for its index, then unusable: the round cannot complete without it.
-      {"a mean of the wrong size", [&](int own, int) { return mean(own, 100, 1); },
-       grpc::StatusCode::INVALID_ARGUMENT, "expected 65536",
-       "owner node-2/0 sent an unusable mean of chunk"},
-      {"a star round's delta chunk",
+      // Field 3 was an owner's mean: the coordinator takes no model bytes in sharded rounds.
+      {"a mean for the coordinator",
        [&](int own, int) {
-         const v1::SyncRequest delta = mean(own, 16384, 1);
          v1::SyncRequest request;
-         *request.mutable_chunk() = delta.mean();
+         request.GetReflection()->MutableUnknownFields(&request)->AddLengthDelimited(
+             3, std::string(64, 'x'));
          return request;
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "deltas go to the range owners",
-       "owner node-2/0 left before its range was averaged"},
+       grpc::StatusCode::INVALID_ARGUMENT, "an empty message", left},
+      {"a delivery without one digest per range",
+       [&](int, int) {
+         v1::SyncRequest request;
+         request.mutable_delivered()->add_range_digests(1);
+         request.mutable_delivered()->add_value_digests(1);
+         return request;
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "delivered.range_digests: 1 digests for 3 ranges", left},
+      {"a star round's delta chunk",
+       [&](int own, int) {
+         v1::SyncRequest request;
+         request.mutable_chunk()->set_index(own);
+         Encode(v1::CODEC_FP32, std::vector<float>(16384, 1.0f),
+                request.mutable_chunk()->mutable_data());
+         return request;
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "deltas go to the range owners", left},
       {"an unreachable report naming a member that owns nothing",
        [&](int, int) {
          v1::SyncRequest request;
          request.mutable_unreachable()->set_owner_id("nobody/0");
          return request;
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "nobody/0 owns no range",
-       "owner node-2/0 left before its range was averaged"},
+       grpc::StatusCode::INVALID_ARGUMENT, "nobody/0 owns no range", left},
   };
   Vectors globals(2, global0), momenta(2);
   // After three aborts in a row with the same members, rounds back off (1 s, then 2 s):
@@ -632,11 +648,11 @@ TEST_F(ShardedTest, StaleAndLateMembersAdoptTheCommittedModelWithItsMomentum) {
   JoinNode(2);
   leaders_[2].member =
       SyncMember{run_.run_id(), "node-2/0", run_.spec().codec(), 1, 1, credentials_.Of("node-2/0")};
-  auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
-  ASSERT_THAT(fetched, IsOk());
-  EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[0].data(), values * sizeof(float)), 0);
-  globals.push_back(fetched->values);
-  momenta.push_back(fetched->momentum);
+  // (What it fetches from the others, checked against the coordinator's digest: tested in
+  // ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest.)
+  ExpectRecorded(globals[0], momenta[0], 2);
+  globals.push_back(globals[0]);
+  momenta.push_back(momenta[0]);
   for (auto& result : SyncAll({0, 1, 2}, 3, Steps(globals, 3), globals, momenta)) {
     ASSERT_THAT(result, IsOk());
   }
@@ -688,11 +704,12 @@ TEST_F(ShardedTest, ACopyThatDiffersAbortsTheRoundNamingItsMember) {
     EXPECT_EQ(record.outcome(), v1::ROUND_OUTCOME_ABORTED);
     EXPECT_THAT(record.reason(), HasSubstr(absl::StrCat("the digests of ", id)));
     EXPECT_EQ(status.run().round(), round - 1);
-    // The member takes the committed model; the round then commits with every copy equal.
-    auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
-    ASSERT_THAT(fetched, IsOk());
-    globals[diverging] = fetched->values;
-    momenta[diverging] = fetched->momentum;
+    // The member takes the committed model (from the others: what the coordinator vouches
+    // for); the round then commits with every copy equal.
+    const int holder = diverging == 0 ? 1 : 0;
+    ExpectRecorded(globals[holder], momenta[holder], round - 1);
+    globals[diverging] = globals[holder];
+    momenta[diverging] = momenta[holder];
     for (auto& result : SyncAll({0, 1, 2}, round, Steps(globals, round), globals, momenta)) {
       ASSERT_THAT(result, IsOk());
     }
@@ -741,10 +758,15 @@ TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
     for (auto& t : threads) t.join();
     for (const absl::Status& s : results) ASSERT_THAT(s, IsOk());
   }
-  auto reference = client.FetchModel("", kTimeout, /*include_momentum=*/true);
-  ASSERT_THAT(reference, IsOk());
-  ASSERT_EQ(reference->round, 2);
-  ASSERT_FALSE(reference->momentum.empty());
+  // The reference: node-0's copy, which the coordinator vouches for.
+  struct {
+    std::vector<float> values, momentum;
+    int64_t global_step;
+  } reference{leaders_[0].held->values(), leaders_[0].held->momentum(),
+              leaders_[0].held->global_step()};
+  ASSERT_EQ(leaders_[0].held->round(), 2);
+  ASSERT_FALSE(reference.momentum.empty());
+  ExpectRecorded(reference.values, reference.momentum, 2);
 
   // node-2 joins now: both others hold round 2.
   JoinNode(2);
@@ -754,9 +776,9 @@ TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
   ASSERT_THAT(fetched, IsOk());
   EXPECT_EQ(fetched->source, "node-0/0, node-1/0");
   EXPECT_EQ(fetched->model.round, 2);
-  EXPECT_EQ(fetched->model.global_step, reference->global_step);
-  EXPECT_EQ(fetched->model.values, reference->values);
-  EXPECT_EQ(fetched->model.momentum, reference->momentum);
+  EXPECT_EQ(fetched->model.global_step, reference.global_step);
+  EXPECT_EQ(fetched->model.values, reference.values);
+  EXPECT_EQ(fetched->model.momentum, reference.momentum);
 
   // An operator's fetch (localsgdctl fetch, export_model, Client.fetch_model: no member id,
   // no momentum) comes from the holders too.
@@ -764,18 +786,22 @@ TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
   auto fetched_by_operator = operators.Fetch("", kTimeout, /*include_momentum=*/false);
   ASSERT_THAT(fetched_by_operator, IsOk());
   EXPECT_EQ(fetched_by_operator->source, "node-0/0, node-1/0");
-  EXPECT_EQ(fetched_by_operator->model.values, reference->values);
+  EXPECT_EQ(fetched_by_operator->model.values, reference.values);
   EXPECT_TRUE(fetched_by_operator->model.momentum.empty());
 
   // A holder whose copy differs by one value (a bug, a flipped bit, a liar) is not believed:
-  // the model comes from the coordinator.
-  leaders_[1].held->Commit(2, reference->global_step,
+  // its range comes from the next holder.
+  leaders_[1].held->Commit(2, reference.global_step,
                            [&] { leaders_[1].held->values()[values - 1] += 1.0f; });
   fetched = fetchers[2]->Fetch("", kTimeout, /*include_momentum=*/true);
   ASSERT_THAT(fetched, IsOk());
-  EXPECT_EQ(fetched->source, "the coordinator");
-  EXPECT_EQ(fetched->model.values, reference->values);
-  EXPECT_EQ(fetched->model.momentum, reference->momentum);
+  EXPECT_EQ(fetched->model.values, reference.values);
+  EXPECT_EQ(fetched->model.momentum, reference.momentum);
+  // With no holder left whose copy is right, nothing is adopted: the fetch fails, naming why.
+  leaders_[0].held->Commit(2, reference.global_step,
+                           [&] { leaders_[0].held->values()[0] += 1.0f; });
+  EXPECT_THAT(fetchers[2]->Fetch("", kTimeout, /*include_momentum=*/true),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "keeps no copy"));
 
   // A holder asked for another round says so.
   v1::FetchRangeRequest request;
@@ -796,7 +822,7 @@ TEST_F(ShardedTest, ALateLeaderFetchesTheModelFromItsHoldersCheckedByDigest) {
 }
 
 // Issue 12, finding 2: a node still training when the run ends is told so at its next sync,
-// takes the run's final model (bit for bit what FetchModel serves) and stops, instead of
+// takes the run's final model (the one the coordinator vouches for) and stops, instead of
 // training on alone with syncs refused.
 TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
   ASSERT_THAT(StartServer(), IsOk());
@@ -805,10 +831,14 @@ TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
   const int64_t values = 30'000;
   std::vector<float> start = RandomVector(values, 3);
   ModelClient client = Client();
+  std::vector<std::unique_ptr<ModelFetcher>> fetchers;
   std::vector<std::unique_ptr<NodeLeader>> nodes;
   for (int i = 0; i < 2; ++i) {
-    nodes.push_back(std::make_unique<NodeLeader>(&client, leaders_[i].client.get(),
-                                                 leaders_[i].member, Layout(values), kTimeout));
+    fetchers.push_back(std::make_unique<ModelFetcher>(
+        ModelFetcher::Options{&client, kToken, nullptr, absl::StrCat("node-", i, "/0")}));
+    nodes.push_back(std::make_unique<NodeLeader>(
+        &client, leaders_[i].client.get(), leaders_[i].member, Layout(values), kTimeout,
+        FragmentPlan(), leaders_[i].held.get(), fetchers[i].get()));
   }
   Vectors params(2, start);
   ASSERT_THAT(nodes[0]->Start(absl::MakeSpan(params[0])), IsOk());
@@ -836,10 +866,8 @@ TEST_F(ShardedTest, ANodeBehindWhenTheRunEndsTakesTheFinalModelAndStops) {
   absl::Status late = nodes[1]->Sync(absl::MakeSpan(params[1]), 16);
   EXPECT_THAT(late, StatusIs(absl::StatusCode::kOutOfRange, "the run ended"));
   EXPECT_EQ(nodes[1]->global_step(), 16);
-  auto fetched = client.FetchModel("", kTimeout);
-  ASSERT_THAT(fetched, IsOk());
-  EXPECT_EQ(std::memcmp(params[1].data(), fetched->values.data(), values * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(params[0].data(), fetched->values.data(), values * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(params[1].data(), params[0].data(), values * sizeof(float)), 0);
+  ExpectRecorded(params[0], {}, 2);
 }
 
 TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
@@ -861,11 +889,11 @@ TEST_F(ShardedTest, RestartedCoordinatorResumesInShardedMode) {
   for (auto& result : SyncAll({0, 1}, 2, Steps(globals, 2), globals, momenta)) {
     ASSERT_THAT(result, IsOk());
   }
-  auto fetched = Client().FetchModel("", kTimeout, /*include_momentum=*/true);
-  ASSERT_THAT(fetched, IsOk());
-  EXPECT_EQ(fetched->round, 2);
-  EXPECT_EQ(std::memcmp(fetched->values.data(), globals[0].data(), values * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(fetched->momentum.data(), momenta[1].data(), values * sizeof(float)), 0);
+  // The restarted coordinator knew round 1's digests from its run record (no model.bin for a
+  // sharded run): round 2 committed on the members' copies, and it vouches for them.
+  EXPECT_EQ(std::memcmp(globals[1].data(), globals[0].data(), values * sizeof(float)), 0);
+  ExpectRecorded(globals[0], momenta[1], 2);
+  EXPECT_FALSE(std::filesystem::exists(state_dir_ + "/model.bin"));
 }
 
 // Issue 37, finding 6: the data plane checked the run token only, so any member could send

@@ -17,6 +17,7 @@ start_worker() {  # NODE LOG_SUFFIX
   mkdir -p "$WORK/rdv$2"
   "$BIN/worker/worker" --coordinator="$GRPC" --token_file="$WORK/token" --node_name="node-$1" \
     --node_rank="$1" --num_nodes=2 --log_every=5 --rendezvous_dir="$WORK/rdv$2" \
+    --checkpoint_dir="$WORK/checkpoints" \
     >"$WORK/w$1$2.out" 2>"$WORK/w$1$2.err" &
   pids+=($!)
 }

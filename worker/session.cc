@@ -371,9 +371,26 @@ void Session::ResumeFromCheckpoint(NodeLeader* leader) {
 absl::StatusOr<Session::CommittedModel> Session::FetchCommittedModel(
     const std::vector<at::Tensor>& tensors) {
   ModelClient client(coordinator_->channel(), options_.token);
-  absl::StatusOr<ModelClient::Model> model =
-      RetryWhileUnreachable([&] { return client.FetchModel(run_id_, absl::Seconds(10)); },
-                            absl::Minutes(1), options_.stop);
+  // From the holders (or the run's checkpoint) as an operator's fetch is: a sharded run's model
+  // lives with its node leaders. Right after a run ended its last holders may be leaving while
+  // their final checkpoint is still to be reported (Finish): FAILED_PRECONDITION is tried
+  // again too.
+  const ModelFetcher fetcher({&client, options_.token, credentials_, /*member_id=*/""});
+  const absl::Time give_up = absl::Now() + absl::Minutes(1);
+  absl::StatusOr<ModelClient::Model> model;
+  while (true) {
+    model = RetryWhileUnreachable(
+        [&]() -> absl::StatusOr<ModelClient::Model> {
+          LOCALSGD_ASSIGN_OR_RETURN(ModelFetcher::Fetched fetched,
+                                    fetcher.Fetch(run_id_, absl::Seconds(10), false));
+          return std::move(fetched.model);
+        },
+        give_up - absl::Now(), options_.stop);
+    if (!absl::IsFailedPrecondition(model.status()) || options_.stop() || absl::Now() >= give_up) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("the run's model: ", model.status().message()));

@@ -92,11 +92,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!r.ParseFromString(bytes)) break;
         r.set_vector_length(r.vector_length() % 100000);
         Authenticate(r.member_id(), r);
-        if (rounds.BeginInit(r).ok()) {
+        absl::StatusOr<localsgd::ModelUpload> upload = rounds.BeginInit(r);
+        if (upload.ok()) {
+          const std::vector<float> values(static_cast<size_t>(upload->layout().chunk_values),
+                                          0.25f);
+          for (int c = 0; c < upload->layout().num_chunks(); ++c) {
+            localsgd::v1::Chunk chunk;
+            chunk.set_index(c);
+            chunk.set_data(reinterpret_cast<const char*>(values.data()),
+                           static_cast<size_t>(upload->layout().size(c)) * sizeof(float));
+            upload->Take(false, &chunk).IgnoreError();
+          }
           localsgd::v1::InitModelResponse response;
-          rounds
-              .FinishInit(r, std::vector<float>(r.vector_length(), 0.25f), std::nullopt, &response)
-              .IgnoreError();
+          if (upload->Complete().ok()) {
+            rounds.FinishInit(r, *std::move(upload), &response).IgnoreError();
+          }
         }
         break;
       }

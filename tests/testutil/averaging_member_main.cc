@@ -33,6 +33,7 @@
 #include "exchange/data_plane_server.h"
 #include "exchange/held_model.h"
 #include "exchange/model_client.h"
+#include "exchange/model_fetcher.h"
 #include "exchange/sharded_exchange.h"
 #include "exchange/star_exchange.h"
 #include "proto/localsgd/v1/coordinator.grpc.pb.h"
@@ -86,11 +87,14 @@ int main(int argc, char** argv) {
   // Who this member is, once it joined (the data plane checks its streams' tags with it).
   localsgd::Mutex identity_mu;
   localsgd::StreamTagCheck::Identity identity;
+  // The model as a node leader holds it (its data plane serves it), checkpointed when asked.
+  localsgd::HeldModel held;
   std::unique_ptr<localsgd::DataPlaneServer> data_plane;
   if (!absl::GetFlag(FLAGS_data_address).empty()) {
     localsgd::DataPlaneServer::Options options;
     options.address = absl::GetFlag(FLAGS_data_address);
     options.token = token;
+    options.held = &held;
     options.identity = [&] {
       localsgd::MutexLock lock(&identity_mu);
       return identity;
@@ -158,16 +162,22 @@ int main(int argc, char** argv) {
                          .status();
     if (!s.ok()) return Fail("init model", s);
   } else {
+    // From the node leaders that hold it (node-0, the uploader, at first).
+    const localsgd::ModelFetcher fetcher({&client, token, nullptr, joined.worker_id()});
     while (true) {
-      absl::StatusOr<localsgd::ModelClient::Model> model =
-          client.FetchModel(run.run_id(), absl::Seconds(120), /*include_momentum=*/true);
-      if (model.ok()) {
-        global = std::move(model->values);
-        if (!model->momentum.empty()) momentum_at_start = std::move(model->momentum);
-        first_round = model->round + 1;  // a late member goes on from the committed round
+      absl::StatusOr<localsgd::ModelFetcher::Fetched> fetched =
+          fetcher.Fetch(run.run_id(), absl::Seconds(120), /*include_momentum=*/true);
+      if (fetched.ok()) {
+        global = std::move(fetched->model.values);
+        if (!fetched->model.momentum.empty()) {
+          momentum_at_start = std::move(fetched->model.momentum);
+        }
+        first_round = fetched->model.round + 1;  // a late member goes on from the committed round
         break;
       }
-      if (!absl::IsFailedPrecondition(model.status())) return Fail("fetch model", model.status());
+      if (!absl::IsFailedPrecondition(fetched.status())) {
+        return Fail("fetch model", fetched.status());
+      }
       absl::SleepFor(absl::Milliseconds(20));
     }
   }
@@ -185,8 +195,6 @@ int main(int argc, char** argv) {
                                        outer_spec.nesterov()};
   std::vector<float> momentum(outer.momentum != 0 ? global.size() : 0, 0.0f);
   if (momentum_at_start.size() == momentum.size()) momentum = std::move(momentum_at_start);
-  // The model as a node leader holds it, checkpointed when asked.
-  localsgd::HeldModel held;
   std::unique_ptr<localsgd::Checkpointer> checkpointer;
   if (const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
     const std::string folder = absl::StrCat(dir, "/", absl::GetFlag(FLAGS_node));
@@ -274,8 +282,11 @@ int main(int argc, char** argv) {
                                            absl::Seconds(300)};
     exchange_round.held = &held;
     absl::StatusOr<localsgd::ExchangeResult> result = exchange->Run(member, exchange_round);
-    if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
-      // The round ended without an update (an owner died): keep the weights, try again.
+    if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status()) ||
+        absl::IsUnavailable(result.status())) {
+      // The round ended without an update (an owner died, the coordinator is restarting):
+      // keep the weights, try again.
+      if (absl::IsUnavailable(result.status())) absl::SleepFor(absl::Milliseconds(200));
       std::printf("round %lld aborted: %s\n", static_cast<long long>(round),
                   result.status().ToString().c_str());
       std::fflush(stdout);

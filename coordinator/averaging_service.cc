@@ -233,11 +233,14 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
       return;
     }
     if (snapshot_.values == nullptr) {
-      Finish(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+      // A running run's holders may come back (or a checkpoint be offered): try again.
+      const std::string text = absl::StrCat(
           "run ", snapshot_.run_id, " is sharded: its model (round ", snapshot_.round,
           ") lives with its node leaders, and the coordinator keeps no copy; fetch it from "
           "them (FetchModelRequest.holders_only), or from a node's checkpoint "
-          "(localsgdctl status names the newest)"))));
+          "(localsgdctl status names the newest)");
+      Finish(ToGrpcStatus(rounds->Running(snapshot_.run_id) ? absl::UnavailableError(text)
+                                                            : absl::FailedPreconditionError(text)));
       return;
     }
     StartWrite(&message_);

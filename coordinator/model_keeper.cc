@@ -100,10 +100,7 @@ bool ModelKeeper::TakesCheckpoint(int64_t global_step,
   // A sharded run's model that no live member holds is gone with its members (every node
   // leader was killed, or the coordinator restarted and none has said it holds it yet): a
   // checkpoint is what is left of it.
-  if (active_.initialised() && active_.reducer() == nullptr &&
-      Holders(active_.run_id(), active_.round(), live).empty()) {
-    return true;
-  }
+  if (Unheld(live)) return true;
   return !active_.initialised() || (adopted_.has_value() && adopted_->round == active_.round() &&
                                     global_step > adopted_->global_step);
 }
@@ -113,7 +110,7 @@ absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header, const v1
   if (header.from_checkpoint()) {
     LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
     if (TakesCheckpoint(header.checkpoint_global_step(), live)) return absl::OkStatus();
-  } else if (!active_.initialised()) {
+  } else if (!active_.initialised() || (active_.round() == 0 && Unheld(live))) {
     return absl::OkStatus();
   }
   return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
@@ -140,7 +137,10 @@ absl::Status ModelKeeper::InstallUpload(ControlPlane& plane, const v1::InitModel
   if (std::optional<v1::ModelRecord> record = active_.Record()) {
     LOCALSGD_RETURN_IF_ERROR(plane.RecordModel(active_.run_id(), *std::move(record)));
   }
-  holders_ = {header.member_id()};
+  holders_.clear();
+  for (const ControlPlane::Leader& leader : plane.LiveLeaders()) {
+    if (leader.worker_id == header.member_id()) AddHolder(leader);
+  }
   return absl::OkStatus();
 }
 
@@ -175,6 +175,11 @@ absl::Status ModelKeeper::Adopt(ControlPlane& plane, int64_t round, int64_t glob
                    " (global step ", active_.global_step(), ", ", active_.layout().num_values,
                    " values) from ", source, plan->note));
   return absl::OkStatus();
+}
+
+bool ModelKeeper::Unheld(const std::vector<ControlPlane::Leader>& live) const {
+  return active_.initialised() && active_.reducer() == nullptr &&
+         Holders(active_.run_id(), active_.round(), live).empty();
 }
 
 void ModelKeeper::StartRun(const v1::RunInfo& run) {
@@ -228,9 +233,20 @@ absl::StatusOr<ModelSnapshot> ModelKeeper::LoadKept(const std::string& run_id) c
   return snapshot;
 }
 
-void ModelKeeper::AddHolder(const std::string& member_id) {
-  if (std::find(holders_.begin(), holders_.end(), member_id) == holders_.end()) {
-    holders_.push_back(member_id);
+void ModelKeeper::SetHolders(const std::vector<std::string>& member_ids,
+                             const std::vector<ControlPlane::Leader>& live) {
+  holders_.clear();
+  for (const ControlPlane::Leader& leader : live) {
+    if (std::find(member_ids.begin(), member_ids.end(), leader.worker_id) != member_ids.end()) {
+      AddHolder(leader);
+    }
+  }
+}
+
+void ModelKeeper::AddHolder(const ControlPlane::Leader& leader) {
+  const std::pair<std::string, std::string> holder{leader.worker_id, leader.data_plane_key};
+  if (std::find(holders_.begin(), holders_.end(), holder) == holders_.end()) {
+    holders_.push_back(holder);
   }
 }
 
@@ -240,7 +256,8 @@ std::vector<v1::ModelHolder> ModelKeeper::Holders(
   if (run_id != active_.run_id() || round != active_.round()) return holders;
   for (const ControlPlane::Leader& leader : live) {
     if (!leader.data_address.empty() &&
-        std::find(holders_.begin(), holders_.end(), leader.worker_id) != holders_.end()) {
+        std::find(holders_.begin(), holders_.end(),
+                  std::make_pair(leader.worker_id, leader.data_plane_key)) != holders_.end()) {
       v1::ModelHolder& holder = holders.emplace_back();
       holder.set_member_id(leader.worker_id);
       holder.set_data_address(leader.data_address);

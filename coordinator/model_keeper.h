@@ -52,7 +52,9 @@ class ModelKeeper {
   // run's model that none of the `live` leaders holds.
   bool TakesCheckpoint(int64_t global_step, const std::vector<ControlPlane::Leader>& live) const;
   // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
-  // TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not.
+  // TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not. A new model
+  // may when there is none, or when a sharded run's initial model is held by none of the
+  // `live` leaders (its uploader died before anyone took it).
   absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
                           const std::vector<ControlPlane::Leader>& live) const;
   // Installs an InitModel upload that MayInstall allowed as the active model (a checkpoint
@@ -80,23 +82,29 @@ class ModelKeeper {
 
   // The members that hold the active model's round: the members of its commit, or the initial
   // model's uploader.
-  void SetHolders(std::vector<std::string> member_ids) { holders_ = std::move(member_ids); }
+  // `live`: the live leaders then, whose data-plane keys say which incarnation holds it (a
+  // leader that joins again holds nothing).
+  void SetHolders(const std::vector<std::string>& member_ids,
+                  const std::vector<ControlPlane::Leader>& live);
   // `member_id` holds the active model's round too: its admitted Sync header is for the next
   // round (a claim, which a fetch checks by digest). So a restarted coordinator, which knows
   // no holders until a commit, learns them as the members sync.
-  void AddHolder(const std::string& member_id);
+  void AddHolder(const ControlPlane::Leader& leader);
   // Those of `live` that hold round `round` of run `run_id` and serve a data plane; none for
   // another round or run.
   std::vector<v1::ModelHolder> Holders(const std::string& run_id, int64_t round,
                                        const std::vector<ControlPlane::Leader>& live) const;
 
  private:
+  // Whether the active model is a sharded run's that none of the `live` leaders holds.
+  bool Unheld(const std::vector<ControlPlane::Leader>& live) const;
   // A sharded run's model from its record (Restore).
   absl::StatusOr<bool> RestoreRecorded(const v1::RunInfo& run);
 
   StateWriter* const state_;
   GlobalModel active_;
-  std::vector<std::string> holders_;
+  // By worker id and data-plane key (ControlPlane::Leader): the incarnations that hold it.
+  std::vector<std::pair<std::string, std::string>> holders_;
   // The round and global step of the model Adopt installed last (none since StartRun).
   struct Adopted {
     int64_t round = 0;

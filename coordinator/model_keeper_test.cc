@@ -58,20 +58,26 @@ TEST(ModelKeeperTest, AnEndedRunsFinalModelIsKeptForTheLastRunsOnly) {
 TEST(ModelKeeperTest, HoldersAreTheLiveOnesWithADataPlaneForTheCommittedRoundOnly) {
   ModelKeeper keeper(nullptr);
   keeper.StartRun(RunAt("run-1", 5, 40));
-  keeper.SetHolders({"node-a", "node-b", "node-c"});
-  const std::vector<ControlPlane::Leader> live = {
-      Leader("node-a", "10.0.0.1:7000"), Leader("node-b", ""),  // serves no data plane
-      Leader("node-d", "10.0.0.4:7000")};                       // not a holder
+  std::vector<ControlPlane::Leader> live = {Leader("node-a", "10.0.0.1:7000"),
+                                            Leader("node-b", ""),  // serves no data plane
+                                            Leader("node-d", "10.0.0.4:7000")};  // not a holder
+  keeper.SetHolders({"node-a", "node-b", "node-c"}, live);  // node-c is not live
   std::vector<v1::ModelHolder> holders = keeper.Holders("run-1", 5, live);
   ASSERT_EQ(holders.size(), 1u);
   EXPECT_EQ(holders[0].member_id(), "node-a");
   EXPECT_EQ(holders[0].data_address(), "10.0.0.1:7000");
   EXPECT_TRUE(keeper.Holders("run-1", 4, live).empty());  // another round
-  keeper.AddHolder("node-d");                             // it synced for the next round
-  keeper.AddHolder("node-a");                             // once
+  keeper.AddHolder(live[2]);                              // it synced for the next round
+  keeper.AddHolder(live[0]);                              // once
   holders = keeper.Holders("run-1", 5, live);
   ASSERT_EQ(holders.size(), 2u);
   EXPECT_EQ(holders[1].member_id(), "node-d");
+  // node-a joined again (a new credential, so a new data-plane key): the new incarnation
+  // holds nothing.
+  live[0].data_plane_key = "key of its next join";
+  holders = keeper.Holders("run-1", 5, live);
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_EQ(holders[0].member_id(), "node-d");
   EXPECT_TRUE(keeper.Holders("run-0", 5, live).empty());  // another run
   keeper.StartRun(RunAt("run-2"));                        // a new run forgets them
   EXPECT_TRUE(keeper.Holders("run-2", 0, live).empty());

@@ -23,9 +23,8 @@ absl::Status ModelUpload::Take(bool momentum, v1::Chunk* chunk) {
   const int b = momentum ? 1 : 0;
   const int index = chunk->index();
   if (index < 0 || index >= layout_.num_chunks()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".index: ", index,
-                                                   " is out of range [0, ", layout_.num_chunks(),
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".index: ", index, " is out of range [0, ", layout_.num_chunks(), ")"));
   }
   if (kept_[b].count(index) || digested_[b].count(index)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".index: ", index, " sent twice"));

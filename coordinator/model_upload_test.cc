@@ -12,8 +12,8 @@ namespace {
 v1::Chunk ChunkOf(int index, const std::vector<float>& values) {
   v1::Chunk chunk;
   chunk.set_index(index);
-  chunk.set_data(std::string(reinterpret_cast<const char*>(values.data()),
-                             values.size() * sizeof(float)));
+  chunk.set_data(
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
   return chunk;
 }
 
@@ -25,16 +25,16 @@ TEST(ModelUploadTest, AShardedRunsUploadKeepsOnlyTheDigestsOfTheModel) {
                      /*keeps_momentum=*/true);
   // Any order, the momentum after.
   for (int c : {2, 0, 1}) {
-    v1::Chunk chunk = ChunkOf(c, std::vector<float>(values.begin() + layout.begin(c),
-                                                    values.begin() + layout.begin(c) +
-                                                        layout.size(c)));
+    v1::Chunk chunk =
+        ChunkOf(c, std::vector<float>(values.begin() + layout.begin(c),
+                                      values.begin() + layout.begin(c) + layout.size(c)));
     ASSERT_TRUE(upload.Take(false, &chunk).ok());
   }
   EXPECT_FALSE(upload.Complete().ok());  // no momentum yet
   for (int c = 0; c < 3; ++c) {
-    v1::Chunk chunk = ChunkOf(c, std::vector<float>(momentum.begin() + layout.begin(c),
-                                                    momentum.begin() + layout.begin(c) +
-                                                        layout.size(c)));
+    v1::Chunk chunk =
+        ChunkOf(c, std::vector<float>(momentum.begin() + layout.begin(c),
+                                      momentum.begin() + layout.begin(c) + layout.size(c)));
     ASSERT_TRUE(upload.Take(true, &chunk).ok());
   }
   ASSERT_TRUE(upload.Complete().ok());

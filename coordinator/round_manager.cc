@@ -113,6 +113,11 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
   return models_.LoadKept(id);  // an earlier run's, off the lock: it reads the disk
 }
 
+bool RoundManager::Running(const std::string& run_id) const {
+  const v1::RunInfo run = plane_->Run();
+  return run.run_id() == run_id && run.state() == v1::RUN_STATE_RUNNING;
+}
+
 std::optional<v1::CheckpointInfo> RoundManager::Checkpoint(const std::string& run_id) const {
   std::optional<v1::RunInfo> run = plane_->FindRun(run_id);
   if (!run.has_value() || !run->has_checkpoint()) return std::nullopt;
@@ -171,7 +176,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
   if (round_.has_value()) at.open_fragment = round_->info.fragment;
   standing_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
   LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
-  models_.AddHolder(header.member_id());  // admitted: its round is the next, so it holds ours
+  models_.AddHolder(leader);  // admitted: its round is the next, so it holds ours
   if (!round_.has_value()) {
     if (std::string why; !backoff_.MayOpen(options_.clock(), Membership(), &why)) {
       return RoundsBackOff(why);
@@ -356,7 +361,7 @@ void RoundManager::Commit(const std::vector<std::string>& included, int64_t step
 }
 
 void RoundManager::Announced(const std::vector<std::string>& included) {
-  models_.SetHolders(included);
+  models_.SetHolders(included, plane_->LiveLeaders());
 }
 
 void RoundManager::Abort(const std::string& reason) {

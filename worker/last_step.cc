@@ -1,5 +1,6 @@
 #include "worker/last_step.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -8,7 +9,10 @@ namespace localsgd {
 
 bool WorthAnotherTry(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsAborted(status) || absl::IsFailedPrecondition(status) || absl::IsNotFound(status);
+         absl::IsAborted(status) || absl::IsFailedPrecondition(status) ||
+         absl::IsNotFound(status) ||
+         (absl::IsPermissionDenied(status) &&
+          absl::StartsWith(status.message(), "member_credential"));
 }
 
 absl::Status SyncLastStep(LocalSGD& local_sgd, const ParameterAverager* averager,

@@ -12,7 +12,9 @@ namespace localsgd {
 // A round that failed for a passing reason: the coordinator or a peer unreachable, the round
 // aborted or opened without this node (FAILED_PRECONDITION; also "the run is not running",
 // so a run stopped during its last round keeps its workers for up to a minute more), or the
-// leader's lease ran out while it was cut off (NOT_FOUND until its heartbeat joins again).
+// leader's lease ran out while it was cut off (NOT_FOUND until its heartbeat joins again, and
+// PERMISSION_DENIED naming member_credential while a sync still carries the credential that
+// join replaced).
 bool WorthAnotherTry(const absl::Status& status);
 
 // How often the run's last round is tried again, once a second.

@@ -4,7 +4,8 @@
 // "round R seconds T from S to E", T the seconds from calling Sync to its return, S and E
 // those moments in Unix seconds (an aborted round is tried again: "round R aborted: ..."); then
 // "cpu_seconds_per_round X", the process's user + system seconds per round over the rounds
-// after the first (its "training" between rounds included), when it ran more than one.
+// after the first (its "training" between rounds included), when it ran more than one; and
+// last "final round R digest D", D the ModelDigest of the model (and momentum) it ends on.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <sys/resource.h>
@@ -33,6 +34,7 @@
 #include "exchange/data_plane_server.h"
 #include "exchange/held_model.h"
 #include "exchange/model_client.h"
+#include "exchange/model_digest.h"
 #include "exchange/model_fetcher.h"
 #include "exchange/sharded_exchange.h"
 #include "exchange/star_exchange.h"
@@ -317,6 +319,13 @@ int main(int argc, char** argv) {
     std::printf("cpu_seconds_per_round %.4f\n",
                 (CpuSeconds() - cpu_start) / (absl::GetFlag(FLAGS_rounds) - 1));
   }
+  std::printf(
+      "final round %lld digest %016llx\n", static_cast<long long>(held.round()),
+      static_cast<unsigned long long>(
+          localsgd::ModelDigest(held.values(), held.momentum(),
+                                localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes()))
+              .with_momentum));
+  std::fflush(stdout);
   stop.store(true);
   heartbeat.join();
   localsgd::v1::LeaveRequest leave;

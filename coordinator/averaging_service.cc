@@ -223,9 +223,10 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
       for (v1::ModelHolder& holder : rounds->Holders(snapshot_.run_id, snapshot_.round)) {
         *header->add_holders() = std::move(holder);
       }
-      if (std::optional<v1::CheckpointInfo> checkpoint = rounds->Checkpoint(snapshot_.run_id)) {
-        header->set_checkpoint_round(checkpoint->round());
-        header->set_checkpoint_path(checkpoint->path());
+      if (std::optional<v1::RunInfo> run = rounds->FindRun(snapshot_.run_id);
+          run.has_value() && run->has_checkpoint()) {
+        header->set_checkpoint_round(run->checkpoint().round());
+        header->set_checkpoint_path(run->checkpoint().path());
       }
       // Written and finished in one: a last write alone may wait in gRPC's buffers for the
       // Finish that OnWriteDone would make, on a connection with nothing else to send.
@@ -239,8 +240,10 @@ class FetchModelReactor : public grpc::ServerWriteReactor<v1::FetchModelResponse
           ") lives with its node leaders, and the coordinator keeps no copy; fetch it from "
           "them (FetchModelRequest.holders_only), or from a node's checkpoint "
           "(localsgdctl status names the newest)");
-      Finish(ToGrpcStatus(rounds->Running(snapshot_.run_id) ? absl::UnavailableError(text)
-                                                            : absl::FailedPreconditionError(text)));
+      const std::optional<v1::RunInfo> run = rounds->FindRun(snapshot_.run_id);
+      Finish(ToGrpcStatus(run.has_value() && run->state() == v1::RUN_STATE_RUNNING
+                              ? absl::UnavailableError(text)
+                              : absl::FailedPreconditionError(text)));
       return;
     }
     StartWrite(&message_);

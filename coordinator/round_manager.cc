@@ -113,17 +113,6 @@ absl::StatusOr<RoundManager::ModelSnapshot> RoundManager::FetchModel(const std::
   return models_.LoadKept(id);  // an earlier run's, off the lock: it reads the disk
 }
 
-bool RoundManager::Running(const std::string& run_id) const {
-  const v1::RunInfo run = plane_->Run();
-  return run.run_id() == run_id && run.state() == v1::RUN_STATE_RUNNING;
-}
-
-std::optional<v1::CheckpointInfo> RoundManager::Checkpoint(const std::string& run_id) const {
-  std::optional<v1::RunInfo> run = plane_->FindRun(run_id);
-  if (!run.has_value() || !run->has_checkpoint()) return std::nullopt;
-  return run->checkpoint();
-}
-
 std::vector<v1::ModelHolder> RoundManager::Holders(const std::string& run_id, int64_t round) {
   MutexLock lock(&mu_);
   return models_.Holders(run_id, round, plane_->LiveLeaders());

@@ -81,10 +81,10 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   // The node leaders that hold round `round` of run `run_id` (docs/design.md, "Where the model
   // lives"): the live ones that were in its commit (or uploaded the initial model) and serve a
   // data plane. None for another round or run, or before a commit since a restart.
-  // Whether `run_id` is the active run and running.
-  bool Running(const std::string& run_id) const;
-  // The newest checkpoint of run `run_id` a node leader reported (RunInfo.checkpoint).
-  std::optional<v1::CheckpointInfo> Checkpoint(const std::string& run_id) const;
+  // Run `run_id`'s record (ControlPlane::FindRun): whether it runs, its newest checkpoint.
+  std::optional<v1::RunInfo> FindRun(const std::string& run_id) const {
+    return plane_->FindRun(run_id);
+  }
   std::vector<v1::ModelHolder> Holders(const std::string& run_id, int64_t round);
 
   // --- Sync ---

@@ -9,13 +9,16 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/grpc_channel.h"
+#include "common/log.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "common/status_util.h"
 #include "exchange/all_to_all.h"
 #include "exchange/codec.h"
 #include "exchange/member_round.h"
+#include "exchange/model_client.h"
 #include "exchange/model_digest.h"
+#include "exchange/outer_step.h"
 #include "exchange/owner_link.h"
 #include "exchange/received_chunk.h"
 #include "exchange/ring_member.h"
@@ -50,9 +53,17 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   auto context = AuthorizedContext(options_.token, in.timeout);
   std::unique_ptr<SyncStream> stream = stub_->Sync(context.get());
   // The layout comes once every member has arrived (or at the deadline).
-  LOCALSGD_ASSIGN_OR_RETURN(v1::RoundHeader header,
-                            BeginSync(stream.get(), context.get(), member, in.round, in.step,
-                                      in.fragment, static_cast<int64_t>(params.size())));
+  absl::StatusOr<v1::RoundHeader> begun =
+      BeginSync(stream.get(), context.get(), member, in.round, in.step, in.fragment,
+                static_cast<int64_t>(params.size()));
+  if (!begun.ok()) {
+    if (std::optional<ExchangeResult> heard = HearCommit(member, in, begun.status())) {
+      return *heard;
+    }
+    return begun.status();
+  }
+  unheard_.reset();  // a round is laid out: the one delivered did not commit
+  v1::RoundHeader header = *std::move(begun);
   absl::StatusOr<std::unique_ptr<MemberRound>> opened =
       MemberRound::Open(header, member.member_id, static_cast<int64_t>(params.size()),
                         options_.owner != nullptr && options_.inbox != nullptr);
@@ -97,6 +108,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   const absl::Span<float> averaged = absl::MakeSpan(averaged_);
   RangeDigests digests(layout.num_chunks(), header.first_chunk());
   Mutex take_mu;  // serialises the round's bookkeeping across the schedule's threads
+  std::optional<DigestPair> delivered;  // of the fragment, once delivered (finite)
   std::vector<bool> not_finite(static_cast<size_t>(round.num_ranges()), false);  // by range
   // Takes averaged chunk `c` of range `s`, decoded by `decode` into the chunk's values.
   auto take = [&](int s, int c, const auto& decode) -> absl::Status {
@@ -121,11 +133,19 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
       // A range whose next copy is not finite is delivered as kNotFinite: the members agree
       // on it and the round aborts.
       std::vector<DigestPair> range_digests;
+      DigestPair whole;
+      bool finite = true;
       for (int r = 0; r < round.num_ranges(); ++r) {
+        finite = finite && !not_finite[static_cast<size_t>(r)];
         range_digests.push_back(
             not_finite[static_cast<size_t>(r)]
                 ? kNotFinite
                 : digests.Of(round.range(r).begin_chunk(), round.range(r).end_chunk()));
+        whole = RangeDigests::Combine(whole, range_digests.back());
+      }
+      if (finite) {
+        MutexLock lock(&take_mu);
+        delivered = whole;
       }
       uploader.Deliver(std::move(range_digests));
     }
@@ -233,6 +253,16 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   uploader.Stop();
   if (owns) options_.owner->Finish(member.run_id, header.round(), header.attempt());
   const absl::Status coordinator = FromGrpcStatus(stream->Finish());
+  // Delivered, then the stream broke with no outcome (the coordinator died, or this member's
+  // link): the round may have committed. Only for the whole model: a fragment's digest is not
+  // the model's.
+  const bool no_outcome = absl::IsUnavailable(coordinator) ||
+                          absl::IsDeadlineExceeded(coordinator) || absl::IsCancelled(coordinator) ||
+                          absl::IsUnknown(coordinator) || absl::IsInternal(coordinator);
+  if (!committed && no_outcome && delivered.has_value() &&
+      (in.model_values == 0 || in.model_values == static_cast<int64_t>(params.size()))) {
+    unheard_ = Unheard{member.run_id, header.round(), *delivered};
+  }
   if (stale.has_value() && absl::IsFailedPrecondition(coordinator)) {
     return StaleRoundError(*stale, coordinator.message());
   }
@@ -244,8 +274,7 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
                      " aborted: this node's range cannot be averaged: ", failed.message()));
   }
   LOCALSGD_RETURN_IF_ERROR(round.Verdict(committed, coordinator, exchanged));
-  // The coordinator committed the same step computed from the same bytes (finite, or it
-  // would have aborted the round).
+  // Every member's digests of this step agreed (finite, or the round would have aborted).
   const auto step = [&] { OuterStepInPlace(options_.outer, averaged, global, in.momentum); };
   if (in.held != nullptr) {
     in.held->Commit(result.round, result.global_step, step);
@@ -253,6 +282,35 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
     step();
   }
   return result;
+}
+
+std::optional<ExchangeResult> ShardedExchange::HearCommit(const SyncMember& member,
+                                                          const ExchangeRound& in,
+                                                          const absl::Status& refused) {
+  const std::optional<Unheard> unheard = std::exchange(unheard_, std::nullopt);
+  const std::optional<v1::StaleRound> stale = StaleRoundOf(refused);
+  if (!unheard.has_value() || !stale.has_value() || stale->run_ended() ||
+      unheard->run_id != member.run_id || stale->committed_round() != unheard->round ||
+      averaged_.size() != in.global.size()) {
+    return std::nullopt;
+  }
+  ModelClient coordinator(options_.coordinator, options_.token);
+  const absl::StatusOr<v1::ModelHeader> model =
+      coordinator.FetchHolders(member.run_id, in.timeout, keeps_momentum());
+  if (!model.ok() || model->round() != unheard->round ||
+      model->digest() != unheard->digest.with_momentum) {
+    return std::nullopt;
+  }
+  const auto step = [&] { OuterStepInPlace(options_.outer, averaged_, in.global, in.momentum); };
+  if (in.held != nullptr) {
+    in.held->Commit(unheard->round, stale->global_step(), step);
+  } else {
+    step();
+  }
+  LogInfo(absl::StrCat("round ", unheard->round,
+                       " committed while this node's stream was down: it applied the update it "
+                       "had delivered (the coordinator's digest of the round is its own)"));
+  return ExchangeResult{unheard->round, stale->global_step(), {}};
 }
 
 }  // namespace localsgd

@@ -6,12 +6,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/mutex.h"
 #include "exchange/exchange.h"
+#include "exchange/model_digest.h"
 #include "exchange/outer_step.h"
 #include "exchange/ring_inbox.h"
 #include "exchange/shard_owner.h"
@@ -20,11 +22,14 @@
 namespace localsgd {
 
 // The sharded round (docs/design.md, "Sharded rounds"): the header to the coordinator and the
-// layout back (MemberRound); as an owner, the range installed in this node's ShardOwner,
-// whose averaged chunks go to the coordinator through the RoundUploader; the deltas and means
-// moved by the round's RangeSchedule (AllToAll, or RingMember when the layout is a ring);
-// "delivered" once every chunk is here; and only on the coordinator's commit, the outer step
-// applied to global and momentum with exactly the arithmetic every other copy uses.
+// layout back (MemberRound); as an owner, the range installed in this node's ShardOwner; the
+// deltas and means moved by the round's RangeSchedule (AllToAll, or RingMember when the layout
+// is a ring); "delivered" with the digests of the next copy (RoundUploader) once every chunk is
+// here; and only on the coordinator's commit, the outer step applied to global and momentum
+// with exactly the arithmetic every other copy uses. A commit this member delivered for but
+// never heard of (its stream broke after the delivery) is applied when the next header is
+// answered with that round as committed and the coordinator's digest of it is the one this
+// member would have (docs/design.md, "Where the model lives").
 class ShardedExchange : public Exchange {
  public:
   struct Options {
@@ -54,11 +59,23 @@ class ShardedExchange : public Exchange {
   // The channel to the data plane at `address` (kept); `connection` > 0: another TCP
   // connection to it (a ring's stripes).
   std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int connection = 0);
+  // When `refused` (the answer to this member's header) says round `unheard_` committed and
+  // the coordinator's digest of it is the one delivered: applies the update still in averaged_
+  // and returns the round's result. nullopt otherwise (the caller goes on as for any refusal).
+  std::optional<ExchangeResult> HearCommit(const SyncMember& member, const ExchangeRound& in,
+                                           const absl::Status& refused);
 
   const Options options_;
   std::unique_ptr<v1::Averaging::Stub> stub_;
   // The averaged update until the commit; sized on the first round.
   std::vector<float> averaged_;
+  // A round whose update is in averaged_, delivered, its outcome not heard.
+  struct Unheard {
+    std::string run_id;
+    int64_t round = 0;
+    DigestPair digest;  // of the whole model it would make
+  };
+  std::optional<Unheard> unheard_;
   Mutex mu_;
   std::map<std::pair<std::string, int>, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
 };

@@ -40,6 +40,7 @@ class HeldModel {
   // The writer's view (its thread only; the spans stay valid until the next Install).
   std::vector<float>& values() ABSL_NO_THREAD_SAFETY_ANALYSIS { return values_; }
   std::vector<float>& momentum() ABSL_NO_THREAD_SAFETY_ANALYSIS { return momentum_; }
+  const std::string& run_id() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return run_id_; }
   int64_t round() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return round_; }
   int64_t global_step() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return global_step_; }
 

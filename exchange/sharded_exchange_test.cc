@@ -33,8 +33,7 @@ constexpr int64_t kChunkValues = 256;
 // Sync with "round 1 committed" (StaleRound); a holders-only FetchModel with `digest`.
 class ScriptedCoordinator : public v1::Averaging::Service {
  public:
-  explicit ScriptedCoordinator(std::string data_address)
-      : data_address_(std::move(data_address)) {}
+  explicit ScriptedCoordinator(std::string data_address) : data_address_(std::move(data_address)) {}
 
   grpc::Status Sync(grpc::ServerContext*,
                     grpc::ServerReaderWriter<v1::SyncResponse, v1::SyncRequest>* stream) override {

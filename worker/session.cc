@@ -373,23 +373,30 @@ absl::StatusOr<Session::CommittedModel> Session::FetchCommittedModel(
   ModelClient client(coordinator_->channel(), options_.token);
   // From the holders (or the run's checkpoint) as an operator's fetch is: a sharded run's model
   // lives with its node leaders. Right after a run ended its last holders may be leaving while
-  // their final checkpoint is still to be reported (Finish): FAILED_PRECONDITION is tried
-  // again too.
+  // their final checkpoint is still to be reported (Finish), and a running run's may come back:
+  // tried for up to 20 s. Failing that, this node's own model of the run, when it holds one.
   const ModelFetcher fetcher({&client, options_.token, credentials_, /*member_id=*/""});
-  const absl::Time give_up = absl::Now() + absl::Minutes(1);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
   absl::StatusOr<ModelClient::Model> model;
   while (true) {
-    model = RetryWhileUnreachable(
-        [&]() -> absl::StatusOr<ModelClient::Model> {
-          LOCALSGD_ASSIGN_OR_RETURN(ModelFetcher::Fetched fetched,
-                                    fetcher.Fetch(run_id_, absl::Seconds(10), false));
-          return std::move(fetched.model);
-        },
-        give_up - absl::Now(), options_.stop);
-    if (!absl::IsFailedPrecondition(model.status()) || options_.stop() || absl::Now() >= give_up) {
+    absl::StatusOr<ModelFetcher::Fetched> fetched =
+        fetcher.Fetch(run_id_, absl::Seconds(10), /*include_momentum=*/false);
+    if (fetched.ok()) {
+      model = std::move(fetched->model);
       break;
     }
+    model = fetched.status();
+    const bool passing = absl::IsUnavailable(model.status()) ||
+                         absl::IsDeadlineExceeded(model.status()) ||
+                         absl::IsFailedPrecondition(model.status());
+    if (!passing || options_.stop() || absl::Now() >= give_up) break;
     absl::SleepFor(absl::Milliseconds(500));
+  }
+  if (!model.ok() && held_ != nullptr && held_->run_id() == run_id_ &&
+      static_cast<int64_t>(held_->values().size()) == NumValues(tensors)) {
+    LogWarning(absl::StrCat("the run's model: ", model.status().message(),
+                            "; this node's own (round ", held_->round(), ") instead"));
+    model = ModelClient::Model{run_id_, held_->round(), held_->global_step(), held_->values(), {}};
   }
   if (!model.ok()) {
     return absl::Status(model.status().code(),

@@ -125,8 +125,8 @@ class Session : public ParameterAverager {
   // run ended) into `tensors` (the same tensors Start takes): for a rank that must save the
   // run's model but holds another (it joined too late to train, or the run was stopped before
   // its last sync and the rank holds its own weights), from its holders or its checkpoint
-  // (ModelFetcher). Retries an unreachable coordinator for up to a minute. Returns the model's
-  // round and global step.
+  // (ModelFetcher), tried for up to 20 s; failing that, the model this node holds of the run
+  // (its last agreed round). Returns the model's round and global step.
   struct CommittedModel {
     int64_t round = 0;
     int64_t global_step = 0;

@@ -71,13 +71,6 @@ void ShardedRound::Drop(Member& member, const std::string& reason) {
   all_drops_.emplace_back(member.candidate.member_id, reason);
 }
 
-int ShardedRound::ShardOf(int chunk) const {
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    if (chunk >= shards_[s].begin_chunk && chunk < shards_[s].end_chunk) return static_cast<int>(s);
-  }
-  return -1;
-}
-
 absl::Status ShardedRound::Unreachable(const std::string& member_id, const std::string& owner_id,
                                        const std::string& reason) {
   if (phase_ != Phase::kExchanging) {

@@ -110,8 +110,6 @@ class ShardedRound {
   // give the round (RoundStep, at least `floor`).
   std::vector<std::string> Included() const;
   int64_t Step(int64_t floor, int64_t ceiling = 0) const;
-  // The shard whose range holds chunk `chunk`, or -1.
-  int ShardOf(int chunk) const;
   // Every member dropped so far, with its reason, in order.
   const std::vector<std::pair<std::string, std::string>>& dropped() const { return all_drops_; }
   // The members whose digests differed from the agreed ones (Verify), in slot order.

@@ -36,6 +36,9 @@ struct OpenRound {
   std::vector<std::pair<std::string, std::string>> suspended;  // live leaders left out: why
   int64_t bytes_received = 0;
   int64_t bytes_sent = 0;
+  // A live leader was refused for carrying another fragment (excused): the nodes are moving
+  // back into phase, and an abort of such a round is no storm (RoundBackoff does not count it).
+  bool out_of_phase = false;
   // The mode's driver, and the same as the mode's class (the other null).
   std::unique_ptr<RoundDriver> driver;
   StarDriver* star = nullptr;

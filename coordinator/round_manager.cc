@@ -206,6 +206,7 @@ void RoundManager::Refuse(const std::string& member_id, const absl::Status& stat
   const std::string reason = absl::StrCat("refused: ", status.message());
   if (round_.has_value()) {
     round_->driver->Refuse(member_id, reason, excused);
+    round_->out_of_phase = round_->out_of_phase || excused;
   } else if (model().initialised()) {
     standing_.RefuseBefore(member_id, model().round() + 1, reason);
   }
@@ -361,7 +362,9 @@ void RoundManager::Abort(const std::string& reason) {
   record.set_reason(reason);
   plane_->RecordRound(std::move(record));  // which logs it, as an event
   Judge({});
+  const bool out_of_phase = round_->out_of_phase;
   round_.reset();
+  if (out_of_phase) return;  // no storm: the nodes are moving back into phase
   if (std::optional<std::string> why = backoff_.Aborted(options_.clock(), Membership(), reason)) {
     plane_->RecordEvent(v1::EVENT_SEVERITY_WARNING, "rounds_backing_off", *why);
   }

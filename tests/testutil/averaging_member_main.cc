@@ -177,7 +177,10 @@ int main(int argc, char** argv) {
         first_round = fetched->model.round + 1;  // a late member goes on from the committed round
         break;
       }
-      if (!absl::IsFailedPrecondition(fetched.status())) {
+      // Not yet held (node-0 is installing what it uploaded), or its holder moved on.
+      if (!absl::IsFailedPrecondition(fetched.status()) && !absl::IsUnavailable(fetched.status())) {
+        stop.store(true);
+        heartbeat.join();
         return Fail("fetch model", fetched.status());
       }
       absl::SleepFor(absl::Milliseconds(20));

@@ -12,12 +12,18 @@ WORK="$(mktemp -d /tmp/localsgd-image-test.XXXXXX)"  # outside the test's folder
 echo -n "image-token" > "$WORK/token"
 source "$BIN/tests/testutil/test_helpers.sh"
 tag="test-$$"
-cleanup() {
+cleanup() {  # EXIT_CODE
+  if [[ $1 != 0 ]]; then  # what the containers said, for the diagnosis
+    for c in coord node0 node1; do
+      echo "== podman logs $c-$tag (last 30 lines)"
+      podman logs --tail 30 "$c-$tag" 2>&1 || true
+    done
+  fi
   podman rm -f -t 0 "coord-$tag" "node0-$tag" "node1-$tag" >/dev/null 2>&1 || true
   podman rmi -f "localsgd-coordinator:$tag" "localsgd-worker:$tag" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
-trap 'kill_started; cleanup' EXIT
+trap 'rc=$?; kill_started; cleanup $rc' EXIT
 
 # What this machine's podman needs: runc where cgroups are v1 or hybrid (crun refuses those),
 # and limits no higher than this process's own (podman's defaults exceed them here).

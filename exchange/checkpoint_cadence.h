@@ -7,37 +7,39 @@
 
 namespace localsgd {
 
-// When a node leader writes its next checkpoint (docs/design.md, "Checkpoints"): a committed
-// round is written once at least `every_rounds` rounds passed since the last one written (or
-// since the round the node started from: that model is the initial one, or one it took from
-// the others or a checkpoint) and the writes so far took at most `share` of the time: after a
-// write that took T, the next begins no sooner than T (1 / share - 1) after it ended. A pure
-// decision; the caller gives the clock. Thread-compatible.
+// Which committed rounds a node leader writes as checkpoints (docs/design.md, "Checkpoints"):
+// the multiples of a period, so that every node's writes fall in the same rounds (a round waits
+// for its slowest member: writes spread over different rounds would slow N times as many). The
+// period is every_rounds * 2^k, the least that keeps the writes to `share` of the time: after a
+// write that took T, with rounds of R each (measured from the last write, or from Begin, to
+// this one's start), the least k with every_rounds * 2^k * R >= T / share. Such periods nest, so
+// nodes whose disks differ still write in the same rounds, the faster one's a superset. Share 1:
+// every every_rounds-th round, whatever the time. The round a node starts from is not written.
+// A pure decision; the caller gives the clock. Thread-compatible.
 class CheckpointCadence {
  public:
   // `every_rounds` >= 1, `share` in (0, 1] (RunSpec.checkpoint_every_rounds, checkpoint_share).
   CheckpointCadence(int64_t every_rounds, double share)
-      : every_rounds_(every_rounds), share_(share) {}
+      : every_rounds_(every_rounds), share_(share), period_(every_rounds) {}
 
-  // The node starts from round `round` (call once, before Due): rounds count from there.
-  void Begin(int64_t round) { last_round_ = round; }
-  // Whether round `round`, committed, is to be written at `now`.
-  bool Due(int64_t round, absl::Time now) const {
-    return round - last_round_ >= every_rounds_ && now >= next_allowed_;
-  }
-  // Round `round` was written, from `began` to `ended`.
-  void Wrote(int64_t round, absl::Time began, absl::Time ended) {
+  // The node starts from round `round` at `now` (call once, before Due).
+  void Begin(int64_t round, absl::Time now) {
     last_round_ = round;
-    next_allowed_ = ended + (ended - began) * (1 / share_ - 1);
+    since_ = now;
   }
-  // When the next write may begin (InfinitePast before the first).
-  absl::Time next_allowed() const { return next_allowed_; }
+  // Whether committed round `round` is to be written.
+  bool Due(int64_t round) const { return round > last_round_ && round % period_ == 0; }
+  // Round `round` was written, from `began` to `ended`.
+  void Wrote(int64_t round, absl::Time began, absl::Time ended);
+  // The rounds between writes now.
+  int64_t period() const { return period_; }
 
  private:
   const int64_t every_rounds_;
   const double share_;
+  int64_t period_;
   int64_t last_round_ = 0;
-  absl::Time next_allowed_ = absl::InfinitePast();
+  absl::Time since_ = absl::InfinitePast();  // when round last_round_ was begun or written
 };
 
 }  // namespace localsgd

@@ -33,9 +33,11 @@ CODECS = ["CODEC_FP32", "CODEC_BF16", "CODEC_FP16", "CODEC_INT8"]
 
 
 def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk_kb,
-                   coordinator_flags=(), peaks=None, member_flags=(), spec_extra=""):
+                   coordinator_flags=(), peaks=None, member_flags=(), spec_extra="",
+                   outputs=None):
     """(RoundTimes, the members' CPU seconds per round together and the coordinator's, both
-    over the rounds after the first). `peaks`, a dict, gets each process's peak RSS in MB
+    over the rounds after the first). `outputs`, a list, gets the members' outputs. `peaks`,
+    a dict, gets each process's peak RSS in MB
     ("coordinator", "node-0", ...). `member_flags` go to every member, `spec_extra` (run spec
     text) into the run's spec."""
     coordinator, address = start_coordinator(bin_dir, work, flags=coordinator_flags,
@@ -60,7 +62,10 @@ def localsgd_round(bin_dir, work, nodes, size_mb, codec, exchange, rounds, chunk
         subprocess.run([f"{bin_dir}/coordinator/localsgdctl", f"--coordinator={address}",
                         f"--token_file={token_file}", "start", f"--spec={spec}"],
                        check=True, stdout=subprocess.DEVNULL)
-        outputs = outputs_of(members, "member", 1800)
+        member_outputs = outputs_of(members, "member", 1800)
+        if outputs is not None:
+            outputs.extend(member_outputs)
+        outputs = member_outputs
         members_cpu = cpu_per_round(outputs)
         rounds_run = r"round (\d+) seconds \S+ from (\S+) to (\S+)"
         measured = [(int(r), float(start), float(end)) for o in outputs

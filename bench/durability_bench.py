@@ -11,8 +11,9 @@ behind every commit, back to back: the most a state folder can cost a round), th
 torch.distributed Gloo processes all_reduce the same S MB
 (bench/averaging_bench.py's measures: `@ready`, from the last member's arrival to the last
 member's return, its median over the rounds after the first, and its mean, which is what a
-write that slows a few rounds costs in all; `xnone` is the mean against the first row's). Peak RSS is VmHWM, read every 20 ms
-while each process lives.
+write that slows a few rounds costs in all; `xnone` is the mean against the first row's). Peak
+RSS is VmHWM, read every 20 ms while each process lives. `checkpointed rounds`: the rounds the
+members wrote (the last one at the run's end).
 
 Usage: /usr/bin/python3 bench/durability_bench.py [--nodes 2] [--sizes_mb 1000] [--rounds 4]
        [--shares 0.05 1] [--checkpoint_shares 0.05 1]
@@ -20,6 +21,7 @@ Usage: /usr/bin/python3 bench/durability_bench.py [--nodes 2] [--sizes_mb 1000] 
 """
 import argparse
 import os
+import re
 import sys
 import tempfile
 
@@ -45,7 +47,7 @@ def main():
                      "//tests/testutil:averaging_member"])
     print(f"{'N':>2} {'MB':>6} {'durability':<24} {'round@ready s':>14} {'mean s':>10} "
           f"{'xnone':>8} {'gloo s':>8} "
-          f"{'xGloo':>6} {'coordinator MB':>15} {'member MB (max)':>16}")
+          f"{'xGloo':>6} {'coordinator MB':>15} {'member MB (max)':>16}  checkpointed rounds")
     with tempfile.TemporaryDirectory(dir=args.state_root) as work:
         for nodes in args.nodes:
             for size_mb in args.sizes_mb:
@@ -59,20 +61,24 @@ def main():
                      [f"--checkpoint_dir={work}/checkpoints-{nodes}-{size_mb:g}-{share:g}"],
                      f"checkpoint_share: {share}") for share in args.checkpoint_shares]
                 for label, flags, member_flags, spec_extra in runs:
-                    peaks = {}
+                    peaks, outputs = {}, []
                     times = localsgd_round(bin_dir, work, nodes, size_mb, "CODEC_FP32",
                                            "EXCHANGE_SHARDED", args.rounds, None,
                                            coordinator_flags=flags, peaks=peaks,
-                                           member_flags=member_flags, spec_extra=spec_extra)[0]
+                                           member_flags=member_flags, spec_extra=spec_extra,
+                                           outputs=outputs)[0]
                     members = max(v for k, v in peaks.items() if k != "coordinator")
+                    written = sorted({int(r) for o in outputs for r in
+                                      re.findall(r"checkpoint of round (\d+) took", o)})
                     rows.append((label, times.ready, times.ready_mean,
-                                 peaks.get("coordinator", 0), members))
+                                 peaks.get("coordinator", 0), members,
+                                 ",".join(map(str, written)) or "-"))
                 gloo = gloo_round(work, nodes, size_mb, args.rounds)[0]
                 baseline = rows[0][2]
-                for label, ready, mean, coordinator, members in rows:
+                for label, ready, mean, coordinator, members, written in rows:
                     print(f"{nodes:>2} {size_mb:>6g} {label:<24} {ready:>14.3f} {mean:>10.3f} "
                           f"{mean / baseline:>8.2f} {gloo:>8.3f} {ready / gloo:>6.2f} "
-                          f"{coordinator:>15.0f} {members:>16.0f}", flush=True)
+                          f"{coordinator:>15.0f} {members:>16.0f}  {written}", flush=True)
 
 
 if __name__ == "__main__":

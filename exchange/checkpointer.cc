@@ -1,9 +1,5 @@
 #include "exchange/checkpointer.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,9 +56,6 @@ absl::Status Checkpointer::Flush(absl::Duration timeout) {
 }
 
 void Checkpointer::Run() {
-  // The rounds come first: this thread takes the CPU they leave idle (Linux: a thread's own nice
-  // value).
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
   while (true) {
     Offered round;
     {

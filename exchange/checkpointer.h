@@ -16,8 +16,7 @@
 namespace localsgd {
 
 // Writes the model a node leader holds to the node's checkpoint file, off the round's path
-// (docs/design.md, "Checkpoints"): on a thread of its own at the lowest CPU priority, at the
-// committed rounds its
+// (docs/design.md, "Checkpoints"): on a thread of its own, at the committed rounds its
 // CheckpointCadence picks; a round offered while another is written waits, and a newer one
 // takes its place. The model and momentum are read through a HeldModel lease, a chunk at a time,
 // into the file (no copy of the model, unless a commit lands while they are read), and the file

@@ -210,7 +210,13 @@ int main(int argc, char** argv) {
         &held, localsgd::Checkpointer::Options{
                    absl::StrCat(folder, "/checkpoint.bin"), run.spec().checkpoint_every_rounds(),
                    run.spec().checkpoint_share(),
-                   localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes()).chunk_values});
+                   localsgd::ChunkLayout::ForBytes(n, run.spec().chunk_bytes()).chunk_values,
+                   [](const localsgd::Checkpointer::Written& written) {
+                     std::printf("checkpoint of round %lld took %.3f s\n",
+                                 static_cast<long long>(written.round),
+                                 absl::ToDoubleSeconds(written.took));
+                     std::fflush(stdout);
+                   }});
     held.set_on_change([&](const std::string& run_id, int64_t round, int64_t step) {
       checkpointer->Offer(run_id, round, step);
     });
@@ -314,9 +320,6 @@ int main(int argc, char** argv) {
     if (absl::Status s = checkpointer->Flush(absl::Minutes(5)); !s.ok()) {
       return Fail("checkpoint", s);
     }
-    std::printf("checkpoint of round %lld took %.3f s\n",
-                static_cast<long long>(checkpointer->last_written()->round),
-                absl::ToDoubleSeconds(checkpointer->last_written()->took));
   }
   if (cpu_start >= 0) {
     std::printf("cpu_seconds_per_round %.4f\n",

@@ -1,10 +1,11 @@
 // A late joiner's fetch of the run's model (docs/design.md, "Where the model lives"), both ways
 // in one sitting: a coordinator and two node leaders (in this process, on loopback ports) sync
 // fp32 rounds of --values floats as fast as they can, first a star run (the coordinator keeps
-// the model, as every run's before the coordinator lost it: the fetch is its FetchModel), then a sharded run (the coordinator keeps no copy:
-// ModelFetcher::Fetch takes a range from each holder, checked against the coordinator's
-// digest); meanwhile a joiner fetches the committed model --repeats times. Prints one line per
-// fetch ("fetch from SOURCE seconds S rounds_committed_meanwhile N") and each way's median.
+// the model, as every run's before the coordinator lost it: the fetch is its FetchModel), then a
+// sharded run (the coordinator keeps no copy: ModelFetcher::Fetch takes a range from each holder,
+// checked against the coordinator's digest); meanwhile a joiner fetches the committed model
+// --repeats times. Prints one line per fetch ("fetch from SOURCE seconds S
+// rounds_committed_meanwhile N") and each way's median.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -40,8 +41,8 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// A run of `exchange` with its own coordinator; the joiner's fetch times, empty on an error
-// (printed).
+// A run of `exchange_kind` with its own coordinator: the joiner's fetch times, empty on an
+// error (printed).
 std::vector<double> FetchTimes(v1::Exchange exchange_kind) {
   CoordinatorServer::Options options;
   options.grpc_address = "127.0.0.1:0";
@@ -152,15 +153,19 @@ std::vector<double> FetchTimes(v1::Exchange exchange_kind) {
     if (exchange_kind == v1::EXCHANGE_STAR) {
       absl::StatusOr<ModelClient::Model> model =
           models.FetchModel(run.run_id(), absl::Seconds(600));
-      if (model.ok()) fetched = ModelFetcher::Fetched{*std::move(model), "the coordinator"};
-      else fetched = model.status();
+      if (model.ok()) {
+        fetched = ModelFetcher::Fetched{*std::move(model), "the coordinator"};
+      } else {
+        fetched = model.status();
+      }
     } else {
       fetched = joiner.Fetch(run.run_id(), absl::Seconds(600), false);
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t);
     if (!fetched.ok()) {
       std::fprintf(stderr, "fetch: %s\n", fetched.status().ToString().c_str());
-      return {};
+      times.clear();
+      break;
     }
     times.push_back(seconds);
     std::printf("fetch from %s seconds %.3f rounds_committed_meanwhile %ld\n",

@@ -2,6 +2,7 @@
 // that what the README and the comments in those files promise is what StartRun accepts.
 #include <google/protobuf/text_format.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,9 +15,8 @@ namespace localsgd {
 namespace {
 
 TEST(ShippedSpecsTest, EveryShippedSpecIsValid) {
-  const std::filesystem::path folder =
-      std::filesystem::path(std::getenv("TEST_SRCDIR")) / std::getenv("TEST_WORKSPACE") /
-      "deploy" / "specs";
+  const std::filesystem::path folder = std::filesystem::path(std::getenv("TEST_SRCDIR")) /
+                                       std::getenv("TEST_WORKSPACE") / "deploy" / "specs";
   int specs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
     if (entry.path().extension() != ".textproto") continue;

@@ -64,6 +64,8 @@ class ControlPlane {
 
   // A consistent snapshot of everything status shows.
   v1::CoordinatorStatus Status() const;
+  // How long a member is live without a heartbeat.
+  absl::Duration lease_timeout() const { return options_.lease_timeout; }
   v1::RunInfo Run() const;
   // Run `run_id`'s record: the active run's, or an ended one's from the history.
   std::optional<v1::RunInfo> FindRun(const std::string& run_id) const;

@@ -100,17 +100,31 @@ bool ModelKeeper::TakesCheckpoint(int64_t global_step,
   // A sharded run's model that no live member holds is gone with its members (every node
   // leader was killed, or the coordinator restarted and none has said it holds it yet): a
   // checkpoint is what is left of it.
-  if (Unheld(live)) return true;
+  return Newer(global_step) || Unheld(live);
+}
+
+bool ModelKeeper::Newer(int64_t global_step) const {
   return !active_.initialised() || (adopted_.has_value() && adopted_->round == active_.round() &&
                                     global_step > adopted_->global_step);
 }
 
 absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
-                                     const std::vector<ControlPlane::Leader>& live) const {
+                                     const std::vector<ControlPlane::Leader>& live, absl::Time now,
+                                     absl::Duration grace) {
+  const bool unheld = Unheld(live);
+  if (!unheld) unheld_since_ = absl::InfiniteFuture();
   if (header.from_checkpoint()) {
     LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
-    if (TakesCheckpoint(header.checkpoint_global_step(), live)) return absl::OkStatus();
-  } else if (!active_.initialised() || (active_.round() == 0 && Unheld(live))) {
+    if (Newer(header.checkpoint_global_step())) return absl::OkStatus();
+    if (unheld) {
+      unheld_since_ = std::min(unheld_since_, now);
+      if (now - unheld_since_ >= grace) return absl::OkStatus();
+      return absl::UnavailableError(absl::StrCat(
+          "the run's model of round ", active_.round(), " has had no live holder for ",
+          absl::FormatDuration(now - unheld_since_), ": a checkpoint replaces it once none ",
+          "came back within ", absl::FormatDuration(grace), "; try again"));
+    }
+  } else if (!active_.initialised() || (active_.round() == 0 && unheld)) {
     return absl::OkStatus();
   }
   return absl::AlreadyExistsError("the run's model is already set; fetch it instead");
@@ -194,6 +208,7 @@ void ModelKeeper::StartRun(const v1::RunInfo& run) {
   active_.Reset(run.run_id(), run.spec(), run.round(), run.global_step());
   holders_.clear();
   adopted_.reset();
+  unheld_since_ = absl::InfiniteFuture();
 }
 
 std::optional<ModelSnapshot> ModelKeeper::Find(const std::string& run_id) const {
@@ -248,6 +263,7 @@ void ModelKeeper::AddHolder(const ControlPlane::Leader& leader) {
   if (std::find(holders_.begin(), holders_.end(), holder) == holders_.end()) {
     holders_.push_back(holder);
   }
+  unheld_since_ = absl::InfiniteFuture();
 }
 
 std::vector<v1::ModelHolder> ModelKeeper::Holders(

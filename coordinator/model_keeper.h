@@ -52,11 +52,15 @@ class ModelKeeper {
   // run's model that none of the `live` leaders holds.
   bool TakesCheckpoint(int64_t global_step, const std::vector<ControlPlane::Leader>& live) const;
   // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
-  // TakesCheckpoint) may become run `run`'s model now; ALREADY_EXISTS when not. A new model
+  // TakesCheckpoint) may become run `run`'s model at `now`; ALREADY_EXISTS when not. A new model
   // may when there is none, or when a sharded run's initial model is held by none of the
-  // `live` leaders (its uploader died before anyone took it).
+  // `live` leaders (its uploader died before anyone took it). A checkpoint that replaces a
+  // model only because none of the `live` leaders holds it is UNAVAILABLE (try again) until
+  // that has lasted `grace` from the first such offer: a holder cut off past its lease joins
+  // again and, syncing, holds it again, and no committed round is lost.
   absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
-                          const std::vector<ControlPlane::Leader>& live) const;
+                          const std::vector<ControlPlane::Leader>& live, absl::Time now,
+                          absl::Duration grace);
   // Installs an InitModel upload that MayInstall allowed as the active model (a checkpoint
   // through Adopt), held by its uploader: a star run's values, a sharded run's digests.
   absl::Status InstallUpload(ControlPlane& plane, const v1::InitModelHeader& header,
@@ -98,6 +102,9 @@ class ModelKeeper {
  private:
   // Whether the active model is a sharded run's that none of the `live` leaders holds.
   bool Unheld(const std::vector<ControlPlane::Leader>& live) const;
+  // Whether a checkpoint at `global_step` is newer than the active model: there is none, or it
+  // was adopted at a lower global step with no round committed since.
+  bool Newer(int64_t global_step) const;
   // A sharded run's model from its record (Restore).
   absl::StatusOr<bool> RestoreRecorded(const v1::RunInfo& run);
 
@@ -111,6 +118,8 @@ class ModelKeeper {
     int64_t global_step = 0;
   };
   std::optional<Adopted> adopted_;
+  // When a checkpoint offer first found the active model unheld (InfiniteFuture: since held).
+  absl::Time unheld_since_ = absl::InfiniteFuture();
   std::deque<std::shared_ptr<const ModelSnapshot>> ended_;  // oldest first
 };
 

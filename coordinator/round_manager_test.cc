@@ -136,8 +136,9 @@ class RoundManagerTest : public ::testing::Test {
     StartRun(exchange, min_workers);
   }
 
-  // Starts a run on the plane and uploads its initial model.
-  void StartRun(const std::string& exchange, int min_workers = 1) {
+  // Starts a run on the plane and uploads its initial model from `uploader`.
+  void StartRun(const std::string& exchange, int min_workers = 1,
+                const std::string& uploader = "n/0") {
     v1::StartRunRequest start;
     start.mutable_spec()->mutable_model()->set_builtin("mlp");
     start.mutable_spec()->set_min_workers(min_workers);
@@ -148,8 +149,8 @@ class RoundManagerTest : public ::testing::Test {
     run_id_ = run->run_id();
     v1::InitModelHeader init;
     init.set_run_id(run_id_);
-    init.set_member_id("n/0");
-    init.set_member_credential(credentials_["n/0"]);
+    init.set_member_id(uploader);
+    init.set_member_credential(credentials_[uploader]);
     init.set_vector_length(kValues);
     ASSERT_THAT(Upload(init, std::vector<float>(kValues, 1.0f)), IsOk());
   }
@@ -586,6 +587,46 @@ TEST_F(RoundManagerTest, ALeaderAdmittedToTheNextRoundIsAHolderOfTheCommittedOne
   EXPECT_EQ(holders[0].member_id(), "d/0");
   EXPECT_EQ(holders[0].data_address(), "10.0.0.9:7000");
   EXPECT_TRUE(rounds_->Holders(run_id_, 1).empty());  // not a round committed yet
+}
+
+// A sharded run's model whose holders all lost their leases (cut off, not dead) is not replaced
+// by an older checkpoint at once: an offer waits a lease's time from the first one, so that a
+// holder that joins again and syncs holds it again and no committed round is lost; one that
+// does not come back within it leaves the checkpoint as the run's model.
+TEST_F(RoundManagerTest, ACheckpointReplacesAnUnheldModelOnlyAfterALeasesTime) {
+  RoundManager::Options options;
+  options.clock = clock_.AsFunction();
+  rounds_ = std::make_unique<RoundManager>(plane_.get(), options);
+  v1::JoinRequest d = NodeJoin("d");
+  d.set_data_address("10.0.0.9:7000");
+  JoinMember(d);
+  StartRun("sharded", 1, "d/0");  // d/0 holds round 0
+  auto offer = [&] {
+    v1::InitModelHeader header;
+    header.set_run_id(run_id_);
+    header.set_member_id("n/0");
+    header.set_member_credential(credentials_["n/0"]);
+    header.set_vector_length(kValues);
+    header.set_from_checkpoint(true);
+    return Upload(header, std::vector<float>(kValues, 3.0f));
+  };
+  EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
+  PassWithLeaders(absl::Seconds(20), {"n/0"});  // d/0's lease expires
+  EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kUnavailable, "no live holder"));
+  PassWithLeaders(absl::Seconds(10), {"n/0"});
+  EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kUnavailable, "no live holder"));
+  // d joins again and syncs: it holds the model again.
+  JoinMember(d);
+  auto member = std::make_shared<FakeMember>();
+  ASSERT_THAT(rounds_->Join(Header(1, "d/0"), member), IsOk());
+  EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
+  // Cut off again, for good: the wait counts from the next offer.
+  PassWithLeaders(absl::Seconds(20), {"n/0"});
+  EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kUnavailable, "no live holder"));
+  PassWithLeaders(absl::Seconds(10), {"n/0"});
+  EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kUnavailable, "no live holder"));
+  PassWithLeaders(absl::Seconds(5), {"n/0"});
+  EXPECT_THAT(offer(), IsOk());
 }
 
 // Finding 2 of issue 37: a leader that joins and heartbeats but never syncs holds three rounds

@@ -17,12 +17,14 @@ that step's fragment is compared (the others hold each rank's own progress), and
 still ends on the final model, whole.
 
 Invariants, checked after every fault and at the end: the coordinator always starts again;
-a run's round never goes back, nor its global step but where a restarted coordinator went on
-from a saved model older than its record, to that model's step (status polled every 0.2 s;
-docs/design.md, "Persistence"); a run stopped by
+a run's round never goes back, nor its global step but where the coordinator went on from a
+saved model older than its record (a restart, or a node's checkpoint when no live node held
+the model), to that model's step (status polled every 0.2 s; docs/design.md, "Persistence",
+"Checkpoints"); a run stopped by
 StopRun ends its workers; every rank of a node holds the same parameters after each of its
 syncs, and two nodes whose syncs at the same step both succeeded (one round: nodes follow the
-run's global step) hold the same parameters; no worker reports max_unsynced_steps +
+run's global step, but across a restore that lost rounds, when it came again) hold the same
+parameters; no worker reports max_unsynced_steps +
 local_sgd_steps steps or more trained alone;
 the last run completes; every rank in it ends on FetchModel's final model, bit for bit, and
 the saved model names FetchModel's round and global step, and its nodes' rendezvous folders are
@@ -36,6 +38,7 @@ Usage: chaos_soak.py --bin BAZEL_BIN --work DIR [--faults 50] [--seed 1]
 """
 import argparse
 import collections
+import datetime
 import fnmatch
 import glob
 import hashlib
@@ -387,7 +390,7 @@ class Soak:
     # ---- the models ------------------------------------------------------------------------
     def digest_dumps(self, settled=10.0):
         """Replaces the post-sync dumps in pass-<k>/ folders older than `settled` seconds with
-        their digests and deletes every other dump file (pre-sync files, the latest-wins copies
+        their digests (length, sha256, each fragment's sha256, when written) and deletes every other dump file (pre-sync files, the latest-wins copies
         in the main folders), so that the soak's disk use stays small. `settled` is longer than
         any pause a fault makes, so no file is read while its writer is stopped mid-write."""
         now = time.time()
@@ -396,10 +399,12 @@ class Soak:
                 if now - os.path.getmtime(path) < settled:
                     continue
                 if "/pass-" in path and path.endswith(("-post.bin", "-merged.bin")):
+                    written = os.path.getmtime(path)
                     data = open(path, "rb").read()
                     self.digests[path] = (len(data), hashlib.sha256(data).hexdigest(),
                                           [hashlib.sha256(data[part]).hexdigest()
-                                           for part in self.fragment_slices(len(data))])
+                                           for part in self.fragment_slices(len(data))],
+                                          written)
                 os.unlink(path)
             except FileNotFoundError:
                 pass
@@ -425,12 +430,34 @@ class Soak:
         self.digest_dumps(settled=0)
         return {path: d for path, d in self.digests.items() if fnmatch.fnmatch(path, pattern)}
 
+    def lost_round_restores(self, run):
+        """(time, global step) of each restore of `run` that lost committed rounds, from every
+        coordinator's log: the run went on from an older model, so the steps after it came
+        again, in other rounds."""
+        restores = []
+        pattern = re.compile(r"(\S+) W run (\S+): restored the global model of round \d+ "
+                             r"\(global step (\d+),.*their model is lost")
+        for log in glob.glob(f"{self.work}/logs/coord-*.err"):
+            with open(log, errors="replace") as f:
+                for line in f:
+                    m = pattern.match(line)
+                    if m and m.group(2) == run:
+                        at = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
+                        restores.append((at.replace(tzinfo=datetime.timezone.utc).timestamp(),
+                                         int(m.group(3))))
+        return restores
+
     def check_models(self, run, final):
         """Within a node incarnation: its ranks agree after each sync. Across nodes: two nodes
         whose syncs at the same step both succeeded (the same round: every node follows the
-        run's global step) hold the same model. Returns how many such pairs were compared."""
+        run's global step; a restore that lost rounds starts the steps after its own again)
+        hold the same model. Returns how many such pairs were compared."""
         size = len(final)
-        synced = collections.defaultdict(dict)  # step -> node -> digest (successful syncs)
+        # (step, epoch) -> node -> digests of successful syncs; the epoch counts the restores
+        # that lost rounds before the sync and took the run below its step (no round commits
+        # while no live node holds the model, so none is near a restore's time).
+        synced = collections.defaultdict(dict)
+        restores = self.lost_round_restores(run)
         # Each pass of a rank (a new one when its step went back) is in pass-<k>/; the node's
         # ranks go back together.
         posts = self.posts(f"{self.work}/dump/{run}/node-*-i*/pass-*/*-post.bin")
@@ -442,7 +469,8 @@ class Soak:
             for log in glob.glob(f"{self.work}/logs/w-{run}-{node}-*-i{inc}.err"):
                 failed |= {int(s) for s in re.findall(r"sync at step (\d+):", open(log).read())}
             steps = collections.defaultdict(dict)
-            for path, (length, digest, parts) in posts.items():
+            mtimes = collections.defaultdict(dict)  # step -> rank -> when its dump was written
+            for path, (length, digest, parts, written) in posts.items():
                 if os.path.dirname(path) != inc_dir or length != size:
                     continue  # another folder, or written while its process was killed
                 name = os.path.basename(path)
@@ -450,6 +478,7 @@ class Soak:
                 # With fragments, the values the sync at this step carried.
                 steps[step][rank] = digest if len(parts) == 1 else parts[
                     (step % LOCAL_SGD_STEPS) // (LOCAL_SGD_STEPS // len(parts))]
+                mtimes[step][rank] = written
             # A sync after which the node's step moved (it adopted a committed model of another
             # round: stale, or a new leader) holds that round's model: not compared either, nor
             # is the last sync of a pass.
@@ -462,7 +491,9 @@ class Soak:
                     raise Violation(f"run {run}, {inc_dir}: its ranks differ after the sync at "
                                     f"step {step}")
                 if step not in failed and step not in moved:
-                    synced[step].setdefault(node, set()).add(next(iter(ranks.values())))
+                    last = max(mtimes[step].values())
+                    epoch = sum(1 for at, back_to in restores if at < last and back_to < step)
+                    synced[(step, epoch)].setdefault(node, set()).add(next(iter(ranks.values())))
         compared = 0
         for step, nodes in synced.items():
             # Several passes of one node at one step (it started again, or went back) may be
@@ -470,7 +501,7 @@ class Soak:
             if len(nodes) < 2 or any(len(d) != 1 for d in nodes.values()):
                 continue
             if len(set().union(*nodes.values())) > 1:
-                raise Violation(f"run {run}: after their syncs at step {step} the nodes hold "
+                raise Violation(f"run {run}: after their syncs at step {step[0]} the nodes hold "
                                 "different models")
             compared += 1
         return compared

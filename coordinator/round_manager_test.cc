@@ -172,6 +172,19 @@ class RoundManagerTest : public ::testing::Test {
     return response;
   }
 
+  // n/0 offers its checkpoint of `round` at `step`, every value `value`.
+  absl::StatusOr<v1::InitModelResponse> OfferCheckpoint(int64_t round, int64_t step, float value) {
+    v1::InitModelHeader header;
+    header.set_run_id(run_id_);
+    header.set_member_id("n/0");
+    header.set_member_credential(credentials_["n/0"]);
+    header.set_vector_length(kValues);
+    header.set_from_checkpoint(true);
+    header.set_checkpoint_round(round);
+    header.set_checkpoint_global_step(step);
+    return Upload(header, std::vector<float>(kValues, value));
+  }
+
   v1::SyncHeader Header(int64_t round, const std::string& member_id = "n/0") {
     v1::SyncHeader header;
     header.set_run_id(run_id_);
@@ -294,17 +307,8 @@ TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
   Start({}, "star");
   StarRound(1);
   StarRound(2);  // the run is at round 2, global step 16
-  auto offer = [&](int64_t round, int64_t step,
-                   float value) -> absl::StatusOr<v1::InitModelResponse> {
-    v1::InitModelHeader header;
-    header.set_run_id(run_id_);
-    header.set_member_id("n/0");
-    header.set_member_credential(credentials_["n/0"]);
-    header.set_vector_length(kValues);
-    header.set_from_checkpoint(true);
-    header.set_checkpoint_round(round);
-    header.set_checkpoint_global_step(step);
-    return Upload(header, std::vector<float>(kValues, value));
+  auto offer = [&](int64_t round, int64_t step, float value) {
+    return OfferCheckpoint(round, step, value);
   };
   EXPECT_THAT(offer(2, 16, 3.0f),
               StatusIs(absl::StatusCode::kAlreadyExists, "already set"));  // its own
@@ -601,15 +605,7 @@ TEST_F(RoundManagerTest, ACheckpointReplacesAnUnheldModelOnlyAfterALeasesTime) {
   d.set_data_address("10.0.0.9:7000");
   JoinMember(d);
   StartRun("sharded", 1, "d/0");  // d/0 holds round 0
-  auto offer = [&] {
-    v1::InitModelHeader header;
-    header.set_run_id(run_id_);
-    header.set_member_id("n/0");
-    header.set_member_credential(credentials_["n/0"]);
-    header.set_vector_length(kValues);
-    header.set_from_checkpoint(true);
-    return Upload(header, std::vector<float>(kValues, 3.0f));
-  };
+  auto offer = [&] { return OfferCheckpoint(0, 0, 3.0f); };
   EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
   PassWithLeaders(absl::Seconds(20), {"n/0"});  // d/0's lease expires
   EXPECT_THAT(offer(), StatusIs(absl::StatusCode::kUnavailable, "no live holder"));

@@ -95,14 +95,6 @@ std::optional<ModelSnapshot> ModelKeeper::FromRecord(const v1::RunInfo& run) {
   return *model.snapshot();
 }
 
-bool ModelKeeper::TakesCheckpoint(int64_t global_step,
-                                  const std::vector<ControlPlane::Leader>& live) const {
-  // A sharded run's model that no live member holds is gone with its members (every node
-  // leader was killed, or the coordinator restarted and none has said it holds it yet): a
-  // checkpoint is what is left of it.
-  return Newer(global_step) || Unheld(live);
-}
-
 bool ModelKeeper::Newer(int64_t global_step) const {
   return !active_.initialised() || (adopted_.has_value() && adopted_->round == active_.round() &&
                                     global_step > adopted_->global_step);
@@ -116,6 +108,9 @@ absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header, const v1
   if (header.from_checkpoint()) {
     LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));
     if (Newer(header.checkpoint_global_step())) return absl::OkStatus();
+    // A sharded run's model that no live member holds is gone with its members (every node
+    // leader was killed, or the coordinator restarted and none has said it holds it yet): a
+    // checkpoint is what is left of it, once a lease passed without a holder coming back.
     if (unheld) {
       unheld_since_ = std::min(unheld_since_, now);
       if (now - unheld_since_ >= grace) return absl::OkStatus();

@@ -46,18 +46,13 @@ class ModelKeeper {
   // more than one commit ahead of the record.
   absl::StatusOr<bool> Restore(ControlPlane& plane);
 
-  // Whether a node leader's checkpoint of the active run at `global_step` would replace the
-  // active model (docs/design.md, "Checkpoints"): there is none; or it was restored or taken
-  // from a checkpoint at a lower global step and no round committed since; or it is a sharded
-  // run's model that none of the `live` leaders holds.
-  bool TakesCheckpoint(int64_t global_step, const std::vector<ControlPlane::Leader>& live) const;
-  // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer,
-  // TakesCheckpoint) may become run `run`'s model at `now`; ALREADY_EXISTS when not. A new model
-  // may when there is none, or when a sharded run's initial model is held by none of the
-  // `live` leaders (its uploader died before anyone took it). A checkpoint that replaces a
-  // model only because none of the `live` leaders holds it is UNAVAILABLE (try again) until
-  // that has lasted `grace` from the first such offer: a holder cut off past its lease joins
-  // again and, syncing, holds it again, and no committed round is lost.
+  // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer) may become
+  // run `run`'s model at `now`; ALREADY_EXISTS when not (docs/design.md, "Checkpoints"). A new
+  // model may when there is none, or when a sharded run's initial model is held by none of the
+  // `live` leaders (its uploader died before anyone took it). A checkpoint may when it is newer
+  // (Newer), or when a sharded run's model is held by none of the `live` leaders; then it is
+  // UNAVAILABLE (try again) until that has lasted `grace` from the first such offer: a holder cut
+  // off past its lease joins again and, syncing, holds it again, and no committed round is lost.
   absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
                           const std::vector<ControlPlane::Leader>& live, absl::Time now,
                           absl::Duration grace);

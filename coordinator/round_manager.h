@@ -66,8 +66,8 @@ class RoundManager : private RoundContext, private CommitPipeline::Host {
   absl::StatusOr<ModelUpload> BeginInit(const v1::InitModelHeader& header);
   // Installs global[0] and says in `response` which round and global step it is; ALREADY_EXISTS
   // when another leader was first. A node leader's checkpoint (header.from_checkpoint, with
-  // its `momentum` when the run keeps one) replaces the model when ModelKeeper::TakesCheckpoint
-  // (docs/design.md, "Checkpoints"), as a restore does, aborting a round open on the model it
+  // its `momentum` when the run keeps one) replaces the model when ModelKeeper::MayInstall lets
+  // it (docs/design.md, "Checkpoints"), as a restore does, aborting a round open on the model it
   // replaces.
   absl::Status FinishInit(const v1::InitModelHeader& header, ModelUpload upload,
                           v1::InitModelResponse* response);

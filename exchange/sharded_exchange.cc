@@ -287,30 +287,35 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
 std::optional<ExchangeResult> ShardedExchange::HearCommit(const SyncMember& member,
                                                           const ExchangeRound& in,
                                                           const absl::Status& refused) {
-  const std::optional<Unheard> unheard = std::exchange(unheard_, std::nullopt);
+  // Kept until an answer decides it: a refusal that is not "committed" (the coordinator is
+  // still restarting) says nothing of the round.
   const std::optional<v1::StaleRound> stale = StaleRoundOf(refused);
-  if (!unheard.has_value() || !stale.has_value() || stale->run_ended() ||
-      unheard->run_id != member.run_id || stale->committed_round() != unheard->round ||
+  if (!unheard_.has_value() || !stale.has_value()) return std::nullopt;
+  if (stale->run_ended() || unheard_->run_id != member.run_id ||
+      stale->committed_round() != unheard_->round || in.round != unheard_->round ||
       averaged_.size() != in.global.size()) {
+    unheard_.reset();
     return std::nullopt;
   }
+  const Unheard unheard = *unheard_;
   ModelClient coordinator(options_.coordinator, options_.token);
   const absl::StatusOr<v1::ModelHeader> model =
       coordinator.FetchHolders(member.run_id, in.timeout, keeps_momentum());
-  if (!model.ok() || model->round() != unheard->round ||
-      model->digest() != unheard->digest.with_momentum) {
+  if (!model.ok()) return std::nullopt;  // asked again on the next refusal
+  unheard_.reset();
+  if (model->round() != unheard.round || model->digest() != unheard.digest.with_momentum) {
     return std::nullopt;
   }
   const auto step = [&] { OuterStepInPlace(options_.outer, averaged_, in.global, in.momentum); };
   if (in.held != nullptr) {
-    in.held->Commit(unheard->round, stale->global_step(), step);
+    in.held->Commit(unheard.round, stale->global_step(), step);
   } else {
     step();
   }
-  LogInfo(absl::StrCat("round ", unheard->round,
+  LogInfo(absl::StrCat("round ", unheard.round,
                        " committed while this node's stream was down: it applied the update it "
                        "had delivered (the coordinator's digest of the round is its own)"));
-  return ExchangeResult{unheard->round, stale->global_step(), {}};
+  return ExchangeResult{unheard.round, stale->global_step(), {}};
 }
 
 }  // namespace localsgd

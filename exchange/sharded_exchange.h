@@ -27,8 +27,8 @@ namespace localsgd {
 // is a ring); "delivered" with the digests of the next copy (RoundUploader) once every chunk is
 // here; and only on the coordinator's commit, the outer step applied to global and momentum
 // with exactly the arithmetic every other copy uses. A commit this member delivered for but
-// never heard of (its stream broke after the delivery) is applied when the next header is
-// answered with that round as committed and the coordinator's digest of it is the one this
+// never heard of (its stream broke after the delivery) is applied when a later header for that
+// round is answered with it as committed and the coordinator's digest of it is the one this
 // member would have (docs/design.md, "Where the model lives").
 class ShardedExchange : public Exchange {
  public:
@@ -59,9 +59,10 @@ class ShardedExchange : public Exchange {
   // The channel to the data plane at `address` (kept); `connection` > 0: another TCP
   // connection to it (a ring's stripes).
   std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int connection = 0);
-  // When `refused` (the answer to this member's header) says round `unheard_` committed and
-  // the coordinator's digest of it is the one delivered: applies the update still in averaged_
-  // and returns the round's result. nullopt otherwise (the caller goes on as for any refusal).
+  // When `refused` (the answer to this member's header for round `unheard_`) says that round
+  // committed and the coordinator's digest of it is the one delivered: applies the update still
+  // in averaged_ and returns the round's result. nullopt otherwise (the caller goes on as for
+  // any refusal); unheard_ is kept while the answers say nothing of the round.
   std::optional<ExchangeResult> HearCommit(const SyncMember& member, const ExchangeRound& in,
                                            const absl::Status& refused);
 

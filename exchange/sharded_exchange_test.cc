@@ -29,8 +29,10 @@ constexpr int64_t kValues = 1000;
 constexpr int64_t kChunkValues = 256;
 
 // Answers round 1's first Sync with a layout of one member owning the whole vector, reads its
-// delivery and ends the stream UNAVAILABLE (no commit: the announcement was lost); every later
-// Sync with "round 1 committed" (StaleRound); a holders-only FetchModel with `digest`.
+// delivery and ends the stream UNAVAILABLE (no commit: the announcement was lost); the next
+// `restarting` Syncs UNAVAILABLE before the header is read (the coordinator starting again);
+// every later Sync with "round 1 committed" (StaleRound); a holders-only FetchModel with
+// `digest`.
 class ScriptedCoordinator : public v1::Averaging::Service {
  public:
   explicit ScriptedCoordinator(std::string data_address) : data_address_(std::move(data_address)) {}
@@ -40,6 +42,10 @@ class ScriptedCoordinator : public v1::Averaging::Service {
     v1::SyncRequest request;
     if (!stream->Read(&request) || !request.has_header()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no header");
+    }
+    if (syncs_ > 0 && restarting > 0) {
+      --restarting;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is starting");
     }
     if (syncs_++ > 0) {
       v1::SyncResponse stale;
@@ -89,6 +95,7 @@ class ScriptedCoordinator : public v1::Averaging::Service {
   }
 
   uint64_t digest = 0;
+  int restarting = 0;
   bool delivered_ = false;
 
  private:
@@ -168,6 +175,21 @@ TEST_F(UnheardCommitTest, TheDeliveredUpdateIsAppliedWhenTheCoordinatorsDigestIs
   ASSERT_TRUE(heard.ok()) << heard.status();
   EXPECT_EQ(heard->round, 1);
   EXPECT_EQ(heard->global_step, 8);
+  EXPECT_EQ(global_, next);
+}
+
+TEST_F(UnheardCommitTest, TheUpdateWaitsOutRefusalsThatSayNothingOfTheRound) {
+  const std::vector<float> before = global_;
+  const std::vector<float> next = Next();
+  coordinator_->digest = ModelDigest(next, {}, ChunkLayout{kValues, kChunkValues}).with_momentum;
+  coordinator_->restarting = 2;
+  EXPECT_TRUE(absl::IsUnavailable(Run().status()));  // delivered, then no outcome
+  EXPECT_TRUE(absl::IsUnavailable(Run().status()));  // the coordinator is starting again
+  EXPECT_TRUE(absl::IsUnavailable(Run().status()));
+  EXPECT_EQ(global_, before);
+  absl::StatusOr<ExchangeResult> heard = Run();  // "round 1 is committed"
+  ASSERT_TRUE(heard.ok()) << heard.status();
+  EXPECT_EQ(heard->round, 1);
   EXPECT_EQ(global_, next);
 }
 

@@ -68,7 +68,7 @@ class ShardedExchange : public Exchange {
 
   const Options options_;
   std::unique_ptr<v1::Averaging::Stub> stub_;
-  // The averaged update until the commit; sized on the first round.
+  // The averaged update until the commit, and after it while unheard_ (empty between rounds).
   std::vector<float> averaged_;
   // A round whose update is in averaged_, delivered, its outcome not heard.
   struct Unheard {

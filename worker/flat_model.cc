@@ -23,7 +23,47 @@ void ForEachPiece(const std::vector<at::Tensor>& tensors, ValueRange range, Visi
   }
 }
 
+// Whether `tensors` are contiguous fp32 views of one buffer, one after another from the
+// first's start.
+bool InOneBuffer(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return false;
+  const at::Tensor& first = tensors.front();
+  int64_t offset = first.storage_offset();
+  for (const at::Tensor& t : tensors) {
+    if (t.scalar_type() != at::kFloat || !t.is_contiguous() || t.device() != first.device() ||
+        !t.storage().is_alias_of(first.storage()) || t.storage_offset() != offset) {
+      return false;
+    }
+    offset += t.numel();
+  }
+  return true;
+}
+
 }  // namespace
+
+void IntoOneBuffer(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty() || InOneBuffer(tensors)) return;
+  for (const at::Tensor& t : tensors) {
+    if (t.scalar_type() != at::kFloat || !t.is_contiguous() ||
+        t.device() != tensors.front().device()) {
+      return;
+    }
+  }
+  at::NoGradGuard no_grad;
+  const at::Tensor buffer = Flatten(tensors, WholeModel(tensors));
+  int64_t offset = 0;
+  for (const at::Tensor& t : tensors) {
+    t.set_data(buffer.slice(0, offset, offset + t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+at::Tensor FlatView(const std::vector<at::Tensor>& tensors, ValueRange range) {
+  if (!InOneBuffer(tensors)) return Flatten(tensors, range);
+  const at::Tensor& first = tensors.front();
+  return torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(first.device()))
+      .set_(first.storage(), first.storage_offset() + range.offset, {range.size}, {1});
+}
 
 ValueRange WholeModel(const std::vector<at::Tensor>& tensors) {
   int64_t n = 0;
@@ -47,7 +87,9 @@ at::Tensor Flatten(const std::vector<at::Tensor>& tensors, ValueRange range) {
 void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors, ValueRange range) {
   at::NoGradGuard no_grad;
   ForEachPiece(tensors, range, [&](const at::Tensor& t, int64_t at, int64_t n, int64_t from) {
-    t.view({-1}).slice(0, at, at + n).copy_(flat.slice(0, from, from + n));
+    at::Tensor into = t.view({-1}).slice(0, at, at + n);
+    const at::Tensor values = flat.slice(0, from, from + n);
+    if (into.data_ptr() != values.data_ptr()) into.copy_(values);  // (a FlatView of them: done)
   });
 }
 

@@ -22,6 +22,17 @@ ValueRange WholeModel(const std::vector<at::Tensor>& tensors);
 // The values of `range` as one new contiguous fp32 tensor on the tensors' device.
 at::Tensor Flatten(const std::vector<at::Tensor>& tensors, ValueRange range);
 
+// Moves the values of `tensors` into one buffer, in their order, each tensor becoming a view of
+// it (its data replaced in place: a module or optimizer that holds the tensor sees the same
+// values), so that FlatView hands a round the model without a copy. Leaves them as they are
+// unless every tensor is contiguous fp32 on one device.
+void IntoOneBuffer(const std::vector<at::Tensor>& tensors);
+
+// The values of `range` as one contiguous fp32 tensor: a view of the tensors' own values when
+// they lie in one buffer in order (IntoOneBuffer), so that writing it writes them; otherwise
+// a copy (Flatten).
+at::Tensor FlatView(const std::vector<at::Tensor>& tensors, ValueRange range);
+
 // Writes `flat` (range.size values, any device) into the values of `range`.
 void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors, ValueRange range);
 

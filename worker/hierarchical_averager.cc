@@ -86,7 +86,9 @@ absl::Status HierarchicalAverager::AverageNow(absl::Status failure,
                                               int64_t* step) {
   at::NoGradGuard no_grad;
   const ValueRange range = RangeOf(fragment, tensors);
-  at::Tensor flat = Flatten(tensors, range);
+  // A node of one rank averages nothing within it: its round reads and writes the tensors in
+  // place when they lie in one buffer (a model-sized copy fewer).
+  at::Tensor flat = intra().size() == 1 ? FlatView(tensors, range) : Flatten(tensors, range);
   absl::Status sync_status;
   bool leader_has_result = false;
   if (failure.ok()) {

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "exchange/fragment_plan.h"
+#include "worker/flat_model.h"
 #include "worker/last_step.h"
 #include "worker/local_sgd.h"
 #include "worker/unsynced_bound.h"
@@ -105,6 +106,8 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
                               ? static_cast<int64_t>(std::ceil(spec.epochs() * steps_per_epoch))
                               : spec.total_steps();
 
+    // The averaged tensors in one buffer: a node of one rank syncs them without a copy.
+    IntoOneBuffer(ModelTensors(model, spec.average_buffers()));
     auto optimizer = MakeOptimizer(spec.optimizer(), model.Parameters());
     LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()),
                        spec.local_sgd_steps(), spec.enabled(), options.first_step,
@@ -152,7 +155,8 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
         total_samples += x.size(0);
       }
       optimizer->step();
-      optimizer->zero_grad();
+      // Released rather than zeroed (PyTorch's set_to_none): rounds run without them.
+      for (const torch::Tensor& p : model.Parameters()) p.mutable_grad().reset();
       TrainProgress progress;
       progress.step = step + 1;
       progress.total_steps = total;

@@ -101,9 +101,9 @@ bool ModelKeeper::Newer(int64_t global_step) const {
 }
 
 absl::Status ModelKeeper::MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
-                                     const std::vector<ControlPlane::Leader>& live, absl::Time now,
-                                     absl::Duration grace) {
-  const bool unheld = Unheld(live);
+                                     const ControlPlane& plane, absl::Time now) {
+  const bool unheld = Unheld(plane.LiveLeaders());
+  const absl::Duration grace = plane.lease_timeout();
   if (!unheld) unheld_since_ = absl::InfiniteFuture();
   if (header.from_checkpoint()) {
     LOCALSGD_RETURN_IF_ERROR(CheckCheckpointOffer(header, run));

@@ -49,13 +49,13 @@ class ModelKeeper {
   // Whether an InitModel upload (a new model, or a checkpoint: CheckCheckpointOffer) may become
   // run `run`'s model at `now`; ALREADY_EXISTS when not (docs/design.md, "Checkpoints"). A new
   // model may when there is none, or when a sharded run's initial model is held by none of the
-  // `live` leaders (its uploader died before anyone took it). A checkpoint may when it is newer
-  // (Newer), or when a sharded run's model is held by none of the `live` leaders; then it is
-  // UNAVAILABLE (try again) until that has lasted `grace` from the first such offer: a holder cut
-  // off past its lease joins again and, syncing, holds it again, and no committed round is lost.
+  // `plane`'s live leaders (its uploader died before anyone took it). A checkpoint may when it
+  // is newer (Newer), or when a sharded run's model is held by none of them; then it is
+  // UNAVAILABLE (try again) until that has lasted a lease from the first such offer: a holder
+  // cut off past its lease joins again and, syncing, holds it again, and no committed round is
+  // lost.
   absl::Status MayInstall(const v1::InitModelHeader& header, const v1::RunInfo& run,
-                          const std::vector<ControlPlane::Leader>& live, absl::Time now,
-                          absl::Duration grace);
+                          const ControlPlane& plane, absl::Time now);
   // Installs an InitModel upload that MayInstall allowed as the active model (a checkpoint
   // through Adopt), held by its uploader: a star run's values, a sharded run's digests.
   absl::Status InstallUpload(ControlPlane& plane, const v1::InitModelHeader& header,

@@ -56,8 +56,7 @@ absl::StatusOr<ModelUpload> RoundManager::BeginInit(const v1::InitModelHeader& h
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   LOCALSGD_RETURN_IF_ERROR(
       plane_->CheckLeader(header.member_id(), header.member_credential()).status());
-  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run, plane_->LiveLeaders(), options_.clock(),
-                                              plane_->lease_timeout()));
+  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run, *plane_, options_.clock()));
   const v1::RunSpec& spec = model().spec();
   return ModelUpload(ChunkLayout::ForBytes(header.vector_length(), spec.chunk_bytes()),
                      header.has_momentum(), spec.exchange() == v1::EXCHANGE_STAR,
@@ -71,8 +70,7 @@ absl::Status RoundManager::FinishInit(const v1::InitModelHeader& header, ModelUp
   pipeline_.AwaitIdle();
   LOCALSGD_ASSIGN_OR_RETURN(v1::RunInfo run, RunningRun(header.run_id()));
   // (Checked again: the record and the model may have moved since BeginInit.)
-  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run, plane_->LiveLeaders(), options_.clock(),
-                                              plane_->lease_timeout()));
+  LOCALSGD_RETURN_IF_ERROR(models_.MayInstall(header, run, *plane_, options_.clock()));
   // A round on the model a checkpoint replaces cannot commit on it.
   if (header.from_checkpoint() && round_.has_value()) {
     Abort(absl::StrCat("the run's model was replaced by ", header.member_id(),

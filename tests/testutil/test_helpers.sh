@@ -13,6 +13,8 @@ fail() {
   done
   exit 1
 }
+# Bazel's timeout (SIGTERM) reports the logs as a failure does: a test that hangs says where.
+trap 'fail "timed out (SIGTERM) with its processes still running"' TERM
 
 # Starts the coordinator with the given flags (prefixed by the command in COORDINATOR_HOST,
 # e.g. "ip netns exec NS", when set), logging to $WORK/coord.out and coord.err, and waits for

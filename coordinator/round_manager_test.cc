@@ -307,13 +307,11 @@ TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
   Start({}, "star");
   StarRound(1);
   StarRound(2);  // the run is at round 2, global step 16
-  auto offer = [&](int64_t round, int64_t step, float value) {
-    return OfferCheckpoint(round, step, value);
-  };
-  EXPECT_THAT(offer(2, 16, 3.0f),
+  EXPECT_THAT(OfferCheckpoint(2, 16, 3.0f),
               StatusIs(absl::StatusCode::kAlreadyExists, "already set"));  // its own
-  EXPECT_THAT(offer(3, 24, 3.0f),  // (the rest of CheckCheckpointOffer: restore_plan_test)
-              StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_round"));
+  EXPECT_THAT(
+      OfferCheckpoint(3, 24, 3.0f),  // (the rest of CheckCheckpointOffer: restore_plan_test)
+      StatusIs(absl::StatusCode::kFailedPrecondition, "checkpoint_round"));
   v1::InitModelHeader plain;
   plain.set_run_id(run_id_);
   plain.set_member_id("n/0");
@@ -328,7 +326,7 @@ TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
   RoundManager::Options options;
   options.clock = clock_.AsFunction();
   rounds_ = std::make_unique<RoundManager>(plane_.get(), options);
-  absl::StatusOr<v1::InitModelResponse> taken = offer(1, 8, 3.0f);
+  absl::StatusOr<v1::InitModelResponse> taken = OfferCheckpoint(1, 8, 3.0f);
   ASSERT_THAT(taken, IsOk());
   EXPECT_EQ(taken->round(), 3);
   EXPECT_EQ(taken->global_step(), 8);
@@ -337,13 +335,13 @@ TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
   absl::StatusOr<RoundManager::ModelSnapshot> model = rounds_->FetchModel(run_id_);
   ASSERT_THAT(model, IsOk());
   EXPECT_EQ((*model->values)[0], 3.0f);
-  EXPECT_THAT(offer(1, 8, 4.0f),
+  EXPECT_THAT(OfferCheckpoint(1, 8, 4.0f),
               StatusIs(absl::StatusCode::kAlreadyExists, "already set"));  // not newer
 
   // A newer one replaces it, and aborts the round open on it.
   auto member = std::make_shared<FakeMember>();
   ASSERT_THAT(rounds_->Join(Header(4), member), IsOk());
-  ASSERT_THAT(offer(2, 16, 5.0f), IsOk());
+  ASSERT_THAT(OfferCheckpoint(2, 16, 5.0f), IsOk());
   EXPECT_TRUE(member->closed());
   EXPECT_EQ(plane_->Run().round(), 4);
   EXPECT_EQ(plane_->Run().global_step(), 16);
@@ -361,7 +359,8 @@ TEST_F(RoundManagerTest, ACheckpointIsTakenOnlyWhereItIsTheNewestModel) {
   // Once a round commits on it, no checkpoint replaces it.
   StarRound(5);
   EXPECT_EQ(plane_->Run().round(), 5);
-  EXPECT_THAT(offer(4, 16, 6.0f), StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
+  EXPECT_THAT(OfferCheckpoint(4, 16, 6.0f),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already set"));
 }
 
 TEST_F(RoundManagerTest, AClaimBeyondTheDeclaredRanksIsRefusedAndOneWithinItTaken) {

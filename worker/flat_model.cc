@@ -23,15 +23,19 @@ void ForEachPiece(const std::vector<at::Tensor>& tensors, ValueRange range, Visi
   }
 }
 
-// Whether `tensors` are contiguous fp32 views of one buffer, one after another from the
-// first's start.
+// Whether `t` is contiguous fp32 on `first`'s device: what one buffer can hold.
+bool FitsOneBuffer(const at::Tensor& t, const at::Tensor& first) {
+  return t.scalar_type() == at::kFloat && t.is_contiguous() && t.device() == first.device();
+}
+
+// Whether `tensors` are views of one buffer, one after another from the first's start.
 bool InOneBuffer(const std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return false;
   const at::Tensor& first = tensors.front();
   int64_t offset = first.storage_offset();
   for (const at::Tensor& t : tensors) {
-    if (t.scalar_type() != at::kFloat || !t.is_contiguous() || t.device() != first.device() ||
-        !t.storage().is_alias_of(first.storage()) || t.storage_offset() != offset) {
+    if (!FitsOneBuffer(t, first) || !t.storage().is_alias_of(first.storage()) ||
+        t.storage_offset() != offset) {
       return false;
     }
     offset += t.numel();
@@ -44,10 +48,7 @@ bool InOneBuffer(const std::vector<at::Tensor>& tensors) {
 void IntoOneBuffer(const std::vector<at::Tensor>& tensors) {
   if (tensors.empty() || InOneBuffer(tensors)) return;
   for (const at::Tensor& t : tensors) {
-    if (t.scalar_type() != at::kFloat || !t.is_contiguous() ||
-        t.device() != tensors.front().device()) {
-      return;
-    }
+    if (!FitsOneBuffer(t, tensors.front())) return;
   }
   at::NoGradGuard no_grad;
   const at::Tensor buffer = Flatten(tensors, WholeModel(tensors));

@@ -30,6 +30,8 @@ struct ExchangeRound {
   // Where `global` and `momentum` lie, when others read them (the node's data plane serves
   // them): the commit changes them through HeldModel::Commit. Null: in place, unguarded.
   HeldModel* held = nullptr;
+  // With `held`: where `global` and `momentum` begin in its values (the fragment's first).
+  int64_t offset = 0;
 };
 
 struct ExchangeResult {

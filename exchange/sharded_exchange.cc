@@ -26,6 +26,26 @@
 #include "exchange/round_uploader.h"
 
 namespace localsgd {
+namespace {
+
+// The digests of the whole model that a round of `in`'s fragment (laid out by `layout` from
+// chunk `first_chunk`) makes, `delivered` being the fragment's: the other fragments' chunks
+// are as `in.held` holds them. nullopt for a fragment's round with nothing holding the rest.
+std::optional<DigestPair> WholeModelDigest(const ExchangeRound& in, const ChunkLayout& layout,
+                                           int first_chunk, DigestPair delivered) {
+  if (in.model_values == 0 || in.model_values == static_cast<int64_t>(in.global.size())) {
+    return delivered;
+  }
+  if (in.held == nullptr) return std::nullopt;
+  // Combine is XOR: the fragment's chunks as they stand cancel out of the held model's.
+  const DigestPair rest =
+      RangeDigests::Combine(ModelDigest(in.held->values(), in.held->momentum(),
+                                        ChunkLayout{in.model_values, layout.chunk_values}),
+                            ModelDigest(in.global, in.momentum, layout, first_chunk));
+  return RangeDigests::Combine(rest, delivered);
+}
+
+}  // namespace
 
 ShardedExchange::ShardedExchange(Options options)
     : options_(std::move(options)), stub_(v1::Averaging::NewStub(options_.coordinator)) {}
@@ -260,14 +280,15 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   if (owns) options_.owner->Finish(member.run_id, header.round(), header.attempt());
   const absl::Status coordinator = FromGrpcStatus(stream->Finish());
   // Delivered, then the stream broke with no outcome (the coordinator died, or this member's
-  // link): the round may have committed. Only for the whole model: a fragment's digest is not
-  // the model's.
+  // link): the round may have committed.
   const bool no_outcome = absl::IsUnavailable(coordinator) ||
                           absl::IsDeadlineExceeded(coordinator) || absl::IsCancelled(coordinator) ||
                           absl::IsUnknown(coordinator) || absl::IsInternal(coordinator);
-  if (!committed && no_outcome && delivered.has_value() &&
-      (in.model_values == 0 || in.model_values == static_cast<int64_t>(params.size()))) {
-    unheard_ = Unheard{member.run_id, header.round(), *delivered};
+  if (!committed && no_outcome && delivered.has_value()) {
+    if (const std::optional<DigestPair> whole =
+            WholeModelDigest(in, layout, header.first_chunk(), *delivered)) {
+      unheard_ = Unheard{member.run_id, header.round(), in.fragment, in.offset, *whole};
+    }
   }
   if (stale.has_value() && absl::IsFailedPrecondition(coordinator)) {
     return StaleRoundError(*stale, coordinator.message());
@@ -297,9 +318,13 @@ std::optional<ExchangeResult> ShardedExchange::HearCommit(const SyncMember& memb
   // still restarting) says nothing of the round.
   const std::optional<v1::StaleRound> stale = StaleRoundOf(refused);
   if (!unheard_.has_value() || !stale.has_value()) return std::nullopt;
+  // The update's fragment: this header's spans, or where it lies in the held model.
+  const bool same_fragment = in.fragment == unheard_->fragment;
+  const size_t size = averaged_.size();
   if (stale->run_ended() || unheard_->run_id != member.run_id ||
       stale->committed_round() != unheard_->round || in.round != unheard_->round ||
-      averaged_.size() != in.global.size()) {
+      (same_fragment ? in.global.size() != size
+                     : in.held == nullptr || unheard_->offset + size > in.held->values().size())) {
     unheard_.reset();
     std::vector<float>().swap(averaged_);
     return std::nullopt;
@@ -314,15 +339,24 @@ std::optional<ExchangeResult> ShardedExchange::HearCommit(const SyncMember& memb
   if (model->round() != unheard.round || model->digest() != unheard.digest.with_momentum) {
     return std::nullopt;
   }
-  const auto step = [&] { OuterStepInPlace(options_.outer, averaged_, in.global, in.momentum); };
+  absl::Span<float> global = in.global;
+  absl::Span<float> momentum = in.momentum;
+  if (!same_fragment) {
+    global = absl::MakeSpan(in.held->values()).subspan(unheard.offset, size);
+    if (!momentum.empty()) {
+      momentum = absl::MakeSpan(in.held->momentum()).subspan(unheard.offset, size);
+    }
+  }
+  const auto step = [&] { OuterStepInPlace(options_.outer, averaged_, global, momentum); };
   if (in.held != nullptr) {
     in.held->Commit(unheard.round, stale->global_step(), step);
   } else {
     step();
   }
-  LogInfo(absl::StrCat("round ", unheard.round,
-                       " committed while this node's stream was down: it applied the update it "
+  LogInfo(absl::StrCat("round ", unheard.round, " (fragment ", unheard.fragment,
+                       ") committed while this node's stream was down: it applied the update it "
                        "had delivered (the coordinator's digest of the round is its own)"));
+  if (!same_fragment) return std::nullopt;
   return ExchangeResult{unheard.round, stale->global_step(), {}};
 }
 

@@ -61,8 +61,10 @@ class ShardedExchange : public Exchange {
   std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address, int connection = 0);
   // When `refused` (the answer to this member's header for round `unheard_`) says that round
   // committed and the coordinator's digest of it is the one delivered: applies the update still
-  // in averaged_ and returns the round's result. nullopt otherwise (the caller goes on as for
-  // any refusal); unheard_ is kept while the answers say nothing of the round.
+  // in averaged_ to its fragment and returns the round's result, or nullopt when this header
+  // is another fragment's (the refusal stands: the node holds the run's model now). nullopt
+  // otherwise too (the caller goes on as for any refusal); unheard_ is kept while the answers
+  // say nothing of the round.
   std::optional<ExchangeResult> HearCommit(const SyncMember& member, const ExchangeRound& in,
                                            const absl::Status& refused);
 
@@ -74,7 +76,9 @@ class ShardedExchange : public Exchange {
   struct Unheard {
     std::string run_id;
     int64_t round = 0;
-    DigestPair digest;  // of the whole model it would make
+    int fragment = 0;
+    int64_t offset = 0;  // where the fragment begins in the held model (ExchangeRound.offset)
+    DigestPair digest;   // of the whole model it would make
   };
   std::optional<Unheard> unheard_;
   Mutex mu_;

@@ -15,8 +15,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "exchange/data_plane_server.h"
+#include "exchange/held_model.h"
 #include "exchange/model_digest.h"
 #include "exchange/stream_tag_check.h"
+#include "exchange/sync_stream.h"
 #include "gtest/gtest.h"
 #include "proto/localsgd/v1/averaging.grpc.pb.h"
 
@@ -28,7 +30,8 @@ constexpr char kMember[] = "node-0/0";
 constexpr int64_t kValues = 1000;
 constexpr int64_t kChunkValues = 256;
 
-// Answers round 1's first Sync with a layout of one member owning the whole vector, reads its
+// Answers round 1's first Sync with a layout of one member owning the whole vector (or the
+// fragment `fragment` of `values` from `first_chunk`), reads its
 // delivery and ends the stream UNAVAILABLE (no commit: the announcement was lost); the next
 // `restarting` Syncs UNAVAILABLE before the header is read (the coordinator starting again);
 // every later Sync with "round 1 committed" (StaleRound); a holders-only FetchModel with
@@ -60,7 +63,9 @@ class ScriptedCoordinator : public v1::Averaging::Service {
     header->add_members(kMember);
     header->add_weights(1);
     header->set_codec(v1::CODEC_FP32);
-    header->set_num_chunks(static_cast<int>((kValues + kChunkValues - 1) / kChunkValues));
+    header->set_num_chunks(static_cast<int>((values + kChunkValues - 1) / kChunkValues));
+    header->set_first_chunk(first_chunk);
+    header->set_fragment(fragment);
     header->set_chunk_values(kChunkValues);
     header->set_exchange(v1::EXCHANGE_SHARDED);
     header->set_attempt(7);
@@ -96,6 +101,10 @@ class ScriptedCoordinator : public v1::Averaging::Service {
 
   uint64_t digest = 0;
   int restarting = 0;
+  // Round 1's fragment: `values` from chunk `first_chunk` of the model.
+  int fragment = 0;
+  int64_t values = kValues;
+  int first_chunk = 0;
   bool delivered_ = false;
 
  private:
@@ -200,6 +209,55 @@ TEST_F(UnheardCommitTest, AnotherDigestLeavesTheModelAsItWasAndTheRefusalStands)
   absl::StatusOr<ExchangeResult> refused = Run();
   EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
   EXPECT_EQ(global_, before);
+}
+
+// With fragments (the chaos soak, fragments 2: the coordinator killed between recording a
+// round of fragment 1 and announcing it), the node's next header is often another fragment's.
+// The update it delivered is applied to its own fragment of the held model all the same (the
+// coordinator's digest is the whole model's), and the refusal stands: the node takes the run's
+// model, which it holds now. Before, the update was dropped, and no node held the round.
+TEST_F(UnheardCommitTest, AnotherFragmentsHeaderHearsTheCommitOfTheFragmentDelivered) {
+  constexpr int64_t kBegin = 2 * kChunkValues;  // fragment 1: chunks 2 and 3
+  HeldModel held;
+  held.Install("run-1", 0, 0, global_, {});
+  const std::vector<float> before = held.values();
+  std::vector<float> next = before;
+  OuterStepInPlace(OuterOptimizer{0.7, 0, false},
+                   [&] {
+                     std::vector<float> mean(kValues - kBegin);
+                     for (int64_t i = kBegin; i < kValues; ++i) {
+                       mean[i - kBegin] = params_[i] - global_[i];
+                     }
+                     return mean;
+                   }(),
+                   absl::MakeSpan(next).subspan(kBegin), {});
+  coordinator_->digest = ModelDigest(next, {}, ChunkLayout{kValues, kChunkValues}).with_momentum;
+  coordinator_->fragment = 1;
+  coordinator_->values = kValues - kBegin;
+  coordinator_->first_chunk = 2;
+  const SyncMember member{"run-1", kMember, v1::CODEC_FP32, 1, 1, [] { return "credential"; }};
+  const auto round = [&](int fragment, int64_t begin, int64_t size, int64_t step) {
+    return ExchangeRound{1,
+                         step,
+                         absl::MakeConstSpan(params_).subspan(begin, size),
+                         absl::MakeSpan(held.values()).subspan(begin, size),
+                         {},
+                         absl::Seconds(10),
+                         fragment,
+                         kValues,
+                         &held,
+                         begin};
+  };
+  const absl::StatusOr<ExchangeResult> lost =
+      exchange_->Run(member, round(1, kBegin, kValues - kBegin, 8));
+  EXPECT_TRUE(absl::IsUnavailable(lost.status())) << lost.status();  // delivered, then no outcome
+  ASSERT_TRUE(coordinator_->delivered_);
+  EXPECT_EQ(held.values(), before);
+  const absl::StatusOr<ExchangeResult> refused = exchange_->Run(member, round(0, 0, kBegin, 9));
+  EXPECT_TRUE(StaleRoundOf(refused.status()).has_value()) << refused.status();
+  EXPECT_EQ(held.round(), 1);
+  EXPECT_EQ(held.global_step(), 8);
+  EXPECT_EQ(held.values(), next);
 }
 
 }  // namespace

@@ -381,6 +381,23 @@ class Soak:
                 raise Violation(f"{when}: worker node-{key[0]}/{key[1]} (pid {proc.pid}) "
                                 f"exited {proc.returncode}: " + self.tail_of(proc))
 
+    def dump_stacks(self):
+        """Every live process's threads' stacks into logs/NAME.stacks (with gdb, where the
+        machine has it): where a run that stopped making progress waits."""
+        gdb = shutil.which("gdb")
+        if gdb is None:
+            return
+        for proc in self.all_procs:
+            if proc.poll() is not None:
+                continue
+            with open(f"{self.work}/logs/{self.names[proc.pid]}.stacks", "w") as out:
+                try:
+                    subprocess.run([gdb, "-batch", "-p", str(proc.pid), "-ex",
+                                    "thread apply all bt"], stdout=out, stderr=subprocess.STDOUT,
+                                   timeout=120)
+                except subprocess.TimeoutExpired:
+                    out.write("gdb timed out\n")
+
     def log_of(self, proc):
         return open(f"{self.work}/logs/{self.names[proc.pid]}.err", errors="replace").read()
 
@@ -578,6 +595,7 @@ class Soak:
             return 0
         except Violation as v:
             print(f"chaos soak: INVARIANT BROKEN: {v}", file=sys.stderr, flush=True)
+            self.dump_stacks()
             # Every process's log, for the diagnosis (under bazel: the test's outputs).
             outputs = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
             if outputs:

@@ -179,7 +179,8 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragme
                       round_timeout_,
                       fragment,
                       static_cast<int64_t>(global.size()),
-                      held_};
+                      held_,
+                      static_cast<int64_t>(begin)};
   absl::StatusOr<ExchangeResult> result = exchange_->Run(member_, round);
   if (result.ok()) {
     take();
@@ -187,8 +188,11 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragme
   }
   std::optional<v1::StaleRound> stale = StaleRoundOf(result.status());
   if (stale.has_value()) {
-    // A round committed without this node: take the agreed model and go on from there.
-    LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
+    // A round committed without this node: take the agreed model and go on from there (held
+    // already when the exchange applied that round's update it had delivered).
+    if (held_->run_id() != member_.run_id || held_->round() != stale->committed_round()) {
+      LOCALSGD_RETURN_IF_ERROR(Adopt(round_timeout_));
+    }
     take();
     if (stale->run_ended()) {
       return absl::OutOfRangeError(absl::StrCat("the run ended at round ", held_->round(),

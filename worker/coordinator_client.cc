@@ -10,17 +10,10 @@
 #include "common/auth.h"
 #include "common/grpc_channel.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/status_util.h"
 
 namespace localsgd {
-namespace {
-
-bool Retryable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
-}
-
-}  // namespace
-
 CoordinatorClient::CoordinatorClient(Options options)
     : options_(std::move(options)),
       channel_(CreateStreamingChannel(options_.address, options_.credentials)),
@@ -32,26 +25,25 @@ std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context() const {
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(Options options) {
   std::unique_ptr<CoordinatorClient> client(new CoordinatorClient(std::move(options)));
-  const absl::Time give_up = absl::Now() + client->options_.connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
   const std::function<bool()>& stop = client->options_.stop;
-  auto stopped = [&] { return stop != nullptr && stop(); };
-  while (true) {
-    // Short attempts, so that a stop is seen soon even when connecting hangs.
-    absl::Status status = client->Join(absl::Seconds(3));
-    if (status.ok()) break;
-    if (stopped()) return absl::CancelledError("stopped while connecting to the coordinator");
-    if (!Retryable(status) || absl::Now() + backoff > give_up) {
-      return absl::Status(status.code(), absl::StrCat("join ", client->options_.address, ": ",
-                                                      status.message(), ConnectionHint(status)));
-    }
-    LogWarning(absl::StrCat("coordinator ", client->options_.address, " unreachable (",
-                            status.message(), "); retrying in ", absl::FormatDuration(backoff)));
-    for (const absl::Time until = absl::Now() + backoff; absl::Now() < until;) {
-      if (stopped()) return absl::CancelledError("stopped while connecting to the coordinator");
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    backoff = std::min(backoff * 2, absl::Seconds(10));
+  RetryPolicy policy;
+  policy.backoff = absl::Milliseconds(100);
+  policy.max_backoff = absl::Seconds(10);
+  policy.budget = client->options_.connect_timeout;
+  policy.stop = stop;
+  // Short attempts, so that a stop is seen soon even when connecting hangs.
+  const absl::Status joined = Retry(
+      policy, [&] { return client->Join(absl::Seconds(3)); },
+      [&](const absl::Status& why, int, absl::Duration pause) {
+        LogWarning(absl::StrCat("coordinator ", client->options_.address, " unreachable (",
+                                why.message(), "); retrying in ", absl::FormatDuration(pause)));
+      });
+  if (!joined.ok() && stop != nullptr && stop()) {
+    return absl::CancelledError("stopped while connecting to the coordinator");
+  }
+  if (!joined.ok()) {
+    return absl::Status(joined.code(), absl::StrCat("join ", client->options_.address, ": ",
+                                                    joined.message(), ConnectionHint(joined)));
   }
   CoordinatorClient* raw = client.get();
   client->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
@@ -158,7 +150,7 @@ absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bo
       next_note = now + kWaitNoteEvery;
     }
     absl::Status status = Beat();
-    if (!status.ok() && !Retryable(status)) return status;
+    if (!status.ok() && !IsUnreachable(status)) return status;
     absl::SleepFor(absl::Milliseconds(200));
   }
   return absl::CancelledError("stopped while waiting for a run");

@@ -1,18 +1,18 @@
 #include "worker/last_step.h"
 
-#include "absl/strings/match.h"
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/log.h"
 
 namespace localsgd {
 
-bool WorthAnotherTry(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
-         absl::IsAborted(status) || absl::IsFailedPrecondition(status) ||
-         absl::IsNotFound(status) ||
-         (absl::IsPermissionDenied(status) &&
-          absl::StartsWith(status.message(), "member_credential"));
+RetryPolicy LastRoundRetry(std::function<bool()> stop) {
+  RetryPolicy policy;
+  policy.transient = IsPassingRoundFailure;
+  policy.max_retries = 60;
+  policy.stop = std::move(stop);
+  return policy;
 }
 
 absl::Status SyncLastStep(LocalSGD& local_sgd, const ParameterAverager* averager,
@@ -22,17 +22,16 @@ absl::Status SyncLastStep(LocalSGD& local_sgd, const ParameterAverager* averager
   // The run's last round is every fragment's last sync (the run completes once all of them
   // synced here): also when the last step is not a multiple of local_sgd_steps.
   if (status.ok()) status = local_sgd.Resync();
-  const bool boundary = local_sgd.rounds_completed() != completed_before;
-  for (int attempt = 1; boundary && attempt <= kLastRoundAttempts && WorthAnotherTry(status) &&
-                        local_sgd.steps() == step;
-       ++attempt) {
-    if (averager != nullptr && !averager->Health().ok()) break;
-    LogWarning(absl::StrCat("the run's last round failed here (", status.message(),
-                            "); trying again (", attempt, " of ", kLastRoundAttempts, ")"));
-    absl::SleepFor(absl::Seconds(1));
-    status = local_sgd.Resync();
-  }
-  return status;
+  if (local_sgd.rounds_completed() == completed_before) return status;
+  const RetryPolicy policy = LastRoundRetry([&] {
+    return (averager != nullptr && !averager->Health().ok()) || local_sgd.steps() != step;
+  });
+  return RetryAfter(
+      policy, std::move(status), [&] { return local_sgd.Resync(); },
+      [&](const absl::Status& why, int retry, absl::Duration) {
+        LogWarning(absl::StrCat("the run's last round failed here (", why.message(),
+                                "); trying again (", retry, " of ", policy.max_retries, ")"));
+      });
 }
 
 }  // namespace localsgd

@@ -4,39 +4,13 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 
 namespace localsgd {
-namespace {
-
-// A wait for the coordinator that may end by itself: it is restarting or cut off
-// (UNAVAILABLE, DEADLINE_EXCEEDED, and what a connection reset mid-call ends with: CANCELLED,
-// UNKNOWN, INTERNAL, ABORTED), or it lost this member's lease and the heartbeat is joining it
-// again (NOT_FOUND naming the member_id field; a run that is not found stays so), or it joined
-// again while this call carried the previous credential (PERMISSION_DENIED naming
-// member_credential).
-bool IsTransient(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kUnknown:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kAborted:
-      return true;
-    case absl::StatusCode::kNotFound:
-      return absl::StartsWith(status.message(), "member_id");
-    case absl::StatusCode::kPermissionDenied:
-      return absl::StartsWith(status.message(), "member_credential");
-    default:
-      return false;
-  }
-}
-}  // namespace
 
 NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember member,
                        ChunkLayout layout, absl::Duration round_timeout, FragmentPlan fragments,
@@ -53,54 +27,64 @@ NodeLeader::NodeLeader(ModelClient* models, Exchange* exchange, SyncMember membe
 absl::Status NodeLeader::Start(absl::Span<float> params) {
   // Transient failures are retried up to the round timeout in all (the node's other ranks wait
   // longer than that in their broadcast).
+  RetryPolicy policy;
+  policy.transient = IsTransientCall;
+  policy.backoff = absl::Milliseconds(200);
+  policy.max_backoff = absl::Seconds(2);
+  policy.budget = round_timeout_;
   const absl::Time give_up = absl::Now() + round_timeout_;
-  absl::Duration backoff = absl::Milliseconds(200);
-  while (true) {
-    const absl::Duration left = std::max(give_up - absl::Now(), absl::Seconds(1));
-    const bool resuming = resume_.has_value();
-    ModelClient::Checkpoint offer;
-    if (resuming) offer = {resume_->round, resume_->global_step, resume_->momentum};
-    absl::StatusOr<v1::InitModelResponse> init =
-        models_->InitModel(member_.run_id, member_.member_id, member_.CurrentCredential(),
-                           resuming ? absl::Span<const float>(resume_->global) : params, layout_,
-                           left, resuming ? &offer : nullptr);
-    absl::Status status = init.status();
-    if (init.ok()) {  // the run's model is this node's: no need to fetch it back
-      std::vector<float> values, momentum;
-      if (resuming) {  // (ResumeFrom checked its momentum)
-        values = std::move(resume_->global);
-        momentum = std::move(resume_->momentum);
-        LogInfo(absl::StrCat("the run goes on from the checkpoint of round ", resume_->round,
-                             " (global step ", resume_->global_step, ") as round ", init->round()));
-      } else {
-        values.assign(params.begin(), params.end());
-        momentum.assign(exchange_->keeps_momentum() ? params.size() : 0, 0.0f);
-      }
-      held_->Install(member_.run_id, init->round(), init->global_step(), std::move(values),
-                     std::move(momentum));
-      adopted_ = true;
-    } else if (absl::IsAlreadyExists(status)) {
-      status = Adopt(left);
-    } else if (resuming && !IsTransient(status)) {
-      LogWarning(absl::StrCat("the checkpoint of round ", resume_->round, " was refused (",
-                              status.ToString(), "); starting without it"));
-      resume_.reset();
-      continue;
+  return Retry(
+      policy,
+      [&] {
+        absl::Status status = StartOnce(params, std::max(give_up - absl::Now(), absl::Seconds(1)));
+        if (!IsTransientCall(status)) resume_.reset();
+        return status;
+      },
+      [](const absl::Status& why, int, absl::Duration pause) {
+        LogWarning(absl::StrCat("initial model: ", why.ToString(), "; retrying in ",
+                                absl::FormatDuration(pause)));
+      });
+}
+
+absl::Status NodeLeader::StartOnce(absl::Span<float> params, absl::Duration timeout) {
+  const bool resuming = resume_.has_value();
+  ModelClient::Checkpoint offer;
+  if (resuming) offer = {resume_->round, resume_->global_step, resume_->momentum};
+  absl::StatusOr<v1::InitModelResponse> init =
+      models_->InitModel(member_.run_id, member_.member_id, member_.CurrentCredential(),
+                         resuming ? absl::Span<const float>(resume_->global) : params, layout_,
+                         timeout, resuming ? &offer : nullptr);
+  absl::Status status = init.status();
+  if (init.ok()) {  // the run's model is this node's: no need to fetch it back
+    std::vector<float> values, momentum;
+    if (resuming) {  // (ResumeFrom checked its momentum)
+      values = std::move(resume_->global);
+      momentum = std::move(resume_->momentum);
+      LogInfo(absl::StrCat("the run goes on from the checkpoint of round ", resume_->round,
+                           " (global step ", resume_->global_step, ") as round ", init->round()));
+    } else {
+      values.assign(params.begin(), params.end());
+      momentum.assign(exchange_->keeps_momentum() ? params.size() : 0, 0.0f);
     }
-    if (!IsTransient(status)) resume_.reset();
-    const std::vector<float>& global = held_->values();
-    if (status.ok() && global.size() != params.size()) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          "this worker's model has ", params.size(), " values, the run's global model has ",
-          global.size(), ": every worker must train the same model"));
-    }
-    if (status.ok()) std::copy(global.begin(), global.end(), params.begin());
-    if (!IsTransient(status) || absl::Now() + backoff > give_up) return status;
-    LogWarning(absl::StrCat("initial model: ", status.ToString(), "; retrying in ",
-                            absl::FormatDuration(backoff)));
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    held_->Install(member_.run_id, init->round(), init->global_step(), std::move(values),
+                   std::move(momentum));
+    adopted_ = true;
+  } else if (absl::IsAlreadyExists(status)) {
+    status = Adopt(timeout);
+  } else if (resuming && !IsTransientCall(status)) {
+    LogWarning(absl::StrCat("the checkpoint of round ", resume_->round, " was refused (",
+                            status.ToString(), "); starting without it"));
+    resume_.reset();
+    return StartOnce(params, timeout);
   }
+  const std::vector<float>& global = held_->values();
+  if (status.ok() && global.size() != params.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker's model has ", params.size(), " values, the run's global model has ",
+        global.size(), ": every worker must train the same model"));
+  }
+  if (status.ok()) std::copy(global.begin(), global.end(), params.begin());
+  return status;
 }
 
 absl::Status NodeLeader::ResumeFrom(ModelCheckpoint checkpoint) {

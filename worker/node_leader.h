@@ -72,6 +72,8 @@ class NodeLeader {
   int64_t global_step() const { return held_->global_step(); }
 
  private:
+  // One attempt of Start within `timeout` (a refused checkpoint: again at once without it).
+  absl::Status StartOnce(absl::Span<float> params, absl::Duration timeout);
   // Fetches the run's committed model (and momentum) into the held model.
   absl::Status Adopt(absl::Duration timeout);
 

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/control_client.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "worker/environment.h"
@@ -34,33 +35,31 @@ absl::Status StartUnlessActive(const SessionOptions& options, v1::RunSpec spec) 
                             MakeChannelCredentials(options.tls));
   ControlClient control(grpc::CreateChannel(options.coordinator, credentials), options.token);
   if (!spec.has_min_workers()) spec.set_min_workers(options.world_size);
-  const absl::Time give_up = absl::Now() + options.connect_timeout;
-  while (true) {
-    absl::StatusOr<v1::CoordinatorStatus> status = control.Status();
-    if (status.ok() && (status->run().state() == v1::RUN_STATE_WAITING_FOR_WORKERS ||
-                        status->run().state() == v1::RUN_STATE_RUNNING)) {
-      return absl::OkStatus();  // the operator's, or another rank's
+  // OK when a run is active (the operator's, another rank's, or this one's).
+  const auto start_once = [&]() -> absl::Status {
+    LOCALSGD_ASSIGN_OR_RETURN(const v1::CoordinatorStatus status, control.Status());
+    if (status.run().state() == v1::RUN_STATE_WAITING_FOR_WORKERS ||
+        status.run().state() == v1::RUN_STATE_RUNNING) {
+      return absl::OkStatus();
     }
-    if (status.ok()) {
-      absl::StatusOr<v1::RunInfo> run = control.Start(spec);
-      if (run.ok()) {
-        LogInfo(absl::StrCat("started run ", run->run_id()));
-        return absl::OkStatus();
-      }
-      if (absl::IsFailedPrecondition(run.status())) return absl::OkStatus();  // just started
-      status = run.status();
-    }
-    if (!absl::IsUnavailable(status.status()) && !absl::IsDeadlineExceeded(status.status())) {
-      return absl::Status(status.status().code(),
-                          absl::StrCat("starting a run: ", status.status().message()));
-    }
-    if (options.stop() || absl::Now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat("starting a run: the coordinator at ",
-                                                 options.coordinator,
-                                                 " is unreachable: ", status.status().message()));
-    }
-    absl::SleepFor(absl::Seconds(1));
+    absl::StatusOr<v1::RunInfo> run = control.Start(spec);
+    if (run.ok()) LogInfo(absl::StrCat("started run ", run->run_id()));
+    if (absl::IsFailedPrecondition(run.status())) return absl::OkStatus();  // just started
+    return run.status();
+  };
+  RetryPolicy policy;
+  policy.budget = options.connect_timeout;
+  policy.stop = options.stop;
+  const absl::Status started = Retry(policy, start_once);
+  if (IsUnreachable(started)) {
+    return absl::UnavailableError(absl::StrCat("starting a run: the coordinator at ",
+                                               options.coordinator,
+                                               " is unreachable: ", started.message()));
   }
+  if (!started.ok()) {
+    return absl::Status(started.code(), absl::StrCat("starting a run: ", started.message()));
+  }
+  return started;
 }
 
 }  // namespace
@@ -210,15 +209,14 @@ absl::Status Replica::Finish(absl::Duration wait) {
   if (done_) return absl::OkStatus();
   done_ = true;
   g_replica_open = false;
-  absl::Status last = local_sgd_->Finish();
-  for (int attempt = 1; attempt <= kLastRoundAttempts && WorthAnotherTry(last) &&
-                        session_->Health().ok() && !session_->RunEnded();
-       ++attempt) {
-    LogWarning(absl::StrCat("the last sync failed (", last.message(), "); trying again (", attempt,
-                            " of ", kLastRoundAttempts, ")"));
-    absl::SleepFor(absl::Seconds(1));
-    last = local_sgd_->Resync();
-  }
+  const RetryPolicy policy =
+      LastRoundRetry([this] { return !session_->Health().ok() || session_->RunEnded(); });
+  const absl::Status last = RetryAfter(
+      policy, local_sgd_->Finish(), [this] { return local_sgd_->Resync(); },
+      [&](const absl::Status& why, int retry, absl::Duration) {
+        LogWarning(absl::StrCat("the last sync failed (", why.message(), "); trying again (", retry,
+                                " of ", policy.max_retries, ")"));
+      });
   if (!last.ok() && !absl::IsOutOfRange(last)) {
     LogWarning(absl::StrCat("the last sync failed: ", last.ToString()));
   }

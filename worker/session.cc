@@ -14,6 +14,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/model_store.h"
+#include "common/retry.h"
 #include "common/run_spec.h"
 #include "common/status_macros.h"
 #include "exchange/checkpointer.h"
@@ -32,28 +33,6 @@
 
 namespace localsgd {
 namespace {
-
-const absl::Status& StatusOf(const absl::Status& status) { return status; }
-template <typename T>
-const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
-  return result.status();
-}
-
-// Calls `attempt` until it returns anything but UNAVAILABLE or DEADLINE_EXCEEDED (the
-// coordinator unreachable), once a second for up to `budget` or until `stop()`; returns the
-// last result.
-template <typename Attempt>
-auto RetryWhileUnreachable(Attempt attempt, absl::Duration budget,
-                           const std::function<bool()>& stop) {
-  const absl::Time give_up = absl::Now() + budget;
-  auto result = attempt();
-  while ((absl::IsUnavailable(StatusOf(result)) || absl::IsDeadlineExceeded(StatusOf(result))) &&
-         !stop() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Seconds(1));
-    result = attempt();
-  }
-  return result;
-}
 
 // The folder, in --rendezvous_dir, where a node's ranks meet for one run.
 std::string NodeFolderName(const std::string& run_id, const std::string& node_name) {
@@ -315,9 +294,10 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
     // Whether the run ended decides between leaving quietly and failing, so ask the
     // coordinator now: retried for up to 30 s while it is unreachable (as it may have been for
     // the leader too).
-    RetryWhileUnreachable([this] { return coordinator_->Flush(); }, absl::Seconds(30),
-                          options_.stop)
-        .IgnoreError();
+    RetryPolicy policy;
+    policy.budget = absl::Seconds(30);
+    policy.stop = options_.stop;
+    Retry(policy, [this] { return coordinator_->Flush(); }).IgnoreError();
     if (options_.stop() || RunEnded()) {  // the run stopped before this worker began
       return absl::CancelledError(absl::StrCat("initial model: ", resume_at.status().message()));
     }
@@ -376,21 +356,21 @@ absl::StatusOr<Session::CommittedModel> Session::FetchCommittedModel(
   // their final checkpoint is still to be reported (Finish), and a running run's may come back:
   // tried for up to 20 s. Failing that, this node's own model of the run, when it holds one.
   const ModelFetcher fetcher({&client, options_.token, credentials_, /*member_id=*/""});
-  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  RetryPolicy policy;
+  policy.transient = [](const absl::Status& status) {
+    return IsUnreachable(status) || absl::IsFailedPrecondition(status);
+  };
+  policy.backoff = policy.max_backoff = absl::Milliseconds(500);
+  policy.budget = absl::Seconds(20);
+  policy.stop = options_.stop;
   absl::StatusOr<ModelClient::Model> model;
-  while (true) {
-    absl::StatusOr<ModelFetcher::Fetched> fetched =
-        fetcher.Fetch(run_id_, absl::Seconds(10), /*include_momentum=*/false);
-    if (fetched.ok()) {
-      model = std::move(fetched->model);
-      break;
-    }
+  absl::StatusOr<ModelFetcher::Fetched> fetched = Retry(policy, [&] {
+    return fetcher.Fetch(run_id_, absl::Seconds(10), /*include_momentum=*/false);
+  });
+  if (fetched.ok()) {
+    model = std::move(fetched->model);
+  } else {
     model = fetched.status();
-    const bool passing = absl::IsUnavailable(model.status()) ||
-                         absl::IsDeadlineExceeded(model.status()) ||
-                         absl::IsFailedPrecondition(model.status());
-    if (!passing || options_.stop() || absl::Now() >= give_up) break;
-    absl::SleepFor(absl::Milliseconds(500));
   }
   if (!model.ok() && held_ != nullptr && held_->run_id() == run_id_ &&
       static_cast<int64_t>(held_->values().size()) == NumValues(tensors)) {

@@ -25,7 +25,7 @@ struct UnsyncedBound {
 // and the copy has trained max_unsynced_steps or more since the last round it took, the node
 // waits for a round instead of training on alone: the round is tried again
 // (LocalSGD::Resync: a round of another fragment open is joined with that fragment) every
-// retry_every while it fails for a passing reason (WorthAnotherTry), the averager stays
+// retry_every while it fails for a passing reason (IsPassingRoundFailure), the averager stays
 // healthy and stop() is false. Every rank of a node sees the same outcomes,
 // so all of them wait alike. Returns the last outcome.
 absl::Status WaitWithinBound(LocalSGD& local_sgd, const ParameterAverager* averager,

@@ -76,8 +76,7 @@ Result RetryAfter(const RetryPolicy& policy, Result result, Attempt attempt, OnR
   for (int retry = 1;; ++retry) {
     const absl::Status& status = retry_internal::StatusOf(result);
     if (status.ok() || !policy.transient(status) || (policy.stop && policy.stop()) ||
-        (policy.max_retries > 0 && retry > policy.max_retries) ||
-        clock.now() + pause > give_up) {
+        (policy.max_retries > 0 && retry > policy.max_retries) || clock.now() + pause > give_up) {
       return result;
     }
     on_retry(status, retry, pause);
@@ -96,7 +95,8 @@ auto Retry(const RetryPolicy& policy, Attempt attempt, OnRetry on_retry,
 
 template <typename Attempt>
 auto Retry(const RetryPolicy& policy, Attempt attempt, const RetryClock& clock = RetryClock()) {
-  return Retry(policy, std::move(attempt), [](const absl::Status&, int, absl::Duration) {}, clock);
+  return Retry(
+      policy, std::move(attempt), [](const absl::Status&, int, absl::Duration) {}, clock);
 }
 
 }  // namespace localsgd

@@ -44,16 +44,17 @@ TEST(RetryTest, TransientFailuresAreRetriedWithADoublingPauseUpToItsCap) {
       fake.clock());
   EXPECT_TRUE(status.ok());
   EXPECT_EQ(script.calls, 5);
-  EXPECT_EQ(pauses, (std::vector<absl::Duration>{absl::Milliseconds(100), absl::Milliseconds(200),
-                                                 absl::Milliseconds(350),
-                                                 absl::Milliseconds(350)}));
+  EXPECT_EQ(pauses,
+            (std::vector<absl::Duration>{absl::Milliseconds(100), absl::Milliseconds(200),
+                                         absl::Milliseconds(350), absl::Milliseconds(350)}));
   EXPECT_EQ(fake.now - absl::FromUnixSeconds(1000), absl::Seconds(1));
 }
 
 TEST(RetryTest, AFailureThePolicyDoesNotPassEndsTheWaitAtOnce) {
   FakeClock fake;
   Script script{{kDown, absl::InvalidArgumentError("bad")}};
-  const absl::Status status = Retry(RetryPolicy(), [&] { return script(); }, fake.clock());
+  const absl::Status status = Retry(
+      RetryPolicy(), [&] { return script(); }, fake.clock());
   EXPECT_TRUE(absl::IsInvalidArgument(status));
   EXPECT_EQ(script.calls, 2);
 }
@@ -63,7 +64,8 @@ TEST(RetryTest, NoRetryWhosePauseWouldEndPastTheBudget) {
   RetryPolicy policy;
   policy.budget = absl::Milliseconds(2500);  // pauses of 1 s: two fit
   Script script{std::vector<absl::Status>(10, kDown)};
-  EXPECT_TRUE(absl::IsUnavailable(Retry(policy, [&] { return script(); }, fake.clock())));
+  EXPECT_TRUE(absl::IsUnavailable(Retry(
+      policy, [&] { return script(); }, fake.clock())));
   EXPECT_EQ(script.calls, 3);
   EXPECT_EQ(fake.now - absl::FromUnixSeconds(1000), absl::Seconds(2));
 }
@@ -73,7 +75,8 @@ TEST(RetryTest, AtMostMaxRetriesAfterTheFirstAttempt) {
   RetryPolicy policy;
   policy.max_retries = 3;
   Script script{std::vector<absl::Status>(10, kDown)};
-  EXPECT_TRUE(absl::IsUnavailable(Retry(policy, [&] { return script(); }, fake.clock())));
+  EXPECT_TRUE(absl::IsUnavailable(Retry(
+      policy, [&] { return script(); }, fake.clock())));
   EXPECT_EQ(script.calls, 4);
 }
 
@@ -84,7 +87,8 @@ TEST(RetryTest, AStopDuringAPauseEndsTheWaitWithTheLastOutcome) {
   const absl::Time stop_at = fake.now + absl::Milliseconds(250);
   policy.stop = [&] { return fake.now >= stop_at; };
   Script script{std::vector<absl::Status>(10, kDown)};
-  EXPECT_TRUE(absl::IsUnavailable(Retry(policy, [&] { return script(); }, fake.clock())));
+  EXPECT_TRUE(absl::IsUnavailable(Retry(
+      policy, [&] { return script(); }, fake.clock())));
   EXPECT_EQ(script.calls, 1);
   EXPECT_EQ(fake.now - absl::FromUnixSeconds(1000), absl::Milliseconds(300));  // 100 ms slices
 }

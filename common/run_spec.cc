@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/round_schedule.h"
 #include "common/status_macros.h"
 
 namespace localsgd {
@@ -203,30 +204,11 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
   if (spec.name().size() > 128) return FieldError("name", "longer than 128 bytes");
   LOCALSGD_RETURN_IF_ERROR(ValidateModel(spec));
   LOCALSGD_RETURN_IF_ERROR(ValidateDataset(spec.dataset()));
-  if (spec.has_local_sgd_steps()) {
-    LOCALSGD_RETURN_IF_ERROR(CheckInt("local_sgd_steps", spec.local_sgd_steps(), 1, 1'000'000));
-  }
   const int local_sgd_steps =
       spec.has_local_sgd_steps() ? spec.local_sgd_steps() : kDefaultLocalSgdSteps;
-  if (spec.overlap_steps() < 0 || spec.overlap_steps() >= local_sgd_steps) {
-    return FieldError("overlap_steps",
-                      absl::StrCat(spec.overlap_steps(),
-                                   " is not in [0, local_sgd_steps = ", local_sgd_steps, ")"));
-  }
-  if (spec.fragments() != 0) {
-    LOCALSGD_RETURN_IF_ERROR(CheckInt("fragments", spec.fragments(), 1, kMaxFragments));
-    if (local_sgd_steps % spec.fragments() != 0) {
-      return FieldError(
-          "fragments",
-          absl::StrCat(spec.fragments(), " does not divide local_sgd_steps = ", local_sgd_steps));
-    }
-    if (const int apart = local_sgd_steps / spec.fragments(); spec.overlap_steps() >= apart) {
-      return FieldError(
-          "overlap_steps",
-          absl::StrCat(spec.overlap_steps(), " is not below local_sgd_steps / fragments = ", apart,
-                       " (one fragment round in flight at a time)"));
-    }
-  }
+  LOCALSGD_RETURN_IF_ERROR(RoundSchedule::Make(local_sgd_steps, spec.overlap_steps(),
+                                               spec.fragments() == 0 ? 1 : spec.fragments())
+                               .status());
   if (spec.has_max_unsynced_steps() && spec.max_unsynced_steps() != 0) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckInt("max_unsynced_steps", spec.max_unsynced_steps(), local_sgd_steps, 1'000'000'000));

@@ -14,8 +14,6 @@ namespace localsgd {
 // Most ranks (worker processes) one node may have, and so most workers one node leader's
 // contribution to a round may stand for.
 inline constexpr int kMaxRanksPerNode = 1024;
-// RunSpec.fragments at most.
-inline constexpr int kMaxFragments = 64;
 // RunSpec.ring_streams at most.
 inline constexpr int kMaxRingStreams = 8;
 

@@ -21,19 +21,4 @@ absl::StatusOr<FragmentPlan> FragmentPlan::Make(const ChunkLayout& layout, int f
   return plan;
 }
 
-bool FragmentPlan::RoundAt(int64_t step, int local_sgd_steps, int fragments) {
-  return step > 0 && step % (local_sgd_steps / fragments) == 0;
-}
-
-int FragmentPlan::FragmentAt(int64_t step, int local_sgd_steps, int fragments) {
-  return static_cast<int>((step % local_sgd_steps) / (local_sgd_steps / fragments));
-}
-
-int64_t FragmentPlan::StepsToPhase(int64_t step, int local_sgd_steps, int fragments, int fragment) {
-  if (fragment < 0 || fragment >= fragments) return 0;
-  const int64_t stride = local_sgd_steps / fragments;
-  const int at = FragmentAt(step, local_sgd_steps, fragments);
-  return stride * ((fragment - at + fragments) % fragments);
-}
-
 }  // namespace localsgd

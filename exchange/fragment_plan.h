@@ -11,7 +11,7 @@ namespace localsgd {
 
 // Streaming fragments (RunSpec.fragments; docs/design.md, "Streaming fragments"): the flat
 // vector cut into P runs of whole chunks, balanced by chunks (fragment f holds chunks
-// [f C / P, (f + 1) C / P) of C), and the schedule of which fragment syncs when. A fragment
+// [f C / P, (f + 1) C / P) of C); which fragment syncs when is RoundSchedule's. A fragment
 // starts on a chunk boundary, so its chunks, counted from its first, are the vector's chunks.
 // Plain value type, no network.
 class FragmentPlan {
@@ -25,17 +25,6 @@ class FragmentPlan {
   // Fragment f is values [begin(f), begin(f) + values(f)) of the vector.
   int64_t begin(int f) const { return begin_[f]; }
   int64_t values(int f) const { return begin_[f + 1] - begin_[f]; }
-
-  // Whether a round falls at optimizer step `step`: every local_sgd_steps / fragments steps.
-  static bool RoundAt(int64_t step, int local_sgd_steps, int fragments);
-  // The fragment whose round falls at `step` (RoundAt): fragment f syncs at the steps s with
-  // s - f * local_sgd_steps / fragments a multiple of local_sgd_steps.
-  static int FragmentAt(int64_t step, int local_sgd_steps, int fragments);
-  // The steps, a multiple of local_sgd_steps / fragments below local_sgd_steps, that move the
-  // round at `step` into the phase where it carries `fragment` (0 for a fragment out of
-  // range): a member whose rounds carry other fragments than the others' moves its step by
-  // this much (docs/design.md, "Streaming fragments").
-  static int64_t StepsToPhase(int64_t step, int local_sgd_steps, int fragments, int fragment);
 
  private:
   std::vector<int64_t> begin_ = {0, 0};  // P + 1 boundaries

@@ -38,35 +38,5 @@ TEST(FragmentPlanTest, AModelWithFewerChunksThanFragmentsIsRefusedNamingTheField
   EXPECT_FALSE(FragmentPlan::Make(ChunkLayout{3 * 256, 256}, 0).ok());
 }
 
-// K = 8, P = 4: a round every 2 steps; fragment f at the steps s with s - 2 f a multiple of 8.
-TEST(FragmentPlanTest, FragmentFSyncsAtTheStepsFKOverPApartFromMultiplesOfK) {
-  EXPECT_FALSE(FragmentPlan::RoundAt(0, 8, 4));
-  EXPECT_FALSE(FragmentPlan::RoundAt(3, 8, 4));
-  EXPECT_TRUE(FragmentPlan::RoundAt(2, 8, 4));
-  EXPECT_EQ(FragmentPlan::FragmentAt(2, 8, 4), 1);
-  EXPECT_EQ(FragmentPlan::FragmentAt(4, 8, 4), 2);
-  EXPECT_EQ(FragmentPlan::FragmentAt(6, 8, 4), 3);
-  EXPECT_EQ(FragmentPlan::FragmentAt(8, 8, 4), 0);
-  EXPECT_EQ(FragmentPlan::FragmentAt(10, 8, 4), 1);
-  // Without fragments: every K steps, the whole model.
-  EXPECT_TRUE(FragmentPlan::RoundAt(16, 8, 1));
-  EXPECT_FALSE(FragmentPlan::RoundAt(12, 8, 1));
-  EXPECT_EQ(FragmentPlan::FragmentAt(16, 8, 1), 0);
-}
-
-// A member whose round at step 10 (fragment 1) meets an open round of fragment f moves by the
-// steps that make its round at the moved step carry f (issue 50, finding 3).
-TEST(FragmentPlanTest, StepsToPhaseMoveARoundIntoTheOpenRoundsFragment) {
-  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 1), 0);
-  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 2), 2);
-  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 0), 6);
-  for (int f = 0; f < 4; ++f) {
-    EXPECT_EQ(FragmentPlan::FragmentAt(10 + FragmentPlan::StepsToPhase(10, 8, 4, f), 8, 4), f);
-  }
-  EXPECT_EQ(FragmentPlan::StepsToPhase(12, 8, 2, 0), 4);
-  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, 4), 0);  // no such fragment
-  EXPECT_EQ(FragmentPlan::StepsToPhase(10, 8, 4, -1), 0);
-}
-
 }  // namespace
 }  // namespace localsgd

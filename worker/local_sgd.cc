@@ -6,24 +6,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "exchange/fragment_plan.h"
 #include "exchange/sync_stream.h"
 
 namespace localsgd {
 
 LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
-                   int local_sgd_steps, bool enabled, int64_t first_step, int overlap_steps,
-                   int fragments)
+                   RoundSchedule schedule, bool enabled, int64_t first_step)
     : averager_(averager),
       tensors_(std::move(tensors)),
-      local_sgd_steps_(local_sgd_steps < 1 ? 1 : local_sgd_steps),
+      schedule_(schedule),
       enabled_(enabled),
-      fragments_(fragments >= 1 && local_sgd_steps_ % fragments == 0 ? fragments : 1),
-      overlap_steps_(std::clamp(overlap_steps, 0, local_sgd_steps_ / fragments_ - 1)),
       steps_(first_step),
       took_at_(first_step),
-      synced_at_(static_cast<size_t>(fragments_), first_step),
-      failed_(static_cast<size_t>(fragments_), false) {}
+      synced_at_(static_cast<size_t>(schedule_.fragments()), first_step),
+      failed_(static_cast<size_t>(schedule_.fragments()), false) {}
 
 LocalSGD::~LocalSGD() {
   absl::Status status = Finish();
@@ -34,7 +30,7 @@ absl::Status LocalSGD::Step() {
   ++steps_;
   if (!enabled_) return absl::OkStatus();
   absl::Status merged;
-  if (round_in_flight() && steps_ >= launched_at_ + overlap_steps_) {
+  if (round_in_flight() && steps_ >= launched_at_ + schedule_.overlap_steps()) {
     const int64_t launched_at = launched_at_;
     const int64_t at = steps_;
     merged = IntoPhase(MergeNow(), launched_at);
@@ -42,17 +38,16 @@ absl::Status LocalSGD::Step() {
     // round's phase) has had its round: the next one is the run's next.
     if (steps_ != at) return merged;
   }
-  if (!FragmentPlan::RoundAt(steps_, local_sgd_steps_, fragments_)) return merged;
+  if (!schedule_.RoundAt(steps_)) return merged;
   const int64_t boundary = steps_;
-  const int fragment = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
-  return IntoPhase(overlap_steps_ == 0 ? Sync(fragment) : Launch(fragment), boundary);
+  const int fragment = schedule_.FragmentAt(steps_);
+  return IntoPhase(schedule_.overlap_steps() == 0 ? Sync(fragment) : Launch(fragment), boundary);
 }
 
 absl::Status LocalSGD::IntoPhase(absl::Status status, int64_t boundary) {
   const std::optional<int> round_fragment = RoundFragmentOf(status);
   if (!round_fragment.has_value()) return status;
-  const int64_t moved =
-      FragmentPlan::StepsToPhase(boundary, local_sgd_steps_, fragments_, *round_fragment);
+  const int64_t moved = schedule_.StepsToPhase(boundary, *round_fragment);
   if (moved > 0) {
     const int64_t was = steps_;
     steps_ += moved;
@@ -91,9 +86,9 @@ absl::Status LocalSGD::Finish() {
   finished_ = true;
   if (!enabled_) return absl::OkStatus();
   absl::Status status = MergeNow();
-  const int first = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
-  for (int i = 0; i < fragments_ && !absl::IsOutOfRange(status); ++i) {
-    const int f = (first + i) % fragments_;
+  const int first = schedule_.FragmentAt(steps_);
+  for (int i = 0; i < schedule_.fragments() && !absl::IsOutOfRange(status); ++i) {
+    const int f = (first + i) % schedule_.fragments();
     if (synced_at_[f] == steps_) continue;
     absl::Status synced = Sync(f);
     if (status.ok() || absl::IsOutOfRange(synced)) status = std::move(synced);
@@ -103,9 +98,9 @@ absl::Status LocalSGD::Finish() {
 
 absl::Status LocalSGD::Resync() {
   absl::Status status;
-  const int first = FragmentPlan::FragmentAt(steps_, local_sgd_steps_, fragments_);
-  for (int i = 0; i < fragments_; ++i) {
-    const int f = (first + i) % fragments_;
+  const int first = schedule_.FragmentAt(steps_);
+  for (int i = 0; i < schedule_.fragments(); ++i) {
+    const int f = (first + i) % schedule_.fragments();
     if (synced_at_[f] == steps_ && !failed_[f]) continue;
     absl::Status synced = Sync(f);
     // The open round carries another fragment (the others' phase): join it with that one.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/round_schedule.h"
 #include "worker/parameter_averager.h"
 
 namespace localsgd {
@@ -14,7 +15,7 @@ namespace localsgd {
 // The two-line API (README.md, "Your own training loop"), the C++ counterpart of Accelerate's
 // LocalSGD:
 //
-//   localsgd::LocalSGD local_sgd(&averager, model->parameters(), /*local_sgd_steps=*/8);
+//   localsgd::LocalSGD local_sgd(&averager, model->parameters(), RoundSchedule::Make(8).value());
 //   for (...) { ...; optimizer.step(); optimizer.zero_grad(); local_sgd.Step(); }
 //
 // Step() counts optimizer steps (with gradient accumulation, call it after optimizer.step(),
@@ -26,18 +27,17 @@ namespace localsgd {
 // beside training: Step() launches it at s (ParameterAverager::Launch) and merges it at s + tau
 // (ParameterAverager::Merge); Finish() merges a round still in flight before the last sync.
 // With fragments = P > 1 (docs/design.md, "Streaming fragments") a round every
-// local_sgd_steps / P steps carries one fragment (FragmentPlan::FragmentAt), and Finish() syncs
+// local_sgd_steps / P steps carries one fragment (RoundSchedule::FragmentAt), and Finish() syncs
 // every fragment not synced at the last step. Thread-compatible.
 class LocalSGD {
  public:
   // `tensors` are the model's parameters followed by the buffers to average (see
   // ModelTensors); they are updated in place. The averager must outlive this object.
-  // `first_step`: optimizer steps already taken (a worker resuming a run in progress; a
-  // multiple of local_sgd_steps keeps the syncs on the run's boundaries).
-  // `overlap_steps`: tau, in [0, local_sgd_steps / fragments). `fragments`: P, dividing
-  // local_sgd_steps.
-  LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, int local_sgd_steps,
-           bool enabled = true, int64_t first_step = 0, int overlap_steps = 0, int fragments = 1);
+  // `schedule`: when rounds fall (local_sgd_steps, overlap_steps, fragments). `first_step`:
+  // optimizer steps already taken (a worker resuming a run in progress; a multiple of
+  // local_sgd_steps keeps the syncs on the run's boundaries).
+  LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, RoundSchedule schedule,
+           bool enabled = true, int64_t first_step = 0);
   ~LocalSGD();
   LocalSGD(const LocalSGD&) = delete;
   LocalSGD& operator=(const LocalSGD&) = delete;
@@ -51,7 +51,7 @@ class LocalSGD {
 
   // The syncs at this step once more, after one failed (the run's last round, say, while the
   // coordinator was unreachable): every fragment whose last sync failed or was not at this
-  // step, this step's own first (FragmentPlan::FragmentAt: the round missed at a merge), then
+  // step, this step's own first (RoundSchedule::FragmentAt: the round missed at a merge), then
   // the next ones; a sync refused because the open round carries another fragment syncs that
   // one at once (it joins the others' round). It stops at a sync that finds the run ended.
   // steps() may move, as after any sync.
@@ -83,9 +83,7 @@ class LocalSGD {
   int64_t syncs() const { return syncs_; }
   // Rounds whose outcome this copy has taken (a sync, a merge, or a launch that failed).
   int64_t rounds_completed() const { return rounds_completed_; }
-  int local_sgd_steps() const { return local_sgd_steps_; }
-  int overlap_steps() const { return overlap_steps_; }
-  int fragments() const { return fragments_; }
+  const RoundSchedule& schedule() const { return schedule_; }
 
  private:
   absl::Status Sync(int fragment);
@@ -100,10 +98,8 @@ class LocalSGD {
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
-  const int local_sgd_steps_;
+  const RoundSchedule schedule_;
   const bool enabled_;
-  const int fragments_;
-  const int overlap_steps_;
   int64_t steps_ = 0;
   int64_t last_step_ = 0;
   int64_t took_at_ = 0;             // the step of the last round taken

@@ -10,6 +10,11 @@
 namespace localsgd {
 namespace {
 
+// The schedule of K steps (overlap tau, P fragments), checked.
+RoundSchedule Schedule(int k, int tau = 0, int p = 1) {
+  return RoundSchedule::Make(k, tau, p).value();
+}
+
 // Records the steps it was called at and sets every tensor to a marker value.
 class FakeAverager : public ParameterAverager {
  public:
@@ -32,7 +37,7 @@ class FakeAverager : public ParameterAverager {
 TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 4);
+  LocalSGD local_sgd(&averager, {w}, Schedule(4));
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8}));
   EXPECT_EQ(w[0].item<float>(), 8.0f);  // tensors are averaged in place
@@ -48,8 +53,7 @@ TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
 TEST(LocalSgdTest, FragmentsSyncOneAtATimeOnTheirScheduleAndAllAtTheEnd) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 8, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/0,
-                     /*fragments=*/4);
+  LocalSGD local_sgd(&averager, {w}, Schedule(8, 0, 4));
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4, 6, 8, 10}));
   EXPECT_EQ(averager.fragments, (std::vector<int>{1, 2, 3, 0, 1}));
@@ -63,7 +67,7 @@ TEST(LocalSgdTest, FragmentsSyncOneAtATimeOnTheirScheduleAndAllAtTheEnd) {
 TEST(LocalSgdTest, ARoundOfAnotherFragmentThanTheOpenOnesMovesIntoItsPhase) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 8, true, 0, 0, /*fragments=*/4);
+  LocalSGD local_sgd(&averager, {w}, Schedule(8, 0, 4));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // fragment 1 at step 2
   v1::RoundFragment open;
   open.set_round(7);
@@ -83,7 +87,7 @@ TEST(LocalSgdTest, ARoundOfAnotherFragmentThanTheOpenOnesMovesIntoItsPhase) {
 TEST(LocalSgdTest, NoRoundOutcomeTakesTheCopyPastTheLastStep) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 4, true, 0, 0, /*fragments=*/2);  // fragment 1 at 2, 6, ...
+  LocalSGD local_sgd(&averager, {w}, Schedule(4, 0, 2));  // fragment 1 at 2, 6, ...
   local_sgd.set_last_step(9);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   v1::RoundFragment open;
@@ -98,7 +102,7 @@ TEST(LocalSgdTest, NoRoundOutcomeTakesTheCopyPastTheLastStep) {
 
   FakeAverager ahead;
   ahead.move_to = 8;  // the run's step, which the copy follows
-  LocalSGD follower(&ahead, {w}, 4);
+  LocalSGD follower(&ahead, {w}, Schedule(4));
   follower.set_last_step(6);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(follower.Step().ok());
   EXPECT_EQ(follower.steps(), 6);
@@ -130,8 +134,7 @@ class AdoptingAverager : public ParameterAverager {
 // no round at that step: the next round is the run's next one, not the one it committed.
 TEST(LocalSgdTest, AMergeThatTakesTheRunsStepLaunchesNoRoundThere) {
   AdoptingAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({3})}, 4, true, 0, /*overlap_steps=*/1,
-                     /*fragments=*/2);
+  LocalSGD local_sgd(&averager, {torch::zeros({3})}, Schedule(4, 1, 2));
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // launches at 2, fragment 1
   averager.adopt = 4;  // the run committed fragment 0 at step 4 meanwhile
   ASSERT_TRUE(local_sgd.Step().ok());
@@ -146,7 +149,7 @@ TEST(LocalSgdTest, AMergeThatTakesTheRunsStepLaunchesNoRoundThere) {
 TEST(LocalSgdTest, AFragmentSyncThatFindsTheRunEndedStopsTheLastSyncs) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 4, true, 0, 0, /*fragments=*/2);
+  LocalSGD local_sgd(&averager, {w}, Schedule(4, 0, 2));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   averager.status = absl::OutOfRangeError("the run ended");
   EXPECT_TRUE(absl::IsOutOfRange(local_sgd.Finish()));
@@ -158,7 +161,7 @@ TEST(LocalSgdTest, AFragmentSyncThatFindsTheRunEndedStopsTheLastSyncs) {
 TEST(LocalSgdTest, ResyncRetriesTheFragmentsNotSyncedAtThisStep) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 4, true, 0, 0, /*fragments=*/2);
+  LocalSGD local_sgd(&averager, {w}, Schedule(4, 0, 2));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // f1 at 2, f0 at 4
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // f1 at 6
   averager.status = absl::UnavailableError("coordinator down");
@@ -174,7 +177,7 @@ TEST(LocalSgdTest, ResyncRetriesTheFragmentsNotSyncedAtThisStep) {
 TEST(LocalSgdTest, ResumingAtAStepKeepsTheRunsBoundaries) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 8, /*enabled=*/true, /*first_step=*/40);
+  LocalSGD local_sgd(&averager, {w}, Schedule(8), /*enabled=*/true, /*first_step=*/40);
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{48}));
   ASSERT_TRUE(local_sgd.Finish().ok());
@@ -186,7 +189,7 @@ TEST(LocalSgdTest, ResumingAtAStepKeepsTheRunsBoundaries) {
 TEST(LocalSgdTest, FollowsAStepTheAveragerSets) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({3});
-  LocalSGD local_sgd(&averager, {w}, 4);
+  LocalSGD local_sgd(&averager, {w}, Schedule(4));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   averager.move_to = 4;
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // syncs at 8, sent back to 4
@@ -201,7 +204,7 @@ TEST(LocalSgdTest, FollowsAStepTheAveragerSets) {
 TEST(LocalSgdTest, NoFinalSyncRightAfterABoundary) {
   FakeAverager averager;
   {
-    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 2);
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, Schedule(2));
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   }  // the destructor finishes: nothing new since step 4
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4}));
@@ -210,7 +213,7 @@ TEST(LocalSgdTest, NoFinalSyncRightAfterABoundary) {
 TEST(LocalSgdTest, DestructorRunsTheLastSync) {
   FakeAverager averager;
   {
-    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 8);
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, Schedule(8));
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   }
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{5}));
@@ -219,7 +222,7 @@ TEST(LocalSgdTest, DestructorRunsTheLastSync) {
 TEST(LocalSgdTest, AbandonSkipsTheLastSync) {
   FakeAverager averager;
   {
-    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 4);
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, Schedule(4));
     for (int i = 0; i < 6; ++i) ASSERT_TRUE(local_sgd.Step().ok());
     local_sgd.Abandon();
     ASSERT_TRUE(local_sgd.Finish().ok());
@@ -230,7 +233,7 @@ TEST(LocalSgdTest, AbandonSkipsTheLastSync) {
 TEST(LocalSgdTest, DisabledNeverCommunicates) {
   FakeAverager averager;
   {
-    LocalSGD local_sgd(&averager, {torch::zeros({1})}, 1, /*enabled=*/false);
+    LocalSGD local_sgd(&averager, {torch::zeros({1})}, Schedule(1), /*enabled=*/false);
     for (int i = 0; i < 20; ++i) ASSERT_TRUE(local_sgd.Step().ok());
     ASSERT_TRUE(local_sgd.Finish().ok());
   }
@@ -243,7 +246,7 @@ TEST(LocalSgdTest, CountsOptimizerStepsNotMicroBatches) {
   torch::nn::Linear model(4, 2);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
   FakeAverager averager;
-  LocalSGD local_sgd(&averager, model->parameters(), 2);
+  LocalSGD local_sgd(&averager, model->parameters(), Schedule(2));
   int micro_batches = 0;
   for (int step = 0; step < 6; ++step) {
     for (int m = 0; m < 3; ++m) {
@@ -263,7 +266,7 @@ TEST(LocalSgdTest, CountsOptimizerStepsNotMicroBatches) {
 TEST(LocalSgdTest, AveragerErrorsReachTheCaller) {
   FakeAverager averager;
   averager.status = absl::AbortedError("round aborted");
-  LocalSGD local_sgd(&averager, {torch::zeros({1})}, 1);
+  LocalSGD local_sgd(&averager, {torch::zeros({1})}, Schedule(1));
   EXPECT_EQ(local_sgd.Step().code(), absl::StatusCode::kAborted);
   averager.status = absl::OkStatus();
   EXPECT_TRUE(local_sgd.Step().ok());  // and training goes on
@@ -275,7 +278,7 @@ TEST(LocalSgdTest, OverlappedRoundsMergeTauStepsLater) {
   FakeAverager averager;  // the "committed model" of step s is 100 * s everywhere
   averager.scale = 100;
   torch::Tensor w = torch::zeros({2});
-  LocalSGD local_sgd(&averager, {w}, 4, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/2);
+  LocalSGD local_sgd(&averager, {w}, Schedule(4, 2));
   auto train_step = [&] {
     torch::NoGradGuard no_grad;
     w.add_(1);
@@ -303,7 +306,7 @@ TEST(LocalSgdTest, ARoundThatFailsLeavesTheModelAndIsNotMerged) {
   averager.scale = 100;
   averager.status = absl::AbortedError("round aborted");
   torch::Tensor w = torch::zeros({1});
-  LocalSGD local_sgd(&averager, {w}, 2, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/1);
+  LocalSGD local_sgd(&averager, {w}, Schedule(2, 1));
   torch::NoGradGuard no_grad;
   for (int i = 0; i < 2; ++i) {
     w.add_(1);
@@ -323,7 +326,7 @@ TEST(LocalSgdTest, ARoundThatFailsLeavesTheModelAndIsNotMerged) {
 TEST(LocalSgdTest, OverlapZeroIsThePlainAlgorithm) {
   FakeAverager averager;
   torch::Tensor w = torch::zeros({1});
-  LocalSGD local_sgd(&averager, {w}, 4, /*enabled=*/true, /*first_step=*/0, /*overlap_steps=*/0);
+  LocalSGD local_sgd(&averager, {w}, Schedule(4));
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(local_sgd.Step().ok());
   EXPECT_FALSE(local_sgd.round_in_flight());
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{4}));

@@ -87,9 +87,8 @@ absl::Status CheckExpectedSpec(const v1::RunSpec& expect, const v1::RunSpec& spe
 Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors)
     : session_(std::move(session)), window_start_(absl::Now()) {
   const v1::RunSpec& spec = session_->spec();
-  local_sgd_ = std::make_unique<LocalSGD>(
-      session_.get(), std::move(tensors), spec.local_sgd_steps(), spec.enabled(),
-      session_->first_step(), spec.overlap_steps(), spec.fragments());
+  local_sgd_ = std::make_unique<LocalSGD>(session_.get(), std::move(tensors), session_->schedule(),
+                                          spec.enabled(), session_->first_step());
   if (spec.duration_case() == v1::RunSpec::kTotalSteps) {
     local_sgd_->set_last_step(spec.total_steps());
   }

@@ -106,15 +106,21 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
   absl::StatusOr<v1::RunInfo> run = session->coordinator_->WaitForRun(session->options_.stop);
   absl::StatusOr<v1::RunSpec> spec =
       run.ok() ? NormalizeRunSpec(run->spec()) : absl::StatusOr<v1::RunSpec>(run.status());
-  if (!spec.ok()) {
+  // When rounds fall, read once here and handed down.
+  absl::StatusOr<RoundSchedule> schedule =
+      spec.ok()
+          ? RoundSchedule::Make(spec->local_sgd_steps(), spec->overlap_steps(), spec->fragments())
+          : absl::StatusOr<RoundSchedule>(spec.status());
+  if (!schedule.ok()) {
     session
         ->Leave(session->options_.stop() ? "stopped before a run began"
-                                         : absl::StrCat("failed: ", spec.status().ToString()),
+                                         : absl::StrCat("failed: ", schedule.status().ToString()),
                 session->options_.stop() ? Departure::kDone : Departure::kFailed)
         .IgnoreError();
-    return spec.status();
+    return schedule.status();
   }
   session->spec_ = *std::move(spec);
+  session->schedule_ = *schedule;
   session->run_id_ = run->run_id();
   LogInfo(absl::StrCat("run ", session->run_id_, " (", session->spec_.name(), ")"));
   return session;
@@ -265,7 +271,7 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   if (tensors.empty()) return absl::InvalidArgumentError("tensors: none to average");
   tensors_ = std::move(tensors);
   absl::StatusOr<FragmentPlan> fragments = FragmentPlan::Make(
-      ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()), spec_.fragments());
+      ChunkLayout::ForBytes(NumValues(tensors_), spec_.chunk_bytes()), schedule_.fragments());
   if (!fragments.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the run's spec does not fit this model: ", fragments.status().message()));
@@ -307,7 +313,7 @@ absl::StatusOr<int64_t> Session::Start(std::vector<at::Tensor> tensors) {
   // A run in progress (this worker restarted, or joined late): go on from its global step, on
   // a sync boundary: every local_sgd_steps / fragments steps, so that with fragments the next
   // round is the next fragment's, not a second round of the one the run has just synced.
-  const int64_t every = spec_.local_sgd_steps() / std::max(1, fragments_.size());
+  const int64_t every = schedule_.local_sgd_steps() / schedule_.fragments();
   first_step_ = *resume_at / every * every;
   if (first_step_ > 0) {
     LogInfo(absl::StrCat("the run is at global step ", *resume_at,

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/round_schedule.h"
 #include "common/tls.h"
 #include "exchange/fragment_plan.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
@@ -89,6 +90,8 @@ class Session : public ParameterAverager {
   // The run (its spec normalized: defaults filled in).
   const std::string& run_id() const { return run_id_; }
   const v1::RunSpec& spec() const { return spec_; }
+  // When the run's rounds fall (its spec's, checked once at Join).
+  const RoundSchedule& schedule() const { return schedule_; }
   std::string worker_id() const { return coordinator_->worker_id(); }
   const std::string& node_name() const { return options_.node_name; }
   int rank() const { return options_.rank; }
@@ -177,6 +180,7 @@ class Session : public ParameterAverager {
   v1::RunSpec spec_;
   std::unique_ptr<NodeGroup> group_;
   std::vector<at::Tensor> tensors_;
+  RoundSchedule schedule_;
   FragmentPlan fragments_;  // the run's, over tensors_
   std::unique_ptr<ModelClient> models_;
   std::unique_ptr<ModelFetcher> fetcher_;

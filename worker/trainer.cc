@@ -11,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "exchange/fragment_plan.h"
 #include "worker/flat_model.h"
 #include "worker/last_step.h"
 #include "worker/local_sgd.h"
@@ -109,9 +108,8 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
     // The averaged tensors in one buffer: a node of one rank syncs them without a copy.
     IntoOneBuffer(ModelTensors(model, spec.average_buffers()));
     auto optimizer = MakeOptimizer(spec.optimizer(), model.Parameters());
-    LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()),
-                       spec.local_sgd_steps(), spec.enabled(), options.first_step,
-                       spec.overlap_steps(), spec.fragments());
+    LocalSGD local_sgd(averager, ModelTensors(model, spec.average_buffers()), options.schedule,
+                       spec.enabled(), options.first_step);
     local_sgd.set_last_step(total);
     const UnsyncedBound bound{spec.max_unsynced_steps(), absl::Seconds(1), options.stop,
                               options.on_wait};
@@ -161,9 +159,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
       progress.step = step + 1;
       progress.total_steps = total;
       progress.loss = loss_sum;
-      const bool launches =
-          spec.enabled() &&
-          FragmentPlan::RoundAt(step + 1, spec.local_sgd_steps(), local_sgd.fragments());
+      const bool launches = spec.enabled() && options.schedule.RoundAt(step + 1);
       const int64_t completed = local_sgd.rounds_completed();
       absl::Time sync_start = absl::Now();
       progress.sync_status = local_sgd.Step();
@@ -205,7 +201,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Paramete
         // The round of step s ends at s + overlap_steps < s + local_sgd_steps / fragments; with
         // fragments, rounds count whole models (every fragment once), and the evaluation comes
         // at the first fragment round that ends in its window.
-        const int64_t round = (step + 1) / spec.local_sgd_steps();
+        const int64_t round = (step + 1) / options.schedule.local_sgd_steps();
         if (spec.eval_every_rounds() > 0 && round > 0 && round % spec.eval_every_rounds() == 0 &&
             round != evaluated_round) {
           evaluated_round = round;

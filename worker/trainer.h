@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "common/round_schedule.h"
 #include "proto/localsgd/v1/run_spec.pb.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
@@ -42,7 +43,8 @@ struct TrainResult {
 };
 
 struct TrainOptions {
-  v1::RunSpec spec;  // with defaults filled in (NormalizeRunSpec)
+  v1::RunSpec spec;        // with defaults filled in (NormalizeRunSpec)
+  RoundSchedule schedule;  // the spec's (Session::schedule)
   torch::Device device = torch::kCPU;
   int global_rank = 0;
   int world_size = 1;

@@ -44,7 +44,14 @@ struct Outcome {
   std::vector<int64_t> evaluated_steps;
 };
 
+// The spec's schedule, as the session reads it.
+RoundSchedule ScheduleOf(const v1::RunSpec& spec) {
+  return RoundSchedule::Make(spec.local_sgd_steps(), spec.overlap_steps(), spec.fragments())
+      .value();
+}
+
 Outcome RunTrain(TrainOptions options, CountingAverager* averager) {
+  options.schedule = ScheduleOf(options.spec);
   auto model = MakeModel(options.spec.model(), options.spec.seed());
   EXPECT_TRUE(model.ok());
   auto data = LoadData(options.spec.dataset(), options.spec.seed());
@@ -130,6 +137,7 @@ TEST(TrainerTest, AStopEndsTrainingWithoutALastSync) {
   CountingAverager averager;
   TrainOptions options;
   options.spec = Spec(1);
+  options.schedule = ScheduleOf(options.spec);
   int steps = 0;
   options.stop = [&] { return steps >= 6; };
   auto model = MakeModel(options.spec.model(), 0);

@@ -11,6 +11,11 @@
 namespace localsgd {
 namespace {
 
+// The schedule of K steps (overlap tau, P fragments), checked.
+RoundSchedule Schedule(int k, int tau = 0, int p = 1) {
+  return RoundSchedule::Make(k, tau, p).value();
+}
+
 // Answers each Average with the next scripted outcome (OK once the script is used up).
 class ScriptedAverager : public ParameterAverager {
  public:
@@ -45,7 +50,7 @@ const absl::Status kDown = absl::UnavailableError("coordinator down");
 
 TEST(UnsyncedBoundTest, PastTheBoundTheNodeWaitsForARound) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({2})}, 2);
+  LocalSGD local_sgd(&averager, {torch::zeros({2})}, Schedule(2));
   averager.outcomes = {kDown, kDown, kDown, kDown};
   const UnsyncedBound bound = Bound(4);
   for (int i = 0; i < 3; ++i) Step(local_sgd, averager, bound).IgnoreError();
@@ -61,7 +66,7 @@ TEST(UnsyncedBoundTest, PastTheBoundTheNodeWaitsForARound) {
 // join: the wait goes on (the chaos soak saw a node train 20 steps alone under a bound of 16).
 TEST(UnsyncedBoundTest, ASyncWithTheCredentialARejoinReplacedIsTriedAgain) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({2})}, 2);
+  LocalSGD local_sgd(&averager, {torch::zeros({2})}, Schedule(2));
   averager.outcomes = {kDown, kDown,
                        absl::PermissionDeniedError("member_credential: not the one the latest "
                                                    "Join gave \"node-1/0\" (generation 16)")};
@@ -74,7 +79,7 @@ TEST(UnsyncedBoundTest, ASyncWithTheCredentialARejoinReplacedIsTriedAgain) {
 
 TEST(UnsyncedBoundTest, ARoundCommittedWithoutTheNodeEndsTheWait) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({2})}, 2);
+  LocalSGD local_sgd(&averager, {torch::zeros({2})}, Schedule(2));
   v1::StaleRound stale;
   stale.set_committed_round(9);
   averager.outcomes = {kDown, kDown, StaleRoundError(stale, "round 9 committed")};
@@ -88,7 +93,7 @@ TEST(UnsyncedBoundTest, ARoundCommittedWithoutTheNodeEndsTheWait) {
 TEST(UnsyncedBoundTest, WithinTheBoundOrWithoutOneTrainingGoesOn) {
   for (int64_t max : {0, 5}) {
     ScriptedAverager averager;
-    LocalSGD local_sgd(&averager, {torch::zeros({2})}, 2);
+    LocalSGD local_sgd(&averager, {torch::zeros({2})}, Schedule(2));
     averager.outcomes = {kDown, kDown};
     for (int i = 0; i < 4; ++i) Step(local_sgd, averager, Bound(max)).IgnoreError();
     EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 4})) << max;
@@ -98,13 +103,13 @@ TEST(UnsyncedBoundTest, WithinTheBoundOrWithoutOneTrainingGoesOn) {
 
 TEST(UnsyncedBoundTest, AnErrorNoRetryMendsOrAStopEndsTheWait) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({2})}, 2);
+  LocalSGD local_sgd(&averager, {torch::zeros({2})}, Schedule(2));
   averager.outcomes = {kDown, absl::InvalidArgumentError("vector_length: 2, the run's 3")};
   for (int i = 0; i < 4; ++i) Step(local_sgd, averager, Bound(2)).IgnoreError();
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{2, 2, 4}));  // waited at 2, not at 4
 
   ScriptedAverager stopped;
-  LocalSGD other(&stopped, {torch::zeros({2})}, 2);
+  LocalSGD other(&stopped, {torch::zeros({2})}, Schedule(2));
   stopped.outcomes = {kDown, kDown, kDown};
   UnsyncedBound bound = Bound(2);
   bound.stop = [] { return true; };
@@ -115,7 +120,7 @@ TEST(UnsyncedBoundTest, AnErrorNoRetryMendsOrAStopEndsTheWait) {
 // Waiting, a round of another fragment open is joined with that fragment.
 TEST(UnsyncedBoundTest, AWaitingCopyJoinsAnOpenRoundOfAnotherFragment) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({4})}, 4, true, 0, 0, /*fragments=*/2);
+  LocalSGD local_sgd(&averager, {torch::zeros({4})}, Schedule(4, 0, 2));
   v1::RoundFragment open;
   open.set_round(4);
   open.set_fragment(1);
@@ -130,7 +135,7 @@ TEST(UnsyncedBoundTest, AWaitingCopyJoinsAnOpenRoundOfAnotherFragment) {
 
 TEST(UnsyncedBoundTest, AResumedCopyCountsFromItsFirstStep) {
   ScriptedAverager averager;
-  LocalSGD local_sgd(&averager, {torch::zeros({2})}, 2, true, /*first_step=*/100);
+  LocalSGD local_sgd(&averager, {torch::zeros({2})}, Schedule(2), true, /*first_step=*/100);
   EXPECT_EQ(local_sgd.unsynced_steps(), 0);
   local_sgd.Step().IgnoreError();
   EXPECT_EQ(local_sgd.unsynced_steps(), 1);

@@ -343,6 +343,7 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
 
   localsgd::TrainOptions options;
   options.spec = spec;
+  options.schedule = session.schedule();
   options.device = device;
   options.global_rank = session.rank();
   options.world_size = session.world_size();

@@ -18,16 +18,18 @@ absl::StatusOr<RoundSchedule> RoundSchedule::Make(int local_sgd_steps, int overl
                       absl::StrCat("must be in [1, 1000000], got ", local_sgd_steps));
   }
   if (overlap_steps < 0 || overlap_steps >= local_sgd_steps) {
-    return FieldError("overlap_steps", absl::StrCat(overlap_steps, " is not in [0, local_sgd_steps = ",
-                                                    local_sgd_steps, ")"));
+    return FieldError(
+        "overlap_steps",
+        absl::StrCat(overlap_steps, " is not in [0, local_sgd_steps = ", local_sgd_steps, ")"));
   }
   if (fragments < 1 || fragments > kMaxFragments) {
     return FieldError("fragments",
                       absl::StrCat("must be in [1, ", kMaxFragments, "], got ", fragments));
   }
   if (local_sgd_steps % fragments != 0) {
-    return FieldError("fragments", absl::StrCat(fragments, " does not divide local_sgd_steps = ",
-                                                local_sgd_steps));
+    return FieldError(
+        "fragments",
+        absl::StrCat(fragments, " does not divide local_sgd_steps = ", local_sgd_steps));
   }
   if (const int apart = local_sgd_steps / fragments; overlap_steps >= apart) {
     return FieldError("overlap_steps",

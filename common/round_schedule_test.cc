@@ -48,7 +48,8 @@ TEST(RoundScheduleTest, EachFieldOutOfItsRangeIsRefusedByName) {
     return std::string(RoundSchedule::Make(k, tau, p).status().message());
   };
   EXPECT_THAT(refusal(0, 0, 1), HasSubstr("spec.local_sgd_steps: must be in [1, 1000000], got 0"));
-  EXPECT_THAT(refusal(8, 8, 1), HasSubstr("spec.overlap_steps: 8 is not in [0, local_sgd_steps = 8)"));
+  EXPECT_THAT(refusal(8, 8, 1),
+              HasSubstr("spec.overlap_steps: 8 is not in [0, local_sgd_steps = 8)"));
   EXPECT_THAT(refusal(8, -1, 1), HasSubstr("spec.overlap_steps"));
   EXPECT_THAT(refusal(8, 0, 0), HasSubstr("spec.fragments: must be in [1, 64], got 0"));
   EXPECT_THAT(refusal(8, 0, 3), HasSubstr("spec.fragments: 3 does not divide local_sgd_steps = 8"));

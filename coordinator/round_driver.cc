@@ -1,6 +1,12 @@
 #include "coordinator/round_driver.h"
 
+#include "coordinator/round_step.h"
+
 namespace localsgd {
+
+int64_t RoundContext::step_ceiling() const {
+  return StepCeiling(committed_step(), spec().max_unsynced_steps(), spec().local_sgd_steps());
+}
 
 void RecordRoundOutcomes(const std::vector<std::pair<std::string, std::string>>& dropped,
                          absl::Duration slowest_wait, v1::RoundRecord* record) {

@@ -42,6 +42,8 @@ class RoundContext {
   // The last committed round and its global step.
   virtual int64_t committed_round() const = 0;
   virtual int64_t committed_step() const = 0;
+  // The most a round may move the global step to (StepCeiling past committed_step()).
+  int64_t step_ceiling() const;
   virtual const Round& round() const = 0;
   // Names a new attempt at a round (RoundHeader.attempt).
   virtual uint64_t NextAttempt() = 0;

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/data_plane_tag.h"
-#include "coordinator/round_step.h"
 #include "exchange/codec.h"
 
 namespace localsgd {
@@ -135,11 +134,7 @@ void ShardedDriver::Advance() {
     const std::vector<std::string> included = round_.Included();
     const size_t owners = round_.shards().size();
     context_->Commit(
-        included,
-        round_.Step(context_->committed_step(),
-                    StepCeiling(context_->committed_step(), context_->spec().max_unsynced_steps(),
-                                context_->spec().local_sgd_steps())),
-        digest,
+        included, round_.Step(context_->committed_step(), context_->step_ceiling()), digest,
         absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                      expected_.size(), " members (", absl::StrJoin(included, ", "),
                      "), sharded over ", owners, owners == 1 ? " owner" : " owners"));

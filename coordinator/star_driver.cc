@@ -6,7 +6,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "coordinator/round_step.h"
 #include "exchange/model_digest.h"
 
 namespace localsgd {
@@ -133,11 +132,7 @@ void StarDriver::Advance() {
     const DigestPair digest = ModelDigest(reducer_.global(), reducer_.momentum(), reducer_.layout(),
                                           context_->round().first_chunk);
     context_->Commit(
-        included,
-        round_.Step(context_->committed_step(),
-                    StepCeiling(context_->committed_step(), context_->spec().max_unsynced_steps(),
-                                context_->spec().local_sgd_steps())),
-        digest,
+        included, round_.Step(context_->committed_step(), context_->step_ceiling()), digest,
         absl::StrCat("round ", round_.number(), " committed: ", included.size(), " of ",
                      round_.members().size(), " members (", absl::StrJoin(included, ", "), ")"));
   }

@@ -98,9 +98,9 @@ TEST(GlobalModelTest, AFragmentRoundWorksOnACopyOfItsFragmentAndReplacesOnlyThat
   EXPECT_EQ(round->momentum()[0], 0.5f);
   // A round whose one member's delta is 1 everywhere: lr 1, momentum 0.9 -> m = 0.9 * 0.5 + 1.
   round->BeginRound(1);
-  ASSERT_THAT(round->SetWeight(0, 1), IsOk());
+  ASSERT_THAT(round->deltas().SetWeight(0, 1), IsOk());
   std::vector<float> ones(256, 1.0f);
-  ASSERT_THAT(round->Accumulate(0, 0, ones), IsOk());
+  ASSERT_THAT(round->deltas().Accumulate(0, 0, ones), IsOk());
   ASSERT_TRUE(round->TakeCompleted().ok());
   round->Commit();
   model.CommitFragment(1, *round);

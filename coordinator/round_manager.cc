@@ -234,7 +234,7 @@ absl::Status RoundManager::AddChunk(int64_t session_id, const v1::Chunk& chunk) 
   }
   // Checked and decoded outside the lock, so members' chunks are decoded in parallel.
   std::vector<float>& decoded = *scratch;
-  absl::Status checked = engine->Check(chunk.index(), chunk.data(), &decoded);
+  absl::Status checked = engine->deltas().Check(chunk.index(), chunk.data(), &decoded);
   absl::Status status;
   {
     MutexLock lock(&mu_);

@@ -43,7 +43,7 @@ absl::StatusOr<int64_t> StarDriver::Arrive(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> stream) {
   LOCALSGD_ASSIGN_OR_RETURN(const int slot,
                             round_.Arrive(header.member_id(), header.step(), header.num_workers()));
-  if (absl::Status s = reducer_.SetWeight(slot, header.weight()); !s.ok()) {
+  if (absl::Status s = reducer_.deltas().SetWeight(slot, header.weight()); !s.ok()) {
     Drop(slot, std::string(s.message()), s);
     return s;
   }
@@ -93,7 +93,7 @@ void StarDriver::Tick(absl::Time now, const std::vector<ControlPlane::Leader>& l
 absl::Status StarDriver::AddChunk(int64_t session, const v1::Chunk& chunk, absl::Status checked,
                                   const std::vector<float>& decoded) {
   const int slot = slot_of_session_.at(session);
-  if (checked.ok()) checked = reducer_.Add(slot, chunk.index(), chunk.data(), decoded);
+  if (checked.ok()) checked = reducer_.deltas().Add(slot, chunk.index(), chunk.data(), decoded);
   if (!checked.ok()) {
     Drop(slot, std::string(checked.message()), checked);
     return checked;
@@ -112,7 +112,7 @@ void StarDriver::Advance() {
     if (!completed.ok()) {
       round_.Fail(std::string(completed.status().message()));
     } else {
-      for (const RangeReducer::Exclusion& exclusion : reducer_.TakeExclusions()) {
+      for (const DeltaMean::Exclusion& exclusion : reducer_.deltas().TakeExclusions()) {
         round_.Exclude(exclusion.slot,
                        absl::StrFormat("delta norm %.6g is more than max_delta_norm_ratio %g "
                                        "times the median of the others' (%.6g)",
@@ -159,7 +159,7 @@ void StarDriver::Drop(int slot, const std::string& reason, const absl::Status& s
 
 void StarDriver::ApplyDrops() {
   for (const StarRound::Drop& drop : round_.TakeDrops()) {
-    reducer_.Drop(drop.slot);
+    reducer_.deltas().Drop(drop.slot);
     const int64_t session = session_of_slot_[drop.slot];
     if (slot_of_session_.erase(session) > 0) context_->sessions().End(session, drop.status);
   }

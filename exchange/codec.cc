@@ -374,4 +374,16 @@ std::string CodecName(v1::Codec codec) {
   }
 }
 
+absl::Status EncodeUpdate(v1::Codec codec, int chunk, absl::Span<float> update, std::string* out) {
+  out->clear();
+  Encode(codec, update, out);
+  if (codec == v1::CODEC_FP32) return absl::OkStatus();
+  // Fails only when the update does not fit the codec.
+  if (!Decode(codec, *out, update).ok()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("update of chunk ", chunk, " does not fit ", CodecName(codec)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace localsgd

@@ -28,6 +28,12 @@ size_t EncodedBytes(v1::Codec codec, int64_t num_values);
 // Replaces `out` with the encoding of `values`.
 void Encode(v1::Codec codec, absl::Span<const float> values, std::string* out);
 
+// Replaces `out` with the encoding of `update` (chunk `chunk` of a round's update, which every
+// member applies): with a lossy codec `update` then holds what `out` decodes to, so that
+// whoever applies it applies exactly those values. OUT_OF_RANGE naming the chunk when a value
+// does not fit the codec (fp16 beyond 65504).
+absl::Status EncodeUpdate(v1::Codec codec, int chunk, absl::Span<float> update, std::string* out);
+
 // Replaces `out` with the encoding of a - b (same length): the delta of a chunk, without a
 // separate pass to compute it.
 void EncodeDifference(v1::Codec codec, absl::Span<const float> a, absl::Span<const float> b,

@@ -34,21 +34,16 @@ absl::Status ShardOwner::Install(Assignment assignment, OwnerFailureSink* sink) 
         engine_->codec() != assignment.codec ||
         engine_->options().max_norm_ratio != assignment.max_norm_ratio ||
         engine_->options().trim_fraction != assignment.trim_fraction) {
-      RangeReducer::Options options;
-      options.layout = ChunkLayout{values, layout.chunk_values};
-      options.codec = assignment.codec;
-      options.max_norm_ratio = assignment.max_norm_ratio;
-      options.trim_fraction = assignment.trim_fraction;
-      options.outer = OuterOptimizer{1.0, 0.0, false};  // the plain mean: members step
-      options.holds_model = false;
-      engine_ = std::make_shared<RangeReducer>(
-          options, std::vector<float>(static_cast<size_t>(values), 0.0f));
+      // The plain mean: the members step their models by it.
+      engine_ = std::make_shared<DeltaMean>(
+          DeltaMean::Options{ChunkLayout{values, layout.chunk_values}, assignment.codec,
+                             assignment.max_norm_ratio, assignment.trim_fraction});
     }
     const int members = static_cast<int>(assignment.members.size());
     engine_->BeginRound(members);
     for (int slot = 0; slot < members; ++slot) {
       if (absl::Status s = engine_->SetWeight(slot, assignment.weights[slot]); !s.ok()) {
-        engine_->Abort();
+        engine_->EndRound();
         return s;
       }
     }
@@ -138,7 +133,7 @@ absl::Status ShardOwner::AttachLocked(int64_t session_id, Session& session) {
 }
 
 absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
-  std::shared_ptr<RangeReducer> engine;
+  std::shared_ptr<DeltaMean> engine;
   std::shared_ptr<std::vector<float>> scratch;
   int begin_chunk = 0;
   int end_chunk = 0;
@@ -189,29 +184,42 @@ absl::Status ShardOwner::AddChunk(int64_t session_id, const v1::Chunk& chunk) {
 }
 
 void ShardOwner::Advance() {
-  absl::StatusOr<std::vector<int>> completed = engine_->TakeCompleted();
-  if (!completed.ok()) {
-    round_->sink->OnFailure(completed.status());
+  const int begin_chunk = round_->assignment.begin_chunk;
+  std::vector<std::shared_ptr<const OwnerMean>> means;
+  absl::Status failure;
+  for (int local : engine_->TakeCompleted()) {
+    // Finite deltas can still sum past fp32's range; such a mean must not reach the members.
+    std::vector<float>& mean = mean_scratch_;
+    mean.assign(engine_->Mean(local).begin(), engine_->Mean(local).end());
+    v1::ReduceResponse response;
+    response.mutable_mean()->set_index(begin_chunk + local);
+    if (!AllFinite(mean)) {
+      failure = absl::OutOfRangeError(absl::StrCat(
+          "update of chunk ", local, " overflows fp32 (the members' deltas are too large)"));
+    } else {
+      failure = EncodeUpdate(engine_->codec(), local, absl::MakeSpan(mean),
+                             response.mutable_mean()->mutable_data());
+    }
+    if (!failure.ok()) break;
+    means.push_back(std::make_shared<const OwnerMean>(std::move(response)));
+  }
+  if (!failure.ok()) {
+    round_->sink->OnFailure(failure);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       auto next = std::next(it);
-      if (it->second.slot >= 0) CloseSession(it->first, completed.status());
+      if (it->second.slot >= 0) CloseSession(it->first, failure);
       it = next;
     }
     return;
   }
-  const int begin_chunk = round_->assignment.begin_chunk;
-  for (const RangeReducer::Exclusion& e : engine_->TakeExclusions()) {
+  for (const DeltaMean::Exclusion& e : engine_->TakeExclusions()) {
     LogWarning(absl::StrFormat(
         "round %d: %s's delta left out of chunks [%d, %d): norm %.6g is more than "
         "max_delta_norm_ratio %g times the median of the others' (%.6g)",
         round_->assignment.round, round_->assignment.members[e.slot], begin_chunk,
         round_->assignment.end_chunk, e.norm, round_->assignment.max_norm_ratio, e.others_median));
   }
-  for (int local : *completed) {
-    v1::ReduceResponse response;
-    response.mutable_mean()->set_index(begin_chunk + local);
-    *response.mutable_mean()->mutable_data() = engine_->TakeEncodedUpdate(local);
-    auto message = std::make_shared<const OwnerMean>(std::move(response));
+  for (const std::shared_ptr<const OwnerMean>& message : means) {
     const std::vector<int64_t>& session_of_slot = round_->session_of_slot;
     for (int slot = 0; slot < static_cast<int>(session_of_slot.size()); ++slot) {
       auto it = sessions_.find(session_of_slot[slot]);
@@ -273,7 +281,7 @@ void ShardOwner::FinishLocked(const std::string& run_id, int64_t round, uint64_t
   if (finished_attempts_.size() > 64) finished_attempts_.pop_front();
   if (round_.has_value() && round_->assignment.run_id == run_id &&
       round_->assignment.attempt == attempt) {
-    engine_->Abort();
+    engine_->EndRound();
     round_.reset();
   }
   const absl::Status over = absl::AbortedError(absl::StrCat("round ", round, " is over"));

@@ -15,7 +15,7 @@
 #include "common/mutex.h"
 #include "exchange/chunk_stream.h"
 #include "exchange/chunking.h"
-#include "exchange/range_reducer.h"
+#include "exchange/delta_mean.h"
 #include "proto/localsgd/v1/averaging.pb.h"
 
 namespace localsgd {
@@ -67,7 +67,7 @@ class ShardOwner {
     int begin_chunk = 0;               // this owner's range of chunks
     int end_chunk = 0;
     v1::Codec codec = v1::CODEC_FP32;
-    // The run's robust aggregation over this range (RangeReducer::Options).
+    // The run's robust aggregation over this range (DeltaMean::Options).
     double max_norm_ratio = 0;
     double trim_fraction = 0;
   };
@@ -126,7 +126,8 @@ class ShardOwner {
   Mutex mu_;
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   // Kept across rounds while the range keeps its size (no fresh buffers each round).
-  std::shared_ptr<RangeReducer> engine_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<DeltaMean> engine_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> mean_scratch_ ABSL_GUARDED_BY(mu_);  // a chunk's mean, as encoded
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   // What is over: rounds of the run before the last one finished, and the last attempts.

@@ -53,26 +53,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         open = true;
         break;
       case 1:
-        if (open) engine.SetWeight(slot, (in.Byte() % 5) - 1.0).IgnoreError();
+        if (open) engine.deltas().SetWeight(slot, (in.Byte() % 5) - 1.0).IgnoreError();
         break;
       case 2: {
         if (!open) break;
         const int chunk = in.Byte() % 6 - 1;
         const std::string bytes = in.Bytes(in.Byte() * 2);
-        if (engine.DecodeChunk(chunk, bytes, &decoded).ok()) {
-          engine.Accumulate(slot, chunk, decoded).IgnoreError();
+        if (engine.deltas().DecodeChunk(chunk, bytes, &decoded).ok()) {
+          engine.deltas().Accumulate(slot, chunk, decoded).IgnoreError();
         }
         break;
       }
       case 3:
-        if (open) engine.Drop(slot);
+        if (open) engine.deltas().Drop(slot);
         break;
       case 4:
         if (open && !engine.TakeCompleted().ok()) {
           engine.Abort();
           open = false;
         }
-        engine.TakeExclusions();
+        engine.deltas().TakeExclusions();
         break;
       case 5:
         if (open && engine.AllComplete()) {

@@ -45,7 +45,7 @@ absl::Status DeltaMean::SetWeight(int slot, double weight) {
 }
 
 absl::Status DeltaMean::DecodeChunk(int chunk, absl::string_view encoded,
-                                       std::vector<float>* out) const {
+                                    std::vector<float>* out) const {
   if (chunk < 0 || chunk >= layout().num_chunks()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk.index: ", chunk, " is out of range [0, ", layout().num_chunks(), ")"));
@@ -59,7 +59,7 @@ absl::Status DeltaMean::DecodeChunk(int chunk, absl::string_view encoded,
 }
 
 absl::Status DeltaMean::Check(int chunk, absl::string_view encoded,
-                                 std::vector<float>* scratch) const {
+                              std::vector<float>* scratch) const {
   if (options_.codec != v1::CODEC_FP32) return DecodeChunk(chunk, encoded, scratch);
   if (chunk < 0 || chunk >= layout().num_chunks()) {
     return absl::InvalidArgumentError(
@@ -73,7 +73,7 @@ absl::Status DeltaMean::Check(int chunk, absl::string_view encoded,
 }
 
 absl::Status DeltaMean::Add(int slot, int chunk, absl::string_view encoded,
-                               const std::vector<float>& scratch) {
+                            const std::vector<float>& scratch) {
   return options_.codec == v1::CODEC_FP32 ? AccumulateFp32(slot, chunk, encoded)
                                           : Accumulate(slot, chunk, scratch);
 }
@@ -104,8 +104,8 @@ absl::Status DeltaMean::Accumulate(int slot, int chunk, absl::Span<const float> 
 absl::Status DeltaMean::AccumulateFp32(int slot, int chunk, absl::string_view bytes) {
   LOCALSGD_RETURN_IF_ERROR(Admit(slot, chunk, bytes.size() / sizeof(float)));
   // The bytes may be unaligned: read them through memcpy.
-  AddValues(slot, chunk, reinterpret_cast<const float*>(bytes.data()),
-            bytes.size() / sizeof(float), /*from_bytes=*/true);
+  AddValues(slot, chunk, reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float),
+            /*from_bytes=*/true);
   return absl::OkStatus();
 }
 

@@ -110,12 +110,12 @@ class DeltaMean {
 
   Options options_;
   int num_members_ = 0;
-  std::vector<double> weights_;          // per slot; 0 = not yet known
-  std::vector<bool> dropped_;            // per slot
-  std::vector<std::vector<bool>> got_;   // [chunk][slot]
-  std::vector<double> chunk_weight_;     // per chunk: weights summed so far
-  std::vector<bool> taken_;              // per chunk: its mean was taken
-  std::vector<float> sum_;               // weighted deltas summed; a taken chunk's mean
+  std::vector<double> weights_;         // per slot; 0 = not yet known
+  std::vector<bool> dropped_;           // per slot
+  std::vector<std::vector<bool>> got_;  // [chunk][slot]
+  std::vector<double> chunk_weight_;    // per chunk: weights summed so far
+  std::vector<bool> taken_;             // per chunk: its mean was taken
+  std::vector<float> sum_;              // weighted deltas summed; a taken chunk's mean
   int completed_ = 0;
   // Holding only: each slot's delta as it arrives, its squared norm, the verdicts.
   std::vector<std::vector<float>> held_;

@@ -105,7 +105,7 @@ TEST(DeltaMeanTest, ScreeningKeepsMembersOfSimilarNorms) {
 // delta, set the update. A trimmed mean leaves each value's extremes out.
 TEST(DeltaMeanTest, TheTrimmedMeanLeavesOutEachValuesExtremes) {
   DeltaMean::Options options = Opts(600, 256);  // 3 chunks
-  options.trim_fraction = 0.25;                    // 4 members: one off each end
+  options.trim_fraction = 0.25;                 // 4 members: one off each end
   DeltaMean engine(options);
   engine.BeginRound(4);
   std::vector<std::vector<float>> deltas;

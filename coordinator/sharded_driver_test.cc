@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/fake_round_context.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -15,64 +16,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Keeps what the driver sends it.
-class FakeStream : public RoundMember {
- public:
-  void Enqueue(std::shared_ptr<const v1::SyncResponse> message) override {
-    sent.push_back(*message);
-  }
-  void Close(const absl::Status& status) override { closed = status; }
-  void Flush() override {}
-  void Cancel() override {}
-
-  std::vector<v1::SyncResponse> sent;
-  std::optional<absl::Status> closed;
-};
-
-// Round 4 (global step 12 committed) of 4096 values in chunks of 256; records the commit or
-// the abort.
-class FakeContext : public RoundContext {
- public:
-  FakeContext() {
-    spec_.set_min_workers(2);
-    spec_.set_round_deadline_seconds(5);
-    spec_.set_local_sgd_steps(4);
-    round_.number = 4;
-    round_.opened = now_;
-    round_.layout = ChunkLayout{4096, 256};
-  }
-  absl::Time Now() const override { return now_; }
-  const std::string& run_id() const override { return run_id_; }
-  const v1::RunSpec& spec() const override { return spec_; }
-  int64_t committed_round() const override { return 3; }
-  int64_t committed_step() const override { return 12; }
-  const Round& round() const override { return round_; }
-  uint64_t NextAttempt() override { return ++attempts_; }
-  RoundSessions& sessions() override { return sessions_; }
-  void CountBytes(int64_t, int64_t) override {}
-  bool MayCommit() const override { return true; }
-  void Commit(const std::vector<std::string>& included, int64_t step, DigestPair digest,
-              std::string) override {
-    committed = included;
-    committed_at = step;
-    committed_digest = digest;
-  }
-  void Abort(const std::string& reason) override { aborted = reason; }
-
-  std::vector<std::string> committed;
-  int64_t committed_at = -1;
-  DigestPair committed_digest;
-  std::string aborted;
-
- private:
-  absl::Time now_ = absl::FromUnixSeconds(1000);
-  std::string run_id_ = "run-1";
-  v1::RunSpec spec_;
-  Round round_;
-  uint64_t attempts_ = 0;
-  RoundSessions sessions_;
-};
 
 class ShardedDriverTest : public ::testing::Test {
  protected:
@@ -115,7 +58,7 @@ class ShardedDriverTest : public ::testing::Test {
     return driver_->Deliver(sessions_[id], delivered);
   }
 
-  FakeContext context_;
+  FakeRoundContext context_;
   std::unique_ptr<ShardedDriver> driver_;
   std::vector<std::string> ids_;
   std::map<std::string, std::shared_ptr<FakeStream>> streams_;

@@ -74,6 +74,18 @@ class FakeRoundContext : public RoundContext {
   RoundSessions sessions_;
 };
 
+// Member `member_id`'s header for FakeRoundContext's round: round 4, step 16, weight 1.
+inline v1::SyncHeader HeaderOf(const std::string& member_id) {
+  v1::SyncHeader header;
+  header.set_run_id("run-1");
+  header.set_round(4);
+  header.set_member_id(member_id);
+  header.set_weight(1);
+  header.set_num_workers(1);
+  header.set_step(16);
+  return header;
+}
+
 }  // namespace localsgd
 
 #endif  // LOCALSGD_COORDINATOR_FAKE_ROUND_CONTEXT_H_

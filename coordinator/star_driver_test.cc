@@ -34,15 +34,8 @@ class StarDriverTest : public ::testing::Test {
     }
     driver_ = std::make_unique<StarDriver>(&context_, live);
     for (const std::string& id : {"node-0/0", "node-1/0"}) {
-      v1::SyncHeader header;
-      header.set_run_id("run-1");
-      header.set_round(4);
-      header.set_member_id(id);
-      header.set_weight(1);
-      header.set_num_workers(1);
-      header.set_step(16);
       streams_[id] = std::make_shared<FakeStream>();
-      absl::StatusOr<int64_t> session = driver_->Arrive(header, streams_[id]);
+      absl::StatusOr<int64_t> session = driver_->Arrive(HeaderOf(id), streams_[id]);
       ASSERT_TRUE(session.ok()) << session.status();
       sessions_[id] = *session;
     }

@@ -249,9 +249,9 @@ std::vector<int> DeltaMean::TakeCompleted() {
   return done;
 }
 
-absl::Span<const float> DeltaMean::Mean(int chunk) const {
-  return absl::MakeConstSpan(sum_).subspan(static_cast<size_t>(layout().begin(chunk)),
-                                           static_cast<size_t>(layout().size(chunk)));
+absl::Span<float> DeltaMean::Mean(int chunk) {
+  return absl::MakeSpan(sum_).subspan(static_cast<size_t>(layout().begin(chunk)),
+                                      static_cast<size_t>(layout().size(chunk)));
 }
 
 }  // namespace localsgd

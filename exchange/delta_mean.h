@@ -78,8 +78,9 @@ class DeltaMean {
   // The chunks complete since the last call (each once), their means now in Mean(chunk).
   // With screening or trimming, none until every chunk is complete.
   std::vector<int> TakeCompleted();
-  // The weighted mean of a chunk TakeCompleted returned.
-  absl::Span<const float> Mean(int chunk) const;
+  // The weighted mean of a chunk TakeCompleted returned, in the round's own buffer: the caller
+  // may change it (encode it in place) until the next BeginRound.
+  absl::Span<float> Mean(int chunk);
   bool AllComplete() const { return completed_ == layout().num_chunks(); }
 
   // The members screening excluded in this round (each reported once).

@@ -33,7 +33,7 @@ absl::Status Feed(DeltaMean& engine, int slot, int chunk, const std::vector<floa
 }
 
 // Value `i` of the mean (its chunk taken).
-float MeanAt(const DeltaMean& engine, int64_t i) {
+float MeanAt(DeltaMean& engine, int64_t i) {
   const int chunk = static_cast<int>(i / engine.layout().chunk_values);
   return engine.Mean(chunk)[static_cast<size_t>(i - engine.layout().begin(chunk))];
 }

@@ -189,16 +189,15 @@ void ShardOwner::Advance() {
   absl::Status failure;
   for (int local : engine_->TakeCompleted()) {
     // Finite deltas can still sum past fp32's range; such a mean must not reach the members.
-    std::vector<float>& mean = mean_scratch_;
-    mean.assign(engine_->Mean(local).begin(), engine_->Mean(local).end());
+    const absl::Span<float> mean = engine_->Mean(local);
     v1::ReduceResponse response;
     response.mutable_mean()->set_index(begin_chunk + local);
     if (!AllFinite(mean)) {
       failure = absl::OutOfRangeError(absl::StrCat(
           "update of chunk ", local, " overflows fp32 (the members' deltas are too large)"));
     } else {
-      failure = EncodeUpdate(engine_->codec(), local, absl::MakeSpan(mean),
-                             response.mutable_mean()->mutable_data());
+      failure =
+          EncodeUpdate(engine_->codec(), local, mean, response.mutable_mean()->mutable_data());
     }
     if (!failure.ok()) break;
     means.push_back(std::make_shared<const OwnerMean>(std::move(response)));

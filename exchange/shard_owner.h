@@ -127,7 +127,6 @@ class ShardOwner {
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   // Kept across rounds while the range keeps its size (no fresh buffers each round).
   std::shared_ptr<DeltaMean> engine_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> mean_scratch_ ABSL_GUARDED_BY(mu_);  // a chunk's mean, as encoded
   std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   // What is over: rounds of the run before the last one finished, and the last attempts.

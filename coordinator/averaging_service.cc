@@ -20,10 +20,10 @@ namespace localsgd {
 namespace {
 
 // The RoundMember side of a Sync stream: messages go out through an outbox into the reactor.
-class SyncMember : public RoundMember {
+class SyncCallMember : public RoundMember {
  public:
-  SyncMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor,
-             grpc::CallbackServerContext* context)
+  SyncCallMember(grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse>* reactor,
+                 grpc::CallbackServerContext* context)
       : outbox_(
             // One write at a time (the outbox's rule), so the batch needs no lock.
             [reactor, batch = WriteBatch()](const std::shared_ptr<const v1::SyncResponse>& m,
@@ -54,7 +54,7 @@ class SyncMember : public RoundMember {
 class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResponse> {
  public:
   SyncReactor(RoundManager* rounds, grpc::CallbackServerContext* context, const absl::Status& auth)
-      : rounds_(rounds), member_(std::make_shared<SyncMember>(this, context)) {
+      : rounds_(rounds), member_(std::make_shared<SyncCallMember>(this, context)) {
     if (!auth.ok()) {
       End(auth);
       return;
@@ -118,7 +118,7 @@ class SyncReactor : public grpc::ServerBidiReactor<v1::SyncRequest, v1::SyncResp
   }
 
   RoundManager* const rounds_;
-  const std::shared_ptr<SyncMember> member_;
+  const std::shared_ptr<SyncCallMember> member_;
   v1::SyncRequest request_;
   int64_t session_ = 0;
 };

@@ -186,46 +186,7 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
   }
   const v1::RunState before = runs_.info().state();
   bool run_changed = false;
-  bool results_changed = false;
-  if (!runs_.info().run_id().empty()) {
-    // A run's workers are those that report while it is active; after its end they may still
-    // report their final evaluation.
-    auto result = results_.find(request.worker_id());
-    const Member& member = *membership_.Find(request.worker_id());  // it just beat
-    // A worker's final report counts even when it arrives after the run ended (a rank whose
-    // first heartbeat of the run is its last: the run was short, or others completed it).
-    const bool may_report = MayReport(request.worker_id(), member.generation);
-    if (result == results_.end() && may_report && (runs_.active() || request.finished())) {
-      result = results_.try_emplace(request.worker_id()).first;
-      result->second.set_worker_id(request.worker_id());
-    }
-    if (result != results_.end() && may_report) {
-      v1::MemberResult& r = result->second;
-      // After the end, the run record is refilled (and saved) only when a report changed:
-      // not on every heartbeat of every finished worker.
-      const bool same =
-          r.step() == request.step() && r.test_accuracy() == request.test_accuracy() &&
-          (r.loss() == request.loss() || (std::isnan(r.loss()) && std::isnan(request.loss())));
-      r.set_step(request.step());
-      r.set_loss(request.loss());
-      r.set_test_accuracy(request.test_accuracy());
-      r.set_hostname(member.hostname);
-      if (request.samples_per_second() > 0) r.set_samples_per_second(request.samples_per_second());
-      if (runs_.active() && r.preempted()) {  // it came back
-        r.set_preempted(false);
-        r.clear_left_reason();
-      }
-      results_changed = !runs_.active() && !same;
-    }
-    // A node's final checkpoint is written as its training ends: it may come after the run's end.
-    if (request.has_checkpoint() && may_report && runs_.ReportCheckpoint(member.checkpoint)) {
-      run_changed = true;
-    }
-    if (runs_.active() && request.total_steps() > 0 &&
-        runs_.ReportTotalSteps(request.total_steps())) {
-      run_changed = true;
-    }
-  }
+  const bool results_changed = RecordReport(request, &run_changed);
   if (!request.model_path().empty() && request.model_path() != runs_.info().model_path() &&
       !runs_.info().run_id().empty()) {
     runs_.SetModelPath(request.model_path());
@@ -257,6 +218,49 @@ absl::StatusOr<v1::HeartbeatResponse> ControlPlane::Heartbeat(const v1::Heartbea
   response.set_lease_timeout_seconds(absl::ToDoubleSeconds(options_.lease_timeout));
   *response.mutable_run() = runs_.info();
   return response;
+}
+
+bool ControlPlane::RecordReport(const v1::HeartbeatRequest& request, bool* run_changed) {
+  if (runs_.info().run_id().empty()) return false;
+  bool changed = false;
+  // A run's workers are those that report while it is active; after its end they may still
+  // report their final evaluation.
+  auto result = results_.find(request.worker_id());
+  const Member& member = *membership_.Find(request.worker_id());  // it just beat
+  // A worker's final report counts even when it arrives after the run ended (a rank whose
+  // first heartbeat of the run is its last: the run was short, or others completed it).
+  const bool may_report = MayReport(request.worker_id(), member.generation);
+  if (result == results_.end() && may_report && (runs_.active() || request.finished())) {
+    result = results_.try_emplace(request.worker_id()).first;
+    result->second.set_worker_id(request.worker_id());
+  }
+  if (result != results_.end() && may_report) {
+    v1::MemberResult& r = result->second;
+    // After the end, the run record is refilled (and saved) only when a report changed:
+    // not on every heartbeat of every finished worker.
+    const bool same =
+        r.step() == request.step() && r.test_accuracy() == request.test_accuracy() &&
+        (r.loss() == request.loss() || (std::isnan(r.loss()) && std::isnan(request.loss())));
+    r.set_step(request.step());
+    r.set_loss(request.loss());
+    r.set_test_accuracy(request.test_accuracy());
+    r.set_hostname(member.hostname);
+    if (request.samples_per_second() > 0) r.set_samples_per_second(request.samples_per_second());
+    if (runs_.active() && r.preempted()) {  // it came back
+      r.set_preempted(false);
+      r.clear_left_reason();
+    }
+    changed = !runs_.active() && !same;
+  }
+  // A node's final checkpoint is written as its training ends: it may come after the run's end.
+  if (request.has_checkpoint() && may_report && runs_.ReportCheckpoint(member.checkpoint)) {
+    *run_changed = true;
+  }
+  if (runs_.active() && request.total_steps() > 0 &&
+      runs_.ReportTotalSteps(request.total_steps())) {
+    *run_changed = true;
+  }
+  return changed;
 }
 
 absl::Status ControlPlane::Authenticate(const std::string& worker_id,

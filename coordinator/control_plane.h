@@ -175,6 +175,11 @@ class ControlPlane {
   void AfterRunChange(v1::RunState before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the workers' last reports into the run record.
   void FillResults() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's heartbeat into its result in the run (MemberResult), its checkpoint and the
+  // run's total steps (`*run_changed` set when the run's record changed). Returns whether a
+  // result changed after the run's end (the run record is then refilled and saved).
+  bool RecordReport(const v1::HeartbeatRequest& request, bool* run_changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a run whose every worker failed before training (their errors say why), instead
   // of waiting for quorum_timeout.
   void FailIfEveryWorkerFailed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

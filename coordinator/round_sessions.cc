@@ -16,7 +16,7 @@ void RoundSessions::Supersede(const std::string& member_id,
 
 int64_t RoundSessions::Add(const std::string& member_id, std::shared_ptr<RoundMember> stream) {
   const int64_t id = next_++;
-  sessions_[id] = Session{member_id, std::move(stream)};
+  sessions_[id] = MemberStream{member_id, std::move(stream)};
   return id;
 }
 

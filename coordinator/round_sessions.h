@@ -60,13 +60,13 @@ class RoundSessions {
   std::vector<std::shared_ptr<RoundMember>> TakeTouched() { return touched_.Take(); }
 
  private:
-  struct Session {
+  struct MemberStream {
     std::string member_id;
     std::shared_ptr<RoundMember> stream;
     std::shared_ptr<std::vector<float>> scratch = std::make_shared<std::vector<float>>();
   };
 
-  std::map<int64_t, Session> sessions_;
+  std::map<int64_t, MemberStream> sessions_;
   int64_t next_ = 1;
   std::map<std::string, std::weak_ptr<RoundMember>> latest_;
   TouchedStreams<RoundMember> touched_;

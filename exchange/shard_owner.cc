@@ -51,7 +51,7 @@ absl::Status ShardOwner::Install(Assignment assignment, OwnerFailureSink* sink) 
     // Streams that waited for this layout attach now; those of rounds that are over end.
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       auto next = std::next(it);
-      Session& session = it->second;
+      MemberStream& session = it->second;
       if (session.slot == -1) {
         const v1::ReduceHeader& header = session.header;
         const Assignment& now = round_->assignment;
@@ -83,7 +83,7 @@ absl::StatusOr<int64_t> ShardOwner::Attach(const v1::ReduceHeader& header,
                                                       header.attempt(), ") is over on this owner"));
   }
   const int64_t id = next_session_++;
-  Session& session = sessions_[id];
+  MemberStream& session = sessions_[id];
   session.header = header;
   session.stream = std::move(stream);
   if (Current(header)) {
@@ -115,7 +115,7 @@ bool ShardOwner::Current(const v1::ReduceHeader& header) const {
          round_->assignment.attempt == header.attempt();
 }
 
-absl::Status ShardOwner::AttachLocked(int64_t session_id, Session& session) {
+absl::Status ShardOwner::AttachLocked(int64_t session_id, MemberStream& session) {
   const std::vector<std::string>& members = round_->assignment.members;
   auto it = std::find(members.begin(), members.end(), session.header.member_id());
   if (it == members.end()) {

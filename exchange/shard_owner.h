@@ -94,7 +94,7 @@ class ShardOwner {
   void Finish(const std::string& run_id, int64_t round, uint64_t attempt);
 
  private:
-  struct Session {
+  struct MemberStream {
     int slot = -1;  // -1 while waiting for the layout
     v1::ReduceHeader header;
     std::shared_ptr<ReduceStream> stream;
@@ -109,7 +109,7 @@ class ShardOwner {
     std::vector<int64_t> session_of_slot;
   };
 
-  absl::Status AttachLocked(int64_t session_id, Session& session)
+  absl::Status AttachLocked(int64_t session_id, MemberStream& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the chunks that are now complete; ends the streams once the range is done.
   void Advance() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -127,7 +127,7 @@ class ShardOwner {
   std::optional<Round> round_ ABSL_GUARDED_BY(mu_);
   // Kept across rounds while the range keeps its size (no fresh buffers each round).
   std::shared_ptr<DeltaMean> engine_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, MemberStream> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   // What is over: rounds of the run before the last one finished, and the last attempts.
   std::string finished_run_ ABSL_GUARDED_BY(mu_);

@@ -17,16 +17,12 @@
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "worker/environment.h"
-#include "worker/last_step.h"
 
 namespace localsgd {
 namespace {
 
 // Whether a Replica of this process is open (Connect to Finish or Leave).
 std::atomic<bool> g_replica_open{false};
-
-// How often Step() asks whether the run ended (a copy of the run under a lock).
-constexpr absl::Duration kLookEvery = absl::Milliseconds(100);
 
 // Global rank 0's part in Options::start: starts `spec` unless a run is active, retrying
 // while the coordinator is unreachable (as joining does).
@@ -84,23 +80,54 @@ absl::Status CheckExpectedSpec(const v1::RunSpec& expect, const v1::RunSpec& spe
   return absl::OkStatus();
 }
 
-Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors)
-    : session_(std::move(session)), window_start_(absl::Now()) {
+Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tensors,
+                 const AveragerWrapper& wrap, std::function<bool()> stop, bool began)
+    : session_(std::move(session)),
+      tensors_(std::move(tensors)),
+      began_(began),
+      window_start_(absl::Now()) {
   const v1::RunSpec& spec = session_->spec();
-  local_sgd_ = std::make_unique<LocalSGD>(session_.get(), std::move(tensors), session_->schedule(),
-                                          spec.enabled(), session_->first_step());
-  if (spec.duration_case() == v1::RunSpec::kTotalSteps) {
-    local_sgd_->set_last_step(spec.total_steps());
+  ParameterAverager* averager = session_.get();
+  if (wrap) {
+    wrapped_ = wrap(averager, absl::StrCat(session_->node_name(), "-", session_->local_rank()));
+    if (wrapped_ != nullptr) averager = wrapped_.get();
   }
-  bound_.max_unsynced_steps = spec.max_unsynced_steps();
-  bound_.stop = [this] { return session_->RunHalted(); };
-  bound_.on_wait = [this](int64_t step, int64_t unsynced_steps) {
-    session_->coordinator().ReportUnsynced(step, unsynced_steps);
+  TrainingSteps::Options options;
+  options.schedule = session_->schedule();
+  options.enabled = spec.enabled();
+  options.first_step = session_->first_step();
+  options.max_unsynced_steps = spec.max_unsynced_steps();
+  options.halted = [this] {
+    if (!session_->RunHalted()) return absl::OkStatus();
+    const v1::RunInfo run = session_->coordinator().run();
+    return absl::OutOfRangeError(absl::StrCat("run ", run.run_id(), " ended (",
+                                              v1::RunState_Name(run.state()), "): ", run.reason()));
   };
+  options.run_ended = [this] { return session_->RunEnded(); };
+  options.stop = std::move(stop);
+  options.on_step = [this](int64_t step, int64_t unsynced_steps) {
+    session_->coordinator().ReportUnsynced(step, unsynced_steps);
+    session_->coordinator().Report(step, loss_, samples_per_second_, false, test_accuracy_);
+  };
+  training_ = std::make_unique<TrainingSteps>(averager, tensors_, std::move(options));
+  if (spec.duration_case() == v1::RunSpec::kTotalSteps) {
+    training_->set_last_step(spec.total_steps());
+    session_->coordinator().ReportTotalSteps(spec.total_steps());
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor> tensors,
                                                           Options options) {
+  std::vector<at::Tensor> buffers = std::move(options.buffers);
+  return Connect(
+      [&](const v1::RunSpec& spec) -> absl::StatusOr<std::vector<at::Tensor>> {
+        if (spec.average_buffers()) tensors.insert(tensors.end(), buffers.begin(), buffers.end());
+        return std::move(tensors);
+      },
+      std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(TensorsFor tensors_for, Options options) {
   // One rank per process: a second replica would join in the first one's name and take its
   // place at the coordinator.
   if (g_replica_open.exchange(true)) {
@@ -108,12 +135,12 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Connect(std::vector<at::Tensor
         "a localsgd replica (localsgd.LocalSGD) is open in this process already: one process is "
         "one rank; finish or leave it (close() in Python) before connecting another");
   }
-  absl::StatusOr<std::unique_ptr<Replica>> replica = ConnectOnce(std::move(tensors), options);
+  absl::StatusOr<std::unique_ptr<Replica>> replica = ConnectOnce(tensors_for, options);
   if (!replica.ok()) g_replica_open = false;
   return replica;
 }
 
-absl::StatusOr<std::unique_ptr<Replica>> Replica::ConnectOnce(std::vector<at::Tensor> tensors,
+absl::StatusOr<std::unique_ptr<Replica>> Replica::ConnectOnce(TensorsFor tensors_for,
                                                               Options& options) {
   SessionOptions session_options;
   if (options.session.has_value()) {
@@ -121,30 +148,37 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::ConnectOnce(std::vector<at::Te
   } else {
     LOCALSGD_ASSIGN_OR_RETURN(session_options, SessionOptionsFromEnvironment());
   }
+  const std::function<bool()> stop =
+      session_options.stop ? session_options.stop : [] { return false; };
   if (options.start.has_value() && session_options.rank == 0) {
     LOCALSGD_RETURN_IF_ERROR(StartUnlessActive(session_options, *options.start));
   }
   LOCALSGD_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
                             Session::Join(std::move(session_options)));
   absl::Status status = CheckExpectedSpec(options.expect, session->spec());
-  if (session->spec().average_buffers()) {
-    tensors.insert(tensors.end(), options.buffers.begin(), options.buffers.end());
+  std::vector<at::Tensor> tensors;
+  if (status.ok()) {
+    absl::StatusOr<std::vector<at::Tensor>> made = tensors_for(session->spec());
+    status = made.status();
+    if (made.ok()) tensors = *std::move(made);
   }
   if (status.ok()) status = session->FormNodeGroup();
   if (status.ok()) status = session->Start(tensors).status();
+  if (absl::IsCancelled(status) && !stop() && session->RunEnded()) {
+    // The others ended the run while this rank started: nothing is left to train.
+    return std::unique_ptr<Replica>(
+        new Replica(std::move(session), std::move(tensors), options.wrap, stop, /*began=*/false));
+  }
   if (!status.ok()) {
-    session
-        ->Leave(absl::IsCancelled(status) ? "stopped before training"
-                                          : absl::StrCat("failed: ", status.ToString()),
-                absl::IsCancelled(status) ? Session::Departure::kDone : Session::Departure::kFailed)
-        .IgnoreError();
+    if (absl::IsCancelled(status)) {
+      session->Leave(options.stopped_reason, options.stopped).IgnoreError();
+    } else {
+      session->Leave(absl::StrCat("failed: ", status.ToString()), Departure::kFailed).IgnoreError();
+    }
     return status;
   }
-  const v1::RunSpec& spec = session->spec();
-  if (spec.duration_case() == v1::RunSpec::kTotalSteps) {
-    session->coordinator().ReportTotalSteps(spec.total_steps());
-  }
-  return std::unique_ptr<Replica>(new Replica(std::move(session), std::move(tensors)));
+  return std::unique_ptr<Replica>(
+      new Replica(std::move(session), std::move(tensors), options.wrap, stop, /*began=*/true));
 }
 
 Replica::~Replica() {
@@ -154,31 +188,11 @@ Replica::~Replica() {
 absl::Status Replica::Step() {
   MutexLock lock(&mu_);
   if (done_) return absl::FailedPreconditionError("Step after Finish or Leave");
-  const int64_t completed = local_sgd_->rounds_completed();
-  absl::Status status = local_sgd_->Step();
-  const v1::RunSpec& spec = session_->spec();
-  if (spec.duration_case() == v1::RunSpec::kTotalSteps && steps() == spec.total_steps()) {
-    status = SyncLastStep(*local_sgd_, session_.get(), completed, std::move(status));
-  } else {
-    status = WaitWithinBound(*local_sgd_, session_.get(), bound_, completed, std::move(status));
+  if (!began_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("run ", session_->run_id(), " ended before this rank began training"));
   }
-  LOCALSGD_RETURN_IF_ERROR(session_->Health());
-  if (absl::IsOutOfRange(status)) return status;  // the run ended without this rank
-  if (!status.ok()) {
-    LogWarning(absl::StrCat("sync at step ", steps(), " failed (", status.ToString(),
-                            "); training goes on from the local model"));
-  }
-  session_->coordinator().ReportUnsynced(steps(), local_sgd_->unsynced_steps());
-  session_->coordinator().Report(steps(), loss_, samples_per_second_, false, test_accuracy_);
-  if (const absl::Time now = absl::Now(); now >= next_look_) {
-    next_look_ = now + kLookEvery;
-    if (session_->RunHalted()) {
-      const v1::RunInfo run = session_->coordinator().run();
-      return absl::OutOfRangeError(absl::StrCat(
-          "run ", run.run_id(), " ended (", v1::RunState_Name(run.state()), "): ", run.reason()));
-    }
-  }
-  return absl::OkStatus();
+  return training_->Step();
 }
 
 absl::Status Replica::Report(double loss, double test_accuracy, int64_t samples) {
@@ -194,7 +208,9 @@ absl::Status Replica::Report(double loss, double test_accuracy, int64_t samples)
   if (test_accuracy >= 0) test_accuracy_ = test_accuracy;
   window_samples_ += samples;
   const absl::Time now = absl::Now();
-  if (const double seconds = absl::ToDoubleSeconds(now - window_start_); seconds >= 1.0) {
+  // A report without samples (the final evaluation's) leaves the rate as it is.
+  if (const double seconds = absl::ToDoubleSeconds(now - window_start_);
+      samples > 0 && seconds >= 1.0) {
     samples_per_second_ = static_cast<double>(window_samples_) / seconds;
     window_samples_ = 0;
     window_start_ = now;
@@ -208,19 +224,12 @@ absl::Status Replica::Finish(absl::Duration wait) {
   if (done_) return absl::OkStatus();
   done_ = true;
   g_replica_open = false;
-  const RetryPolicy policy =
-      LastRoundRetry([this] { return !session_->Health().ok() || session_->RunEnded(); });
-  const absl::Status last = RetryAfter(
-      policy, local_sgd_->Finish(), [this] { return local_sgd_->Resync(); },
-      [&](const absl::Status& why, int retry, absl::Duration) {
-        LogWarning(absl::StrCat("the last sync failed (", why.message(), "); trying again (", retry,
-                                " of ", policy.max_retries, ")"));
-      });
-  if (!last.ok() && !absl::IsOutOfRange(last)) {
-    LogWarning(absl::StrCat("the last sync failed: ", last.ToString()));
-  }
-  return session_->Finish(steps(), loss_, samples_per_second_, test_accuracy_, "finished",
-                          Session::Ending::kFinished, wait);
+  if (!began_) return session_->Leave("the run ended before this rank began");
+  training_->Finish().IgnoreError();  // a last sync that failed is logged there
+  const bool stopped = training_->halted();
+  return session_->Finish(steps(), loss_, samples_per_second_, test_accuracy_,
+                          stopped ? "the run was stopped" : "finished",
+                          stopped ? Session::Ending::kStopped : Session::Ending::kFinished, wait);
 }
 
 absl::Status Replica::Leave(const std::string& reason, Departure departure) {
@@ -228,8 +237,20 @@ absl::Status Replica::Leave(const std::string& reason, Departure departure) {
   if (done_) return absl::OkStatus();
   done_ = true;
   g_replica_open = false;
-  local_sgd_->Abandon();
+  training_->Abandon();
+  if (departure == Departure::kPreempted) {  // expected back: its progress so far is reported
+    return session_->Finish(steps(), loss_, samples_per_second_, test_accuracy_, reason,
+                            Session::Ending::kPreempted);
+  }
   return session_->Leave(reason, departure);
+}
+
+absl::StatusOr<Session::CommittedModel> Replica::FinalModel() {
+  MutexLock lock(&mu_);
+  if (!session_->spec().enabled() || (began_ && !training_->stopped_early())) {
+    return Session::CommittedModel{session_->round(), session_->global_step()};
+  }
+  return session_->FetchCommittedModel(tensors_);
 }
 
 }  // namespace localsgd

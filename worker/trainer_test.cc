@@ -9,6 +9,7 @@
 
 #include "common/run_spec.h"
 #include "gtest/gtest.h"
+#include "worker/flat_model.h"
 
 namespace localsgd {
 namespace {
@@ -44,14 +45,19 @@ struct Outcome {
   std::vector<int64_t> evaluated_steps;
 };
 
-// The spec's schedule, as the session reads it.
-RoundSchedule ScheduleOf(const v1::RunSpec& spec) {
-  return RoundSchedule::Make(spec.local_sgd_steps(), spec.overlap_steps(), spec.fragments())
-      .value();
+// The steps as the replica makes them, over `averager`, from `first_step`.
+std::unique_ptr<TrainingSteps> StepsOf(const v1::RunSpec& spec, Model& model,
+                                       CountingAverager* averager, int64_t first_step = 0) {
+  TrainingSteps::Options options;
+  options.schedule =
+      RoundSchedule::Make(spec.local_sgd_steps(), spec.overlap_steps(), spec.fragments()).value();
+  options.enabled = spec.enabled();
+  options.first_step = first_step;
+  return std::make_unique<TrainingSteps>(averager, ModelTensors(model, spec.average_buffers()),
+                                         std::move(options));
 }
 
-Outcome RunTrain(TrainOptions options, CountingAverager* averager) {
-  options.schedule = ScheduleOf(options.spec);
+Outcome RunTrain(TrainOptions options, CountingAverager* averager, int64_t first_step = 0) {
   auto model = MakeModel(options.spec.model(), options.spec.seed());
   EXPECT_TRUE(model.ok());
   auto data = LoadData(options.spec.dataset(), options.spec.seed());
@@ -69,7 +75,8 @@ Outcome RunTrain(TrainOptions options, CountingAverager* averager) {
       EXPECT_TRUE(std::isfinite(p.test_loss));
     }
   };
-  absl::StatusOr<TrainResult> result = Train(**model, *data, averager, options);
+  auto steps = StepsOf(options.spec, **model, averager, first_step);
+  absl::StatusOr<TrainResult> result = Train(**model, *data, *steps, options);
   EXPECT_TRUE(result.ok()) << result.status();
   if (result.ok()) outcome.result = *result;
   return outcome;
@@ -137,7 +144,6 @@ TEST(TrainerTest, AStopEndsTrainingWithoutALastSync) {
   CountingAverager averager;
   TrainOptions options;
   options.spec = Spec(1);
-  options.schedule = ScheduleOf(options.spec);
   int steps = 0;
   options.stop = [&] { return steps >= 6; };
   auto model = MakeModel(options.spec.model(), 0);
@@ -145,7 +151,8 @@ TEST(TrainerTest, AStopEndsTrainingWithoutALastSync) {
   auto data = LoadData(options.spec.dataset(), 0);
   ASSERT_TRUE(data.ok());
   options.on_progress = [&](const TrainProgress& p) { steps = static_cast<int>(p.step); };
-  absl::StatusOr<TrainResult> result = Train(**model, *data, &averager, options);
+  auto training = StepsOf(options.spec, **model, &averager);
+  absl::StatusOr<TrainResult> result = Train(**model, *data, *training, options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->stopped);
   EXPECT_EQ(result->steps, 6);
@@ -156,8 +163,7 @@ TEST(TrainerTest, AWorkerThatRejoinsGoesOnFromTheRunsStep) {
   CountingAverager averager;
   TrainOptions options;
   options.spec = Spec(1);
-  options.first_step = 8;
-  Outcome outcome = RunTrain(options, &averager);
+  Outcome outcome = RunTrain(options, &averager, /*first_step=*/8);
   EXPECT_EQ(outcome.result.steps, 12);
   EXPECT_EQ(outcome.progress_steps, (std::vector<int64_t>{9, 10, 11, 12}));
   EXPECT_EQ(averager.steps, (std::vector<int64_t>{12}));
@@ -197,29 +203,11 @@ TEST(TrainerTest, AnExceptionFromTheModelIsAnErrorWithItsMessage) {
   auto data = LoadData(options.spec.dataset(), 0);
   ASSERT_TRUE(data.ok());
   options.on_progress = [](const TrainProgress&) {};
-  absl::StatusOr<TrainResult> result = Train(throwing, *data, &averager, options);
+  auto training = StepsOf(options.spec, throwing, &averager);
+  absl::StatusOr<TrainResult> result = Train(throwing, *data, *training, options);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().message(),
             "training failed: mat1 and mat2 shapes cannot be multiplied");
-}
-
-TEST(TrainerTest, LearningRateSchedules) {
-  v1::RunSpec spec;
-  spec.mutable_optimizer()->set_lr(0.1);
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 0, 100), 0.1);  // constant
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 99, 100), 0.1);
-  spec.mutable_lr_schedule()->set_warmup_steps(10);
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 0, 100), 0.01);  // linear warmup to the peak
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 4, 100), 0.05);
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 9, 100), 0.1);
-  spec.mutable_lr_schedule()->set_kind(v1::LR_SCHEDULE_KIND_COSINE);
-  spec.mutable_lr_schedule()->set_min_lr(0.02);
-  EXPECT_DOUBLE_EQ(LearningRate(spec, 10, 110), 0.1);      // peak after warmup
-  EXPECT_NEAR(LearningRate(spec, 60, 110), 0.06, 1e-12);   // half-way: the middle
-  EXPECT_NEAR(LearningRate(spec, 110, 110), 0.02, 1e-12);  // the floor at the end
-  spec.mutable_lr_schedule()->set_kind(v1::LR_SCHEDULE_KIND_LINEAR);
-  EXPECT_NEAR(LearningRate(spec, 35, 110), 0.1 - 0.08 * 0.25, 1e-12);
-  EXPECT_NEAR(LearningRate(spec, 500, 110), 0.02, 1e-12);  // never below the floor
 }
 
 }  // namespace

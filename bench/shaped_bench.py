@@ -101,19 +101,25 @@ def rate_bytes_per_second(rate):
     return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
 
 
+def link_parser(doc, rounds):
+    """The command line every benchmark on these links starts from: nodes, size, rate, rounds."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--size_mb", type=float, default=25)
+    parser.add_argument("--rate", default="200mbit")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--gloo_worker":
         rank, nodes, numel, rounds, master, out_path = sys.argv[2:8]
         gloo_worker(int(rank), int(nodes), int(numel), int(rounds), master, out_path, "eth0")
         return 0
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--size_mb", type=float, default=25)
-    parser.add_argument("--rate", default="200mbit")
+    parser = link_parser(__doc__, rounds=4)
     parser.add_argument("--delay", default="")
     parser.add_argument("--ring_streams", type=int, nargs="+", default=[1])
-    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--chunk_kb", type=int, nargs="+", default=[None])
     parser.add_argument("--no_star", action="store_true")
     parser.add_argument("--codecs", nargs="+", default=["fp32"],

@@ -15,7 +15,6 @@ whatever the implementation.
 Usage (root): /usr/bin/python3 bench/tcp_schedule_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--rounds 5]
 """
-import argparse
 import socket
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ import threading
 import time
 
 from localsgd_cluster import Hosts
-from shaped_bench import PREFIX, address, host, rate_bytes_per_second
+from shaped_bench import PREFIX, address, host, link_parser, rate_bytes_per_second
 
 PORT = 7100
 
@@ -108,12 +107,7 @@ def main():
         node(int(rank), int(nodes), schedule, int(per_round), int(rounds), float(start),
              float(period))
         return 0
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--size_mb", type=float, default=25)
-    parser.add_argument("--rate", default="200mbit")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = link_parser(__doc__, rounds=5)
     args = parser.parse_args()
     bandwidth = rate_bytes_per_second(args.rate)
     print(f"{'N':>2} {'bound s':>8} {'ring s':>8} {'all-to-all s':>12} {'ring/bound':>10} "

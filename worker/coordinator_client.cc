@@ -11,6 +11,7 @@
 #include "common/grpc_channel.h"
 #include "common/log.h"
 #include "common/retry.h"
+#include "common/status_macros.h"
 #include "common/status_util.h"
 
 namespace localsgd {
@@ -134,7 +135,8 @@ absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bo
   constexpr absl::Duration kWaitNoteEvery = absl::Seconds(10);
   std::string said;
   absl::Time next_note = absl::InfinitePast();
-  while (!stop()) {
+  // UNAVAILABLE (passing) while no run is running, or the coordinator is out of reach.
+  const auto look = [&]() -> absl::StatusOr<v1::RunInfo> {
     v1::RunInfo current = run();
     if (current.state() == v1::RUN_STATE_RUNNING) return current;
     // (Not "run ..." at the start: that line says this worker took its run up.)
@@ -149,11 +151,15 @@ absl::StatusOr<v1::RunInfo> CoordinatorClient::WaitForRun(const std::function<bo
       said = note;
       next_note = now + kWaitNoteEvery;
     }
-    absl::Status status = Beat();
-    if (!status.ok() && !IsUnreachable(status)) return status;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  return absl::CancelledError("stopped while waiting for a run");
+    LOCALSGD_RETURN_IF_ERROR(Beat());
+    return absl::UnavailableError(note);
+  };
+  RetryPolicy policy;
+  policy.backoff = policy.max_backoff = absl::Milliseconds(200);
+  policy.stop = stop;
+  absl::StatusOr<v1::RunInfo> running = Retry(policy, look);
+  if (!running.ok() && stop()) return absl::CancelledError("stopped while waiting for a run");
+  return running;
 }
 
 void CoordinatorClient::Report(int64_t step, double loss, double samples_per_second, bool finished,

@@ -447,10 +447,16 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
   coordinator_->Report(steps, loss, samples_per_second, finished, test_accuracy);
   coordinator_->Flush().IgnoreError();  // the final report, at once
   // Stay a member until the run ends, so that the run can see every worker finished.
-  const absl::Time give_up = absl::Now() + wait;
-  while (finished && !options_.stop() && coordinator_->run().state() == v1::RUN_STATE_RUNNING &&
-         absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(100));
+  if (finished) {
+    RetryPolicy policy;
+    policy.backoff = policy.max_backoff = absl::Milliseconds(100);
+    policy.budget = wait;
+    policy.stop = options_.stop;
+    Retry(policy, [this] {
+      return coordinator_->run().state() == v1::RUN_STATE_RUNNING
+                 ? absl::UnavailableError("the run is still running")
+                 : absl::OkStatus();
+    }).IgnoreError();
   }
   return coordinator_->Leave(
       reason, ending == Ending::kPreempted ? Departure::kPreempted : Departure::kDone);

@@ -45,8 +45,8 @@ absl::Status TrainingSteps::Step() {
   if (steps() != step) {
     // The run's global step, which the node follows (after an outage, or when the node
     // re-formed after one of its ranks died and goes on from its leader's step).
-    LogInfo(absl::StrCat("going on from the run's step ", steps(), " (this rank was at step ",
-                         step, ")"));
+    LogInfo(absl::StrCat("going on from the run's step ", steps(), " (this rank was at step ", step,
+                         ")"));
   }
   if (absl::IsOutOfRange(status)) {
     // The run ended without this node's last steps: it holds the run's final model now.

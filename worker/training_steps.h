@@ -25,8 +25,8 @@ class TrainingSteps {
  public:
   struct Options {
     RoundSchedule schedule;
-    bool enabled = true;        // the run syncs (RunSpec.enabled)
-    int64_t first_step = 0;     // Session::first_step
+    bool enabled = true;     // the run syncs (RunSpec.enabled)
+    int64_t first_step = 0;  // Session::first_step
     int64_t max_unsynced_steps = 0;
     // OK while the run goes on; once it was stopped or failed, OUT_OF_RANGE saying so. Asked
     // after a step, at most every 100 ms.

@@ -104,9 +104,9 @@ absl::StatusOr<torch::Device> DeviceFlag(int local_rank) {
   }
   if (device.is_cuda() && (!torch::cuda::is_available() ||
                            device.index() >= static_cast<int>(torch::cuda::device_count()))) {
-    return absl::InvalidArgumentError(absl::StrCat("--device: ", flag,
-                                                   " does not exist on this machine (this LibTorch sees ",
-                                                   torch::cuda::device_count(), " CUDA devices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: ", flag, " does not exist on this machine (this LibTorch sees ",
+                     torch::cuda::device_count(), " CUDA devices)"));
   }
   return device;
 }

@@ -254,12 +254,23 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure, const Redo& red
     if (leader_ != nullptr) leader_->SetNodeWorkers(static_cast<int>(group_->members().size()));
     // The leader's state decides: its step, and whether it holds the round's result.
     absl::StatusOr<Shared> plan =
-        BroadcastFromLeader(intra(), Shared{0, leader_has_result, *step}, device);
+        BroadcastFromLeader(intra(), Shared{0, leader_has_result, *step, fragment}, device);
     if (!plan.ok()) {
       failure = plan.status();
       continue;
     }
     *step = plan->step;
+    // Ranks that were at rounds of different fragments when the node broke (the leader died
+    // after some of them had its last round's outcome) cannot redo one round together: every
+    // rank learns whether any was, and then all of them give this round up alike.
+    at::Tensor apart = torch::tensor({plan->fragment == fragment ? 0.0f : 1.0f},
+                                     torch::TensorOptions().device(device));
+    if (failure = intra().AllReduceMean(apart); !failure.ok()) continue;
+    if (apart.item<float>() > 0) {
+      return absl::AbortedError(absl::StrCat(
+          "the node re-formed with its ranks at rounds of different fragments (this rank's: ",
+          fragment, "): this round is given up"));
+    }
     if (plan->flag) {
       failure = intra().Broadcast(flat);  // the leader's result (it holds it in `flat`)
     } else {

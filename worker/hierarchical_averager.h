@@ -107,7 +107,8 @@ class HierarchicalAverager : public ParameterAverager {
   // What a rank's Average or Merge returns, from the leader's round and verdict.
   static absl::Status StatusOfRound(const absl::Status& sync_status, const Verdict& verdict);
   // After `failure`: re-forms the group and finishes the round as the class comment says
-  // (a round redone starts from `redo()`).
+  // (a round redone starts from `redo()`). ABORTED, on every rank alike, when the ranks were
+  // at rounds of different fragments (the round is given up; the step is the leader's).
   absl::Status Recover(absl::Status failure, const Redo& redo, at::Tensor& flat, int fragment,
                        int64_t* step, bool leader_has_result, absl::Status* sync_status);
   // With fragments, after a round that found the run ahead (`verdict`: the leader took the

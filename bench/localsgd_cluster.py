@@ -24,15 +24,17 @@ class Hosts:
     """with Hosts("lsgdx", 5, "200mbit", "25ms", bin_dir): ... -- deploy/netns/hosts.sh's hosts
     PREFIX-h0 .. h{n-1} (10.77.0.{i+1}), every link at `rate`, each host's ingress holding
     `delay` (one value, or one per host comma-separated; "" for none) in the delay line built
-    with the binaries in `bin_dir` (//deploy:delay_line); taken down, with every process in
-    them, at exit."""
+    with the binaries in `bin_dir` (//deploy:delay_line), with TCP tuned for long fat pipes when
+    `tuned_tcp` (hosts.sh's TUNED_TCP); taken down, with every process in them, at exit."""
 
-    def __init__(self, prefix, hosts, rate, delay="", bin_dir=None):
+    def __init__(self, prefix, hosts, rate, delay="", bin_dir=None, tuned_tcp=False):
         self.prefix, self.hosts = prefix, hosts
         self.up = ["deploy/netns/hosts.sh", "up", prefix, str(hosts), rate] + ([delay] if delay else [])
         self.env = dict(os.environ)
         if bin_dir:
             self.env["DELAY_LINE"] = f"{bin_dir}/deploy/delay_line"
+        if tuned_tcp:
+            self.env["TUNED_TCP"] = "1"
 
     def __enter__(self):
         subprocess.run(self.up, check=True, env=self.env)

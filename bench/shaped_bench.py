@@ -14,10 +14,12 @@ bound 2 (N-1)/N S / bandwidth; ratios are round time / bound and round time / Gl
 
 Usage (root): /usr/bin/python3 bench/shaped_bench.py [--nodes 2 4 8] [--size_mb 25]
               [--rate 200mbit] [--delay 25ms] [--rounds 4] [--chunk_kb 1024 256] [--no_star]
-              [--codecs fp32 bf16 int8] [--ring_streams 1 2]
+              [--codecs fp32 bf16 int8] [--ring_streams 1 2] [--tuned_tcp]
 (--delay: held at each host's ingress, as hosts.sh's DELAY: 25ms makes every round trip 50 ms;
 one value per host, comma-separated, puts hosts at different distances; host 0 is the
-coordinator's. --ring_streams: the run spec's ring_streams, one sharded row per value.)
+coordinator's. --ring_streams: the run spec's ring_streams, one sharded row per value.
+--tuned_tcp: every host's TCP tuned for long fat pipes (deploy/netns/hosts.sh's TUNED_TCP: a
+32 MiB send buffer, no slow start after idle); by default the kernel's settings.)
 (--chunk_kb: the run spec's chunk_bytes, one sharded row per size, by default the run's own;
 --codecs: the run spec's codec, one sharded row per codec, `@ready/fp32` the round's time
 against the fp32 round's at the same chunk size (the bound and Gloo are fp32's);
@@ -120,6 +122,8 @@ def main():
     parser = link_parser(__doc__, rounds=4)
     parser.add_argument("--delay", default="")
     parser.add_argument("--ring_streams", type=int, nargs="+", default=[1])
+    parser.add_argument("--tuned_tcp", action="store_true",
+                        help="hosts tuned for long fat pipes (deploy/netns/hosts.sh TUNED_TCP)")
     parser.add_argument("--chunk_kb", type=int, nargs="+", default=[None])
     parser.add_argument("--no_star", action="store_true")
     parser.add_argument("--codecs", nargs="+", default=["fp32"],
@@ -135,7 +139,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for nodes in args.nodes:
             hosts = nodes + 1
-            with Hosts(PREFIX, hosts, args.rate, args.delay, bin_dir):
+            with Hosts(PREFIX, hosts, args.rate, args.delay, bin_dir, args.tuned_tcp):
                 nan = float("nan")
                 star = (RoundTimes(nan, nan) if args.no_star else
                         exchange_round_seconds(bin_dir, work, nodes, args.size_mb,

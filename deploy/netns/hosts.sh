@@ -8,6 +8,10 @@
 #   deploy/netns/hosts.sh up PREFIX N RATE [DELAY]   # e.g. up lsgd 3 100mbit 25ms
 #       DELAY: one for every host (25ms: 50 ms round trips), or one per host, comma-separated
 #       (2.5ms,2.5ms,2.5ms,97.5ms: three hosts 5 ms apart and one 100 ms from each); in ms.
+#       TUNED_TCP=1 in the environment: each host's TCP tuned for long fat pipes as
+#       docs/design.md ("Limits", long fat pipes) recommends: net.ipv4.tcp_wmem's maximum 32 MiB (the kernel's
+#       default, 4 MiB, bounds one connection to 4 MiB per round trip) and no slow start after
+#       an idle moment (net.ipv4.tcp_slow_start_after_idle=0); both are per namespace.
 #   ip netns exec PREFIX-h0 COMMAND ...                # host i has address 10.77.0.{i+1}
 #   deploy/netns/hosts.sh down PREFIX N                # ends every process in the hosts too
 #
@@ -100,6 +104,11 @@ for ((i = 0; i < hosts; i++)); do
   ip -n "$ns" link set "${prefix}v$i" name eth0
   ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
+  if [[ "${TUNED_TCP:-0}" == 1 ]]; then
+    read -r wmem_min wmem_default _ < <(ip netns exec "$ns" sysctl -n net.ipv4.tcp_wmem)
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_wmem="$wmem_min $wmem_default 33554432" \
+      net.ipv4.tcp_slow_start_after_idle=0
+  fi
   ip -n "$prefix-sw" link set "${prefix}p$i" master br0
   ip -n "$prefix-sw" link set "${prefix}p$i" up
   shape "$ns" eth0                 # host -> switch

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/grpc_channel.h"
@@ -127,11 +126,6 @@ absl::StatusOr<ExchangeResult> ShardedExchange::Run(const SyncMember& member,
   // `momentum` by it in place (one pass, no model-sized copy).
   averaged_.resize(params.size());
   const absl::Span<float> averaged = absl::MakeSpan(averaged_);
-  // Kept past the round only for a commit not heard of: between rounds a training node holds
-  // no model-sized buffer for it.
-  absl::Cleanup release = [this] {
-    if (!unheard_.has_value()) std::vector<float>().swap(averaged_);
-  };
   RangeDigests digests(layout.num_chunks(), header.first_chunk());
   Mutex take_mu;  // serialises the round's bookkeeping across the schedule's threads
   std::optional<DigestPair> delivered;  // of the fragment, once delivered (finite)
@@ -326,7 +320,6 @@ std::optional<ExchangeResult> ShardedExchange::HearCommit(const SyncMember& memb
       (same_fragment ? in.global.size() != size
                      : in.held == nullptr || unheard_->offset + size > in.held->values().size())) {
     unheard_.reset();
-    std::vector<float>().swap(averaged_);
     return std::nullopt;
   }
   const Unheard unheard = *unheard_;
@@ -335,7 +328,6 @@ std::optional<ExchangeResult> ShardedExchange::HearCommit(const SyncMember& memb
       coordinator.FetchHolders(member.run_id, in.timeout, keeps_momentum());
   if (!model.ok()) return std::nullopt;  // asked again on the next refusal
   unheard_.reset();
-  absl::Cleanup release = [this] { std::vector<float>().swap(averaged_); };
   if (model->round() != unheard.round || model->digest() != unheard.digest.with_momentum) {
     return std::nullopt;
   }

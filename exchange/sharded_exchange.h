@@ -70,7 +70,9 @@ class ShardedExchange : public Exchange {
 
   const Options options_;
   std::unique_ptr<v1::Averaging::Stub> stub_;
-  // The averaged update until the commit, and after it while unheard_ (empty between rounds).
+  // The averaged update: filled in a round, kept after it while unheard_. Kept between rounds
+  // too: freed and faulted in again each round it cost rounds of 100 MB about a fifth of their
+  // time where cores were scarce (docs/design.md, "What a training node holds").
   std::vector<float> averaged_;
   // A round whose update is in averaged_, delivered, its outcome not heard.
   struct Unheard {

@@ -70,9 +70,9 @@ class ShardedExchange : public Exchange {
 
   const Options options_;
   std::unique_ptr<v1::Averaging::Stub> stub_;
-  // The averaged update: filled in a round, kept after it while unheard_. Kept between rounds
-  // too: freed and faulted in again each round it cost rounds of 100 MB about a fifth of their
-  // time where cores were scarce (docs/design.md, "What a training node holds").
+  // The averaged update: filled in a round, applied at its commit (after the round while
+  // unheard_). Allocated once, not per round: a fresh model-sized buffer is zeroed and faulted
+  // in while the round runs (docs/design.md, "Where the model lives").
   std::vector<float> averaged_;
   // A round whose update is in averaged_, delivered, its outcome not heard.
   struct Unheard {

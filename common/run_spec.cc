@@ -33,6 +33,7 @@ constexpr int kDefaultUnsyncedRounds = 4;
 constexpr double kDefaultQuorumTimeoutSeconds = 600;
 // RunSpec.checkpoint_share by default: at most 5 % of the time goes to writing checkpoints.
 constexpr double kDefaultCheckpointShare = 0.05;
+constexpr double kDefaultRoundQuorumFraction = 0.5;
 // Star rounds: every chunk passes through the coordinator, which handles fewer, larger
 // messages best. Sharded rounds: a ring round's pipeline is 2 (N - 1) hops deep, each hop a
 // chunk's transfer, and an all-to-all round ends with N chunks through the owner's link, so
@@ -163,6 +164,29 @@ absl::Status ValidateSchedule(const v1::RunSpec& spec, double peak_lr) {
   return CheckRange("lr_schedule.min_lr", schedule.min_lr(), 0, peak_lr);
 }
 
+// round_seconds, round_grace_seconds and round_quorum_fraction, against the deadline.
+absl::Status ValidatePacing(const v1::RunSpec& spec) {
+  const double deadline = spec.has_round_deadline_seconds() ? spec.round_deadline_seconds()
+                                                            : kDefaultRoundDeadlineSeconds;
+  if (spec.round_seconds() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckRange("round_seconds", spec.round_seconds(), 0, 3600, /*lo_open=*/true));
+    if (spec.round_seconds() >= deadline) {
+      return FieldError("round_seconds", absl::StrCat("must be below round_deadline_seconds (",
+                                                      deadline, "), got ", spec.round_seconds()));
+    }
+  }
+  if (spec.round_grace_seconds() != 0) {
+    LOCALSGD_RETURN_IF_ERROR(CheckRange("round_grace_seconds", spec.round_grace_seconds(), 0,
+                                        deadline, /*lo_open=*/true, /*hi_open=*/true));
+  }
+  if (spec.has_round_quorum_fraction()) {
+    LOCALSGD_RETURN_IF_ERROR(
+        CheckRange("round_quorum_fraction", spec.round_quorum_fraction(), 0, 1, /*lo_open=*/true));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsBuiltinModel(absl::string_view name) {
@@ -250,6 +274,7 @@ absl::Status ValidateRunSpec(const v1::RunSpec& spec) {
     LOCALSGD_RETURN_IF_ERROR(CheckRange("round_deadline_seconds", spec.round_deadline_seconds(), 0,
                                         kMaxSeconds, /*lo_open=*/true));
   }
+  LOCALSGD_RETURN_IF_ERROR(ValidatePacing(spec));
   if (spec.has_max_delta_norm_ratio() && spec.max_delta_norm_ratio() != 0) {
     LOCALSGD_RETURN_IF_ERROR(
         CheckRange("max_delta_norm_ratio", spec.max_delta_norm_ratio(), 1, 1e9, /*lo_open=*/true));
@@ -347,6 +372,9 @@ v1::RunSpec WithDefaults(const v1::RunSpec& spec) {
   if (out.ring_streams() == 0) out.set_ring_streams(1);
   if (!out.has_checkpoint_every_rounds()) out.set_checkpoint_every_rounds(1);
   if (!out.has_checkpoint_share()) out.set_checkpoint_share(kDefaultCheckpointShare);
+  if (!out.has_round_seconds()) out.set_round_seconds(0);
+  if (!out.has_round_grace_seconds()) out.set_round_grace_seconds(0);
+  if (!out.has_round_quorum_fraction()) out.set_round_quorum_fraction(kDefaultRoundQuorumFraction);
   if (!out.has_suspend_after_failed_rounds()) {
     out.set_suspend_after_failed_rounds(kDefaultSuspendAfterFailedRounds);
   }

@@ -172,13 +172,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Opti
     self->http_address_ = self->http_server_->address();
   }
 
-  // Leases, quorum timeouts and round deadlines are checked this often.
-  absl::Duration tick = std::min(options.lease_timeout / 4, absl::Milliseconds(250));
+  // Leases and quorum timeouts are checked this often; round deadlines and grace windows
+  // (RunSpec.round_grace_seconds) more often, so that a round waits past them by little.
+  const absl::Duration tick = std::min(options.lease_timeout / 4, absl::Milliseconds(250));
+  const absl::Duration round_tick = std::min(tick, absl::Milliseconds(50));
   CoordinatorServer* raw = self.get();
   self->plane_ticker_ =
       std::thread([raw, tick] { raw->TickLoop(tick, [raw] { raw->plane_->Tick(); }); });
-  self->round_ticker_ =
-      std::thread([raw, tick] { raw->TickLoop(tick, [raw] { raw->rounds_->Tick(); }); });
+  self->round_ticker_ = std::thread(
+      [raw, round_tick] { raw->TickLoop(round_tick, [raw] { raw->rounds_->Tick(); }); });
   return self;
 }
 

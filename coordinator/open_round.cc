@@ -21,6 +21,16 @@ void OpenRound::Drive(const v1::RunSpec& spec, const std::vector<ControlPlane::L
   }
 }
 
+void OpenRound::Share(const v1::SyncHeader& header, const v1::RunSpec& spec) {
+  v1::MemberShare& share = shares.emplace_back();
+  share.set_member_id(header.member_id());
+  share.set_weight(header.weight());
+  share.set_workers(header.num_workers());
+  share.set_steps(spec.round_seconds() > 0
+                      ? static_cast<int64_t>(header.weight() / header.num_workers())
+                      : spec.local_sgd_steps());
+}
+
 v1::RoundRecord OpenRound::Record(v1::RoundOutcome outcome, const v1::RunSpec& spec,
                                   int64_t global_step, absl::Time now) const {
   v1::RoundRecord record;
@@ -28,6 +38,13 @@ v1::RoundRecord OpenRound::Record(v1::RoundOutcome outcome, const v1::RunSpec& s
   record.set_outcome(outcome);
   record.set_exchange(spec.exchange());
   driver->Record(&record);
+  if (outcome == v1::ROUND_OUTCOME_COMMITTED) {
+    for (const std::string& id : record.members()) {
+      for (const v1::MemberShare& share : shares) {
+        if (share.member_id() == id) *record.add_shares() = share;
+      }
+    }
+  }
   record.set_bytes_received(bytes_received);
   record.set_bytes_sent(bytes_sent);
   record.set_duration_seconds(absl::ToDoubleSeconds(now - info.opened));

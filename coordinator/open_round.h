@@ -12,6 +12,7 @@
 #include "coordinator/round_driver.h"
 #include "coordinator/sharded_driver.h"
 #include "coordinator/star_driver.h"
+#include "proto/localsgd/v1/averaging.pb.h"
 #include "proto/localsgd/v1/coordinator.pb.h"
 
 namespace localsgd {
@@ -31,8 +32,12 @@ struct OpenRound {
   v1::RoundRecord Record(v1::RoundOutcome outcome, const v1::RunSpec& spec, int64_t global_step,
                          absl::Time now) const;
 
+  // An admitted header entered the round: its member's share of the update.
+  void Share(const v1::SyncHeader& header, const v1::RunSpec& spec);
+
   RoundContext::Round info;
   std::vector<std::string> members;                            // the leaders expected
+  std::vector<v1::MemberShare> shares;                         // by arrival
   std::vector<std::pair<std::string, std::string>> suspended;  // live leaders left out: why
   int64_t bytes_received = 0;
   int64_t bytes_sent = 0;

@@ -164,6 +164,7 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
   at.committed_round = model().round();
   if (round_.has_value()) at.open_fragment = round_->info.fragment;
   standing_.Suspended(claimed.member_id(), options_.clock(), &at.suspended);
+  if (model().spec().round_seconds() > 0) at.paced_max_steps = model().spec().local_sgd_steps();
   LOCALSGD_ASSIGN_OR_RETURN(const v1::SyncHeader header, AdmitSyncHeader(claimed, at));
   models_.AddHolder(leader);  // admitted: its round is the next, so it holds ours
   if (!round_.has_value()) {
@@ -172,7 +173,9 @@ absl::StatusOr<int64_t> RoundManager::JoinLocked(const v1::SyncHeader& claimed,
     }
     StartRound(model().round() + 1, header.fragment());
   }
-  return round_->driver->Arrive(header, member);
+  absl::StatusOr<int64_t> session = round_->driver->Arrive(header, member);
+  if (session.ok()) round_->Share(header, model().spec());
+  return session;
 }
 
 void RoundManager::StartRound(int64_t number, int fragment) {

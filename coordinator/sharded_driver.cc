@@ -18,6 +18,7 @@ ShardedRound::Options OptionsOf(const RoundContext& context) {
   options.layout = context.round().layout;
   options.opened = context.round().opened;
   options.deadline = absl::Seconds(spec.round_deadline_seconds());
+  options.grace = RoundGrace::Of(spec);
   options.min_workers = spec.min_workers();
   options.min_shard_values = spec.min_shard_bytes() / static_cast<int64_t>(sizeof(float));
   options.owners_hold_deltas =

@@ -42,6 +42,7 @@ absl::Status ShardedRound::Arrive(const std::string& member_id, double weight, i
         absl::StrCat("member ", member_id, " is already in round ", options_.number));
   }
   member->arrived = true;
+  member->arrived_at = now;
   member->weight = weight;
   member->step = step;
   Advance(now);
@@ -122,6 +123,17 @@ void ShardedRound::Tick(absl::Time now) {
     }
     LayOut(now);
     Advance(now);
+  } else if (phase_ == Phase::kGathering && now > GraceEnds()) {
+    // Late, not faulty: the grace window is what a run with nodes of unequal speed asks for.
+    const int expected = static_cast<int>(expected_.size());
+    for (Member& member : expected_) {
+      if (!member.arrived && !member.dropped) {
+        excused_.push_back(member.candidate.member_id);
+        Drop(member, options_.grace.Reason(expected));
+      }
+    }
+    LayOut(now);
+    Advance(now);
   } else if (phase_ == Phase::kExchanging && now > laid_out_at_ + options_.deadline) {
     // An owner that has not delivered may not have averaged its range: nobody can be sure to
     // hold it. Others that have not delivered are dropped and the round goes on.
@@ -147,6 +159,14 @@ void ShardedRound::Tick(absl::Time now) {
     }
     Advance(now);
   }
+}
+
+absl::Time ShardedRound::GraceEnds() const {
+  std::vector<absl::Time> arrivals;
+  for (const Member& member : expected_) {
+    if (member.arrived) arrivals.push_back(member.arrived_at);
+  }
+  return options_.grace.Ends(std::move(arrivals), static_cast<int>(expected_.size()));
 }
 
 bool ShardedRound::Owns(int slot) const {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "coordinator/round_grace.h"
 #include "coordinator/suspensions.h"
 #include "exchange/chunking.h"
 #include "exchange/model_digest.h"
@@ -20,7 +21,8 @@ namespace localsgd {
 // acts on what it reports.
 //
 // Gathering: the round waits for a header from every node leader that was live when it
-// opened; one that left, or had not arrived by the deadline, is left out. The layout then
+// opened; one that left, or had not arrived by the deadline or the grace window's end, is left
+// out. The layout then
 // assigns contiguous, balanced, chunk-aligned ranges to the members that serve a data plane
 // (the first of them in slot order, no more than there are chunks or min_shard_values allow).
 // Exchanging: owners send each averaged chunk of their range to every member (the coordinator
@@ -43,6 +45,8 @@ class ShardedRound {
     ChunkLayout layout;
     absl::Time opened;
     absl::Duration deadline = absl::Seconds(60);
+    // Members not in by its end are left out, not held at fault (RunSpec.round_grace_seconds).
+    RoundGrace grace;
     int min_workers = 1;
     // The least values of the vector one owner averages (RunSpec.min_shard_bytes / 4): a
     // small vector gets fewer owners than members. 0: a chunk is enough.
@@ -88,7 +92,7 @@ class ShardedRound {
   bool Verify();
   // By shard, once Verify returned true.
   const std::vector<DigestPair>& agreed() const { return agreed_; }
-  // Deadlines.
+  // Deadlines, and the grace window.
   void Tick(absl::Time now);
 
   Phase phase() const { return phase_; }
@@ -124,6 +128,7 @@ class ShardedRound {
   struct Member {
     Candidate candidate;
     bool arrived = false;
+    absl::Time arrived_at;
     bool dropped = false;
     bool delivered = false;
     std::vector<DigestPair> range_digests;  // by shard, once delivered
@@ -138,6 +143,8 @@ class ShardedRound {
   // Quorum, then the layout once everyone expected is in, or the commit once complete.
   void Advance(absl::Time now);
   void AbortWith(const std::string& reason);
+  // When the grace window ends (RoundGrace::Ends over the arrivals so far).
+  absl::Time GraceEnds() const;
   // Whether the member in `slot` owns a range.
   bool Owns(int slot) const;
   // Whether a member still in the round (other than `but`) has not delivered.

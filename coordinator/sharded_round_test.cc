@@ -25,7 +25,8 @@ class ShardedRoundTest : public ::testing::Test {
   // A round of `members` leaders (m0, m1, ...; all serve a data plane unless listed in
   // `no_address`) over `chunks` chunks of 256 values, the last one 100 values short.
   ShardedRound Make(int members, int chunks, int min_workers = 1, std::vector<int> no_address = {},
-                    int64_t min_shard_values = 0, bool owners_hold_deltas = false) {
+                    int64_t min_shard_values = 0, bool owners_hold_deltas = false,
+                    RoundGrace grace = RoundGrace()) {
     std::vector<ShardedRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) {
       const bool serves = std::find(no_address.begin(), no_address.end(), i) == no_address.end();
@@ -39,6 +40,7 @@ class ShardedRoundTest : public ::testing::Test {
     options.min_workers = min_workers;
     options.min_shard_values = min_shard_values;
     options.owners_hold_deltas = owners_hold_deltas;
+    options.grace = grace;
     return ShardedRound(options, std::move(candidates));
   }
 
@@ -60,6 +62,35 @@ class ShardedRoundTest : public ::testing::Test {
 
   FakeClock clock_;
 };
+
+// A quorum of 2 of 4 in, the grace window (2 s) from the second arrival: then the round is laid
+// out without the one still out, which is not held at fault; a member in before the window's
+// end is in the round.
+TEST_F(ShardedRoundTest, TheGraceWindowLaysOutWithoutTheLateOnesAfterAQuorum) {
+  ShardedRound round = Make(4, 8, 1, {}, 0, false, RoundGrace(absl::Seconds(2), 0.5));
+  ASSERT_THAT(round.Arrive("m0", 1, 8, clock_.Now()), IsOk());
+  clock_.Advance(absl::Seconds(3));  // one alone is no quorum: no window yet
+  round.Tick(clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kGathering);
+  ASSERT_THAT(round.Arrive("m1", 1, 8, clock_.Now()), IsOk());
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_THAT(round.Arrive("m2", 1, 8, clock_.Now()), IsOk());
+  clock_.Advance(absl::Seconds(1));
+  round.Tick(clock_.Now());  // at the window's end, not past it
+  EXPECT_EQ(round.phase(), Phase::kGathering);
+  clock_.Advance(absl::Milliseconds(1));
+  round.Tick(clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  EXPECT_TRUE(round.TakeLaidOut());
+  EXPECT_THAT(round.members(), ElementsAre("m0", "m1", "m2"));
+  EXPECT_THAT(round.TakeDrops(),
+              ElementsAre(Pair("m3",
+                               "did not arrive within the grace window (2s after 2 of 4 "
+                               "members)")));
+  EXPECT_THAT(round.Faults(), IsEmpty());
+  EXPECT_THAT(round.Arrive("m3", 1, 8, clock_.Now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "was laid out without"));
+}
 
 TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   ShardedRound round = Make(3, 10);

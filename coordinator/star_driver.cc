@@ -16,6 +16,7 @@ StarRound::Options OptionsOf(const RoundContext& context) {
   options.number = context.round().number;
   options.opened = context.round().opened;
   options.deadline = absl::Seconds(context.spec().round_deadline_seconds());
+  options.grace = RoundGrace::Of(context.spec());
   options.min_workers = context.spec().min_workers();
   return options;
 }
@@ -41,8 +42,8 @@ StarDriver::StarDriver(RoundContext* context, const std::vector<ControlPlane::Le
 
 absl::StatusOr<int64_t> StarDriver::Arrive(const v1::SyncHeader& header,
                                            std::shared_ptr<RoundMember> stream) {
-  LOCALSGD_ASSIGN_OR_RETURN(const int slot,
-                            round_.Arrive(header.member_id(), header.step(), header.num_workers()));
+  LOCALSGD_ASSIGN_OR_RETURN(const int slot, round_.Arrive(header.member_id(), header.step(),
+                                                          header.num_workers(), context_->Now()));
   if (absl::Status s = reducer_.deltas().SetWeight(slot, header.weight()); !s.ok()) {
     Drop(slot, std::string(s.message()), s);
     return s;

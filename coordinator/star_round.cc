@@ -22,7 +22,8 @@ int StarRound::SlotOf(const std::string& member_id) const {
   return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
 }
 
-absl::StatusOr<int> StarRound::Arrive(const std::string& member_id, int64_t step, int workers) {
+absl::StatusOr<int> StarRound::Arrive(const std::string& member_id, int64_t step, int workers,
+                                      absl::Time now) {
   const int slot = SlotOf(member_id);
   if (slot < 0) return OpenedWithout(options_.number, member_id);
   if (phase_ == Phase::kAborted) return RoundAborted(options_.number, abort_reason_);
@@ -36,6 +37,7 @@ absl::StatusOr<int> StarRound::Arrive(const std::string& member_id, int64_t step
         absl::StrCat("member ", member_id, " is already in round ", options_.number));
   }
   member.arrived = true;
+  member.arrived_at = now;
   member.step = step;
   member.workers = workers;
   CheckQuorum();
@@ -78,7 +80,13 @@ void StarRound::Fail(const std::string& reason) {
 
 void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leaders) {
   int missing = 0;
-  for (const Member& member : state_) missing += !member.arrived && !member.dropped;
+  std::vector<absl::Time> arrivals;
+  for (const Member& member : state_) {
+    missing += !member.arrived && !member.dropped;
+    if (member.arrived) arrivals.push_back(member.arrived_at);
+  }
+  const int expected = static_cast<int>(members_.size());
+  const bool grace_over = now > options_.grace.Ends(std::move(arrivals), expected);
   for (size_t slot = 0; slot < members_.size() && phase_ == Phase::kOpen; ++slot) {
     const Member& member = state_[slot];
     if (member.dropped) continue;
@@ -91,6 +99,11 @@ void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leader
             absl::StrCat("missed the round deadline (", absl::ToDoubleSeconds(options_.deadline),
                          " s)"),
             absl::DeadlineExceededError("missed the round deadline"));
+    } else if (grace_over && !member.arrived) {
+      // Late, not faulty: the grace window is what a run with nodes of unequal speed asks for.
+      Leave(s, options_.grace.Reason(expected),
+            absl::FailedPreconditionError("did not arrive within the round's grace window"),
+            /*excused=*/true);
     }
   }
 }

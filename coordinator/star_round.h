@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/round_grace.h"
 #include "coordinator/suspensions.h"
 
 namespace localsgd {
@@ -18,8 +19,9 @@ namespace localsgd {
 // end) and acts on what it reports (who to drop, commit or abort).
 //
 // The round expects every node leader that was live when it opened, each in a slot. A member
-// is dropped when it leaves (stream ended, lease expired, bad input, header refused) or has
-// not sent its whole delta by the deadline; the round goes on without it. It aborts once the
+// is dropped when it leaves (stream ended, lease expired, bad input, header refused), has
+// not sent its whole delta by the deadline, or has not arrived by the grace window's end; the
+// round goes on without it. It aborts once the
 // members left stand for fewer than min_workers workers, or when its update cannot be made
 // (Fail). It commits once every chunk is averaged (Averaged) with the quorum held. Members
 // screened out (Exclude) stay in the round but not in its mean or its commit.
@@ -34,6 +36,8 @@ class StarRound {
     int64_t number = 0;
     absl::Time opened;
     absl::Duration deadline = absl::Seconds(60);
+    // Members not in by its end are left out, not held at fault (RunSpec.round_grace_seconds).
+    RoundGrace grace;
     int min_workers = 1;
   };
   enum class Phase { kOpen, kCommitted, kAborted };
@@ -47,10 +51,11 @@ class StarRound {
 
   StarRound(Options options, std::vector<Candidate> expected);
 
-  // A member's header, standing for `workers` ranks: its slot. FAILED_PRECONDITION when it is
-  // not expected in this round or was dropped; ALREADY_EXISTS when it came twice; ABORTED once
-  // the round is over.
-  absl::StatusOr<int> Arrive(const std::string& member_id, int64_t step, int workers);
+  // A member's header, standing for `workers` ranks, at `now`: its slot. FAILED_PRECONDITION
+  // when it is not expected in this round or was dropped; ALREADY_EXISTS when it came twice;
+  // ABORTED once the round is over.
+  absl::StatusOr<int> Arrive(const std::string& member_id, int64_t step, int workers,
+                             absl::Time now);
   // The member sent its whole delta (at `now`).
   void Delivered(int slot, absl::Time now);
   // The member is out of the round: `reason` for the record, `status` for its stream;
@@ -64,8 +69,8 @@ class StarRound {
   void Averaged();
   // The update cannot be made (it overflows the codec): the round aborts.
   void Fail(const std::string& reason);
-  // Drops the members that are no longer live leaders, and past the deadline those that have
-  // not delivered.
+  // Drops the members that are no longer live leaders, past the deadline those that have not
+  // delivered, and past the grace window's end those that have not arrived.
   void Tick(absl::Time now, const std::vector<std::string>& live_leaders);
 
   Phase phase() const { return phase_; }
@@ -96,6 +101,7 @@ class StarRound {
   struct Member {
     int workers = 1;
     bool arrived = false;
+    absl::Time arrived_at;
     bool delivered = false;
     bool dropped = false;
     bool excluded = false;

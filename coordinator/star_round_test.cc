@@ -24,7 +24,7 @@ using Phase = StarRound::Phase;
 class StarRoundTest : public ::testing::Test {
  protected:
   // A round of `members` leaders m0, m1, ... of one worker each, a 10 s deadline.
-  StarRound Make(int members, int min_workers = 1) {
+  StarRound Make(int members, int min_workers = 1, RoundGrace grace = RoundGrace()) {
     std::vector<StarRound::Candidate> candidates;
     for (int i = 0; i < members; ++i) candidates.push_back({absl::StrCat("m", i), 1});
     for (int i = 0; i < members; ++i) live_.push_back(absl::StrCat("m", i));
@@ -33,6 +33,7 @@ class StarRoundTest : public ::testing::Test {
     options.opened = clock_.Now();
     options.deadline = absl::Seconds(10);
     options.min_workers = min_workers;
+    options.grace = grace;
     return StarRound(options, std::move(candidates));
   }
 
@@ -42,10 +43,11 @@ class StarRoundTest : public ::testing::Test {
 
 TEST_F(StarRoundTest, CommitsOnceAveragedWithTheStepOfItsMembersAndTheirSlowestWait) {
   StarRound round = Make(2);
-  EXPECT_THAT(round.Arrive("m1", 16, 1), IsOkAndHolds(1));
-  EXPECT_THAT(round.Arrive("m0", 8, 1), IsOkAndHolds(0));
-  EXPECT_THAT(round.Arrive("m0", 8, 1), StatusIs(absl::StatusCode::kAlreadyExists, "already"));
-  EXPECT_THAT(round.Arrive("stranger", 8, 1),
+  EXPECT_THAT(round.Arrive("m1", 16, 1, clock_.Now()), IsOkAndHolds(1));
+  EXPECT_THAT(round.Arrive("m0", 8, 1, clock_.Now()), IsOkAndHolds(0));
+  EXPECT_THAT(round.Arrive("m0", 8, 1, clock_.Now()),
+              StatusIs(absl::StatusCode::kAlreadyExists, "already"));
+  EXPECT_THAT(round.Arrive("stranger", 8, 1, clock_.Now()),
               StatusIs(absl::StatusCode::kFailedPrecondition, "opened without member stranger"));
   round.Delivered(0, clock_.Now());
   clock_.Advance(absl::Seconds(2));
@@ -63,9 +65,9 @@ TEST_F(StarRoundTest, CommitsOnceAveragedWithTheStepOfItsMembersAndTheirSlowestW
 
 TEST_F(StarRoundTest, TheDeadlineDropsWhoHasNotDeliveredAndTheRoundGoesOnWithoutIt) {
   StarRound round = Make(3);
-  ASSERT_THAT(round.Arrive("m0", 8, 1), IsOkAndHolds(0));
-  ASSERT_THAT(round.Arrive("m1", 8, 1), IsOkAndHolds(1));  // arrives, never delivers
-  round.Delivered(0, clock_.Now());                        // m2 never comes
+  ASSERT_THAT(round.Arrive("m0", 8, 1, clock_.Now()), IsOkAndHolds(0));
+  ASSERT_THAT(round.Arrive("m1", 8, 1, clock_.Now()), IsOkAndHolds(1));  // arrives, never delivers
+  round.Delivered(0, clock_.Now());                                      // m2 never comes
   clock_.Advance(absl::Seconds(10));
   round.Tick(clock_.Now(), live_);
   EXPECT_THAT(round.TakeDrops(), IsEmpty());  // at the deadline, not yet past it
@@ -83,7 +85,7 @@ TEST_F(StarRoundTest, TheDeadlineDropsWhoHasNotDeliveredAndTheRoundGoesOnWithout
   ASSERT_EQ(faults.size(), 2u);
   EXPECT_FALSE(faults[0].silent);
   EXPECT_TRUE(faults[1].silent);
-  EXPECT_THAT(round.Arrive("m2", 8, 1),
+  EXPECT_THAT(round.Arrive("m2", 8, 1, clock_.Now()),
               StatusIs(absl::StatusCode::kFailedPrecondition, "was dropped from round 3"));
   EXPECT_EQ(round.phase(), Phase::kOpen);
   round.Averaged();
@@ -92,10 +94,37 @@ TEST_F(StarRoundTest, TheDeadlineDropsWhoHasNotDeliveredAndTheRoundGoesOnWithout
   EXPECT_THAT(round.Present(), ElementsAre("m0"));
 }
 
+// With a grace window of 1 s after 2 of 3: the one that has not arrived is left out, not held at
+// fault; one that arrived but is slow to deliver stays until the deadline.
+TEST_F(StarRoundTest, TheGraceWindowDropsWhoHasNotArrivedAfterAQuorum) {
+  StarRound round = Make(3, 1, RoundGrace(absl::Seconds(1), 0.5));
+  ASSERT_THAT(round.Arrive("m0", 8, 1, clock_.Now()), IsOkAndHolds(0));
+  clock_.Advance(absl::Seconds(4));
+  round.Tick(clock_.Now(), live_);
+  EXPECT_THAT(round.TakeDrops(), IsEmpty());  // no quorum yet
+  ASSERT_THAT(round.Arrive("m1", 8, 1, clock_.Now()), IsOkAndHolds(1));
+  clock_.Advance(absl::Seconds(1));
+  round.Tick(clock_.Now(), live_);
+  EXPECT_THAT(round.TakeDrops(), IsEmpty());
+  clock_.Advance(absl::Milliseconds(1));
+  round.Tick(clock_.Now(), live_);
+  std::vector<StarRound::Drop> drops = round.TakeDrops();
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops[0].slot, 2);
+  EXPECT_THAT(round.dropped(),
+              ElementsAre(Pair("m2",
+                               "did not arrive within the grace window (1s after 2 of 3 "
+                               "members)")));
+  EXPECT_THAT(round.Faults(), IsEmpty());
+  EXPECT_EQ(round.phase(), Phase::kOpen);
+  round.Averaged();
+  EXPECT_THAT(round.Included(), ElementsAre("m0", "m1"));
+}
+
 // Two that never arrive: neither is silent (the round did not wait for one member alone).
 TEST_F(StarRoundTest, MembersMissingTogetherAreNotSilent) {
   StarRound round = Make(3);
-  ASSERT_THAT(round.Arrive("m0", 8, 1), IsOkAndHolds(0));
+  ASSERT_THAT(round.Arrive("m0", 8, 1, clock_.Now()), IsOkAndHolds(0));
   round.Delivered(0, clock_.Now());
   clock_.Advance(absl::Seconds(11));
   round.Tick(clock_.Now(), live_);
@@ -107,9 +136,9 @@ TEST_F(StarRoundTest, MembersMissingTogetherAreNotSilent) {
 
 TEST_F(StarRoundTest, LosingTheQuorumAbortsAndNothingCommitsAfterIt) {
   StarRound round = Make(3, /*min_workers=*/3);
-  ASSERT_THAT(round.Arrive("m0", 8, 1), IsOkAndHolds(0));
-  ASSERT_THAT(round.Arrive("m1", 8, 1), IsOkAndHolds(1));
-  ASSERT_THAT(round.Arrive("m2", 8, 1), IsOkAndHolds(2));
+  ASSERT_THAT(round.Arrive("m0", 8, 1, clock_.Now()), IsOkAndHolds(0));
+  ASSERT_THAT(round.Arrive("m1", 8, 1, clock_.Now()), IsOkAndHolds(1));
+  ASSERT_THAT(round.Arrive("m2", 8, 1, clock_.Now()), IsOkAndHolds(2));
   clock_.Advance(absl::Seconds(1));
   live_.erase(live_.begin() + 1);  // m1's lease expired
   round.Tick(clock_.Now(), live_);
@@ -121,13 +150,14 @@ TEST_F(StarRoundTest, LosingTheQuorumAbortsAndNothingCommitsAfterIt) {
   EXPECT_THAT(drops[0].status, StatusIs(absl::StatusCode::kUnavailable, ""));
   round.Averaged();
   EXPECT_EQ(round.phase(), Phase::kAborted);
-  EXPECT_THAT(round.Arrive("m1", 8, 1), StatusIs(absl::StatusCode::kAborted, "quorum lost"));
+  EXPECT_THAT(round.Arrive("m1", 8, 1, clock_.Now()),
+              StatusIs(absl::StatusCode::kAborted, "quorum lost"));
 }
 
 TEST_F(StarRoundTest, AHeaderStandingForFewerWorkersCanLoseTheQuorum) {
   StarRound round = Make(2, /*min_workers=*/2);
   EXPECT_EQ(round.phase(), Phase::kOpen);
-  ASSERT_THAT(round.Arrive("m0", 8, 0), IsOkAndHolds(0));
+  ASSERT_THAT(round.Arrive("m0", 8, 0, clock_.Now()), IsOkAndHolds(0));
   EXPECT_EQ(round.phase(), Phase::kAborted);
   EXPECT_THAT(round.abort_reason(), HasSubstr("quorum lost: 1 of min_workers 2"));
 }
@@ -141,7 +171,7 @@ TEST_F(StarRoundTest, ARoundWithoutEnoughLeadersAbortsAtOnce) {
 TEST_F(StarRoundTest, AScreenedOutMemberStaysPresentButIsNotInTheCommit) {
   StarRound round = Make(3);
   for (int i = 0; i < 3; ++i) {
-    ASSERT_THAT(round.Arrive(absl::StrCat("m", i), 8 * (i + 1), 1), IsOkAndHolds(i));
+    ASSERT_THAT(round.Arrive(absl::StrCat("m", i), 8 * (i + 1), 1, clock_.Now()), IsOkAndHolds(i));
     round.Delivered(i, clock_.Now());
   }
   round.Exclude(2, "delta norm 900 is more than max_delta_norm_ratio 3 times the median");
@@ -156,7 +186,7 @@ TEST_F(StarRoundTest, AScreenedOutMemberStaysPresentButIsNotInTheCommit) {
 
 TEST_F(StarRoundTest, AFailedUpdateAbortsWithItsReasonAndLateLeavesChangeNothing) {
   StarRound round = Make(2);
-  ASSERT_THAT(round.Arrive("m0", 8, 1), IsOkAndHolds(0));
+  ASSERT_THAT(round.Arrive("m0", 8, 1, clock_.Now()), IsOkAndHolds(0));
   round.Leave(1, "refused: codec", absl::OkStatus());
   EXPECT_EQ(round.phase(), Phase::kOpen);
   round.Fail("update of chunk 0 overflows fp32");

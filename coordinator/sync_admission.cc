@@ -1,5 +1,8 @@
 #include "coordinator/sync_admission.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "exchange/codec.h"
@@ -16,19 +19,27 @@ absl::StatusOr<v1::SyncHeader> AdmitSyncHeader(const v1::SyncHeader& claimed,
         "] (the local_world_size this node leader joined with), got ", claimed.num_workers()));
   }
   // A member's delta weighs as many ranks as it stands for, no more (docs/design.md,
-  // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them.
-  if (claimed.weight() != claimed.num_workers()) {
+  // "Faults"): one member can neither outweigh the others a thousandfold nor cancel them. In
+  // paced runs, times the optimizer steps it trained ("Paced rounds"), no more than a round's
+  // local_sgd_steps: no more than a member at full speed.
+  const double steps = claimed.weight() / claimed.num_workers();
+  if (at.paced_max_steps == 0 && claimed.weight() != claimed.num_workers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight: must be num_workers (", claimed.num_workers(), "), got ", claimed.weight()));
+  }
+  if (at.paced_max_steps > 0 && !(steps >= 1 && steps <= 1e12 && steps == std::floor(steps))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight: must be num_workers (", claimed.num_workers(),
+        ") times the optimizer steps trained (a whole number >= 1), got ", claimed.weight()));
   }
   // And it weighs no more ranks than the coordinator saw its node join (a rank that has not
   // joined again yet after a restart counts once it has): the weight is the coordinator's,
   // not the member's claim.
   v1::SyncHeader header = claimed;
-  if (header.num_workers() > at.ranks) {
-    header.set_num_workers(at.ranks);
-    header.set_weight(at.ranks);
-  }
+  header.set_num_workers(std::min(claimed.num_workers(), at.ranks));
+  header.set_weight(at.paced_max_steps == 0
+                        ? header.num_workers()
+                        : header.num_workers() * std::min<double>(steps, at.paced_max_steps));
   if (header.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
   if (!v1::Codec_IsValid(header.codec())) {
     return absl::InvalidArgumentError(absl::StrCat("codec: unknown codec ", header.codec()));

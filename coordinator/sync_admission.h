@@ -28,11 +28,16 @@ struct SyncAdmission {
   std::optional<int> open_fragment;
   // Why the member sits rounds out (Suspensions); empty when it does not.
   std::string suspended;
+  // Paced runs (RunSpec.round_seconds): the most optimizer steps a delta's weight may count
+  // (local_sgd_steps); 0 in fixed-K runs.
+  int64_t paced_max_steps = 0;
 };
 
 // The header as the coordinator takes it (a claim of more ranks than the node's live members
-// is weighed at those), or the refusal naming the field: INVALID_ARGUMENT for a claim that is
-// never valid (num_workers outside [1, local_world_size], a weight other than num_workers, a
+// is weighed at those; in paced runs, a claim of more steps than paced_max_steps at those), or
+// the refusal naming the field: INVALID_ARGUMENT for a claim that is never valid (num_workers
+// outside [1, local_world_size], a weight other than num_workers (paced runs: num_workers
+// times a whole number of steps, at least 1), a
 // negative step, an unknown codec, a fragment or vector_length or codec that is not the run's),
 // FAILED_PRECONDITION for one not valid now (no model yet, a suspended member, a stale or
 // future round, another fragment than the open round's). A pure function: the run being

@@ -1,5 +1,7 @@
 #include "coordinator/sync_admission.h"
 
+#include <cmath>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
@@ -52,6 +54,35 @@ TEST(SyncAdmissionTest, ARankClaimAboveTheLiveRanksIsWeighedAtThem) {
   ASSERT_THAT(admitted, IsOk());
   EXPECT_EQ(admitted->num_workers(), 3);
   EXPECT_EQ(admitted->weight(), 3);
+}
+
+// Paced runs: the weight counts steps too, at most paced_max_steps, and whole ones.
+TEST(SyncAdmissionTest, PacedWeightsAreRanksTimesStepsCappedAtARoundsSteps) {
+  SyncAdmission at = At();
+  at.paced_max_steps = 8;
+  v1::SyncHeader header = Header();
+  header.set_weight(3 * 5);
+  absl::StatusOr<v1::SyncHeader> admitted = AdmitSyncHeader(header, at);
+  ASSERT_THAT(admitted, IsOk());
+  EXPECT_EQ(admitted->weight(), 15);
+  header.set_num_workers(4);  // one rank more than live, and more steps than a round has
+  header.set_weight(4 * 20);
+  admitted = AdmitSyncHeader(header, at);
+  ASSERT_THAT(admitted, IsOk());
+  EXPECT_EQ(admitted->num_workers(), 3);
+  EXPECT_EQ(admitted->weight(), 3 * 8);
+  for (const double weight : {0.0, 2.0, 4.5, -3.0, std::nan("")}) {
+    header = Header();
+    header.set_weight(weight);
+    EXPECT_THAT(AdmitSyncHeader(header, at), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      "weight: must be num_workers (3) times"))
+        << weight;
+  }
+  // Without pacing, a weight of steps is refused as before.
+  header = Header();
+  header.set_weight(3 * 5);
+  EXPECT_THAT(AdmitSyncHeader(header, At()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "weight: must be num_workers (3)"));
 }
 
 TEST(SyncAdmissionTest, ClaimsThatAreNeverValidNameTheirField) {

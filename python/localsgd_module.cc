@@ -72,7 +72,8 @@ SessionOptions MakeSessionOptions(const py::dict& given) {
                                              {"node_key_file", "LOCALSGD_NODE_KEY_FILE"},
                                              {"rendezvous_dir", "LOCALSGD_RENDEZVOUS_DIR"},
                                              {"checkpoint_dir", "LOCALSGD_CHECKPOINT_DIR"},
-                                             {"connect_timeout", "LOCALSGD_CONNECT_TIMEOUT"}};
+                                             {"connect_timeout", "LOCALSGD_CONNECT_TIMEOUT"},
+                                             {"round_steps", "LOCALSGD_ROUND_STEPS"}};
   std::map<std::string, std::string> overrides;
   for (const auto& [argument, variable] : *kVariables) {
     if (given.contains(argument) && !given[argument.c_str()].is_none()) {

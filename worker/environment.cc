@@ -96,6 +96,12 @@ absl::StatusOr<SessionOptions> SessionOptionsFromEnvironment(SessionOptions defa
     }
     options.connect_timeout = absl::Seconds(seconds);
   }
+  if (std::optional<std::string> steps = environment("LOCALSGD_ROUND_STEPS"); steps.has_value()) {
+    if (!absl::SimpleAtoi(*steps, &options.round_steps) || options.round_steps < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("LOCALSGD_ROUND_STEPS: \"", *steps,
+                                                     "\" is not a whole number of steps >= 0"));
+    }
+  }
   if (std::optional<std::string> file = environment("LOCALSGD_TOKEN_FILE"); file.has_value()) {
     LOCALSGD_ASSIGN_OR_RETURN(options.token, ReadSecretFile("LOCALSGD_TOKEN_FILE", *file));
   }

@@ -94,7 +94,9 @@ absl::Status HierarchicalAverager::AverageNow(absl::Status failure,
   if (failure.ok()) {
     failure = Exchange(
         flat, /*average_first=*/true,
-        [&](absl::Span<float> values) { sync_status = leader_->Sync(values, *step, fragment); },
+        [&](absl::Span<float> values) {
+          sync_status = leader_->Sync(values, *step, fragment, trained_steps_);
+        },
         &leader_has_result);
   }
   LOCALSGD_ASSIGN_OR_RETURN(std::optional<Verdict> verdict,
@@ -133,10 +135,10 @@ absl::Status HierarchicalAverager::Launch(const std::vector<at::Tensor>& tensors
   }
   if (leader_ != nullptr) {
     round->values = mean.to(torch::kCPU);  // `mean` is this round's own copy
-    round->round = std::thread([leader = leader_, r = round.get()] {
+    round->round = std::thread([leader = leader_, r = round.get(), steps = trained_steps_] {
       r->status = leader->Sync(
           absl::MakeSpan(r->values.data_ptr<float>(), static_cast<size_t>(r->values.numel())),
-          r->step, r->fragment);
+          r->step, r->fragment, steps);
     });
   }
   in_flight_ = std::move(round);
@@ -277,7 +279,9 @@ absl::Status HierarchicalAverager::Recover(absl::Status failure, const Redo& red
       flat = redo();
       failure = Exchange(
           flat, /*average_first=*/true,
-          [&](absl::Span<float> values) { *sync_status = leader_->Sync(values, *step, fragment); },
+          [&](absl::Span<float> values) {
+            *sync_status = leader_->Sync(values, *step, fragment, trained_steps_);
+          },
           &leader_has_result);
     }
   }

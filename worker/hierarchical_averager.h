@@ -58,6 +58,7 @@ class HierarchicalAverager : public ParameterAverager {
   absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) override;
   absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override { return health_; }
+  void SetTrainedSteps(int64_t steps) override { trained_steps_ = steps; }
 
   // Start of training: the leader offers global[0] and fetches the run's current global
   // model, every rank receives it; when the leader fails, every rank of the node returns an
@@ -127,7 +128,8 @@ class HierarchicalAverager : public ParameterAverager {
   NodeLeader* leader_;
   const TakeLead take_lead_;
   const FragmentPlan fragments_;
-  int leader_rank_;  // the local rank that leads the node
+  int leader_rank_;            // the local rank that leads the node
+  int64_t trained_steps_ = 0;  // SetTrainedSteps's, for the leader's next round
   absl::Status health_;
   std::unique_ptr<InFlight> in_flight_;
 };

@@ -11,7 +11,7 @@
 namespace localsgd {
 
 LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
-                   RoundSchedule schedule, bool enabled, int64_t first_step)
+                   RoundSchedule schedule, bool enabled, int64_t first_step, RoundPace pace)
     : averager_(averager),
       tensors_(std::move(tensors)),
       schedule_(schedule),
@@ -19,7 +19,10 @@ LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
       steps_(first_step),
       took_at_(first_step),
       synced_at_(static_cast<size_t>(schedule_.fragments()), first_step),
-      failed_(static_cast<size_t>(schedule_.fragments()), false) {}
+      failed_(static_cast<size_t>(schedule_.fragments()), false),
+      pace_(pace),
+      mark_(absl::Now()),
+      trained_(static_cast<size_t>(schedule_.fragments()), 0) {}
 
 LocalSGD::~LocalSGD() {
   absl::Status status = Finish();
@@ -28,7 +31,15 @@ LocalSGD::~LocalSGD() {
 
 absl::Status LocalSGD::Step() {
   ++steps_;
+  paced_skip_ = 0;
   if (!enabled_) return absl::OkStatus();
+  if (pace_.paced()) {
+    const absl::Time now = absl::Now();
+    window_time_ += now - mark_;
+    mark_ = now;
+    ++window_steps_;
+    for (int64_t& steps : trained_) ++steps;
+  }
   absl::Status merged;
   if (round_in_flight() && steps_ >= launched_at_ + schedule_.overlap_steps()) {
     const int64_t launched_at = launched_at_;
@@ -38,10 +49,39 @@ absl::Status LocalSGD::Step() {
     // round's phase) has had its round: the next one is the run's next.
     if (steps_ != at) return merged;
   }
+  if (pace_.paced() && window_steps_ >= pace_.steps() && !schedule_.RoundAt(steps_)) {
+    // Trained its share of the round's time: on to the run's next round step (never past the
+    // last step; overlap_steps < pace_.steps(), so the round in flight was merged).
+    const int64_t stride = schedule_.local_sgd_steps() / schedule_.fragments();
+    const int64_t was = steps_;
+    steps_ = (steps_ / stride + 1) * stride;
+    HoldAtLastStep();
+    paced_skip_ = steps_ - was;
+  }
   if (!schedule_.RoundAt(steps_)) return merged;
   const int64_t boundary = steps_;
   const int fragment = schedule_.FragmentAt(steps_);
+  if (pace_.paced()) {
+    pace_.Trained(window_steps_, window_time_);
+    window_steps_ = 0;
+    window_time_ = absl::ZeroDuration();
+  }
   return IntoPhase(schedule_.overlap_steps() == 0 ? Sync(fragment) : Launch(fragment), boundary);
+}
+
+void LocalSGD::BeforeRound(int fragment) {
+  if (pace_.paced()) averager_->SetTrainedSteps(std::max<int64_t>(1, trained_[fragment]));
+}
+
+void LocalSGD::AfterRound(int fragment, int64_t steps, const absl::Status& status) {
+  if (!pace_.paced()) return;
+  mark_ = absl::Now();  // the round's time is not training
+  if (absl::IsOutOfRange(status) || StaleRoundOf(status).has_value()) {
+    // The copy took the run's model: what it trained on is not in any delta to come.
+    std::fill(trained_.begin(), trained_.end(), 0);
+  } else if (status.ok()) {
+    trained_[fragment] -= steps;
+  }
 }
 
 absl::Status LocalSGD::IntoPhase(absl::Status status, int64_t boundary) {
@@ -77,6 +117,9 @@ absl::Status LocalSGD::MergeNow() {
   absl::Status status = averager_->Merge(tensors_, &steps_);
   HoldAtLastStep();
   Took(status);
+  // The launch took the delta's steps out; a round that did not commit leaves them to the next.
+  if (!status.ok()) trained_[launched_fragment_] += launched_steps_;
+  AfterRound(launched_fragment_, 0, status);
   failed_[launched_fragment_] = !status.ok() && !absl::IsOutOfRange(status);
   return status;
 }
@@ -115,9 +158,17 @@ absl::Status LocalSGD::Resync() {
 
 absl::Status LocalSGD::Launch(int fragment) {
   ++syncs_;
+  BeforeRound(fragment);
+  launched_steps_ = trained_[fragment];
+  trained_[fragment] = 0;
   absl::Status status = averager_->Launch(tensors_, fragment, &steps_);
   HoldAtLastStep();
-  if (!status.ok()) Took(status);  // a launch that ran its round at once (a rank died)
+  if (!status.ok()) {  // a launch that ran its round at once (a rank died)
+    Took(status);
+    trained_[fragment] += launched_steps_;
+    AfterRound(fragment, launched_steps_, status);
+  }
+  mark_ = absl::Now();
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok();
   if (status.ok()) {
@@ -132,9 +183,12 @@ absl::Status LocalSGD::Launch(int fragment) {
 absl::Status LocalSGD::Sync(int fragment) {
   ++syncs_;
   ++rounds_completed_;
+  BeforeRound(fragment);
+  const int64_t steps = trained_[fragment];
   absl::Status status = averager_->Average(tensors_, fragment, &steps_);
   HoldAtLastStep();
   Took(status);
+  AfterRound(fragment, steps, status);
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok() && !absl::IsOutOfRange(status);
   return status;

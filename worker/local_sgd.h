@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/round_schedule.h"
 #include "worker/parameter_averager.h"
+#include "worker/round_pace.h"
 
 namespace localsgd {
 
@@ -28,16 +30,19 @@ namespace localsgd {
 // (ParameterAverager::Merge); Finish() merges a round still in flight before the last sync.
 // With fragments = P > 1 (docs/design.md, "Streaming fragments") a round every
 // local_sgd_steps / P steps carries one fragment (RoundSchedule::FragmentAt), and Finish() syncs
-// every fragment not synced at the last step. Thread-compatible.
+// every fragment not synced at the last step. In a paced run (RoundPace; docs/design.md, "Paced
+// rounds") a copy trains pace.steps() optimizer steps after each round, then moves steps() to
+// the next round's step and syncs there, its delta weighed by the steps it trained.
+// Thread-compatible.
 class LocalSGD {
  public:
   // `tensors` are the model's parameters followed by the buffers to average (see
   // ModelTensors); they are updated in place. The averager must outlive this object.
   // `schedule`: when rounds fall (local_sgd_steps, overlap_steps, fragments). `first_step`:
   // optimizer steps already taken (a worker resuming a run in progress; a multiple of
-  // local_sgd_steps keeps the syncs on the run's boundaries).
+  // local_sgd_steps keeps the syncs on the run's boundaries). `pace`: a paced run's.
   LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors, RoundSchedule schedule,
-           bool enabled = true, int64_t first_step = 0);
+           bool enabled = true, int64_t first_step = 0, RoundPace pace = RoundPace());
   ~LocalSGD();
   LocalSGD(const LocalSGD&) = delete;
   LocalSGD& operator=(const LocalSGD&) = delete;
@@ -77,6 +82,8 @@ class LocalSGD {
   void set_last_step(int64_t last_step) { last_step_ = last_step; }
 
   int64_t steps() const { return steps_; }
+  // The steps the last Step() moved steps() past to the next round's step (paced runs).
+  int64_t paced_skip() const { return paced_skip_; }
   // Optimizer steps since the last round this copy took (one that committed with it, or one
   // that found the run ahead: it took the run's model); since first_step before any.
   int64_t unsynced_steps() const { return steps_ - took_at_; }
@@ -95,6 +102,11 @@ class LocalSGD {
   void HoldAtLastStep();
   // After a round's outcome `status`: whether the copy took the round (see unsynced_steps).
   void Took(const absl::Status& status);
+  // Paced runs: the round of `fragment` is about to go; its delta covers trained_[fragment].
+  void BeforeRound(int fragment);
+  // After that round's outcome `status` (of `fragment`, whose delta covered `steps`): the
+  // steps its next delta covers.
+  void AfterRound(int fragment, int64_t steps, const absl::Status& status);
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
@@ -110,6 +122,14 @@ class LocalSGD {
   int64_t syncs_ = 0;
   int64_t rounds_completed_ = 0;
   bool finished_ = false;
+  // Paced runs.
+  RoundPace pace_;
+  int64_t paced_skip_ = 0;
+  int64_t window_steps_ = 0;                // optimizer steps since the last round
+  absl::Duration window_time_;              // and the time they took, rounds left out
+  absl::Time mark_ = absl::InfinitePast();  // when the time outside rounds last resumed
+  std::vector<int64_t> trained_;            // by fragment: steps since its delta was last taken
+  int64_t launched_steps_ = 0;              // what the round in flight's delta covers
 };
 
 }  // namespace localsgd

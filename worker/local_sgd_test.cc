@@ -25,8 +25,12 @@ class FakeAverager : public ParameterAverager {
     torch::NoGradGuard no_grad;
     for (const at::Tensor& t : tensors) t.fill_(static_cast<double>(*step) * scale);
     if (move_to >= 0) *step = move_to;
+    trained.push_back(trained_steps);
     return status;
   }
+  void SetTrainedSteps(int64_t steps) override { trained_steps = steps; }
+  int64_t trained_steps = 0;
+  std::vector<int64_t> trained;  // SetTrainedSteps's, by Average call
   std::vector<int64_t> steps;
   std::vector<int> fragments;
   int64_t move_to = -1;
@@ -46,6 +50,58 @@ TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
   ASSERT_TRUE(local_sgd.Finish().ok());
   EXPECT_EQ(averager.steps.size(), 3u);  // idempotent
   EXPECT_EQ(local_sgd.syncs(), 3);
+}
+
+// A paced run's node that trains 3 steps a round (K = 8): after 3 optimizer steps it moves to
+// the run's next round step and syncs there, weighed by the 3 steps; at the last step (not a
+// round step) it stops there.
+RoundPace PacedAt(int k, int tau, int p, int fixed) {
+  v1::RunSpec spec;
+  spec.set_local_sgd_steps(k);
+  spec.set_overlap_steps(tau);
+  spec.set_fragments(p);
+  spec.set_round_seconds(1);
+  return RoundPace::Of(spec, fixed).value();
+}
+
+TEST(LocalSgdTest, APacedCopyMovesToTheNextRoundStepAfterItsSteps) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, Schedule(8), true, 0, PacedAt(8, 0, 1, 3));
+  local_sgd.set_last_step(20);
+  ASSERT_TRUE(local_sgd.Step().ok());
+  ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(local_sgd.steps(), 2);
+  ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(local_sgd.steps(), 8);
+  EXPECT_EQ(local_sgd.paced_skip(), 5);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(local_sgd.steps(), 16);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(local_sgd.Step().ok());
+  EXPECT_EQ(local_sgd.steps(), 20);  // held at the last step
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(averager.trained, (std::vector<int64_t>{3, 3}));
+  ASSERT_TRUE(local_sgd.Finish().ok());
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{8, 16, 20}));
+  EXPECT_EQ(averager.trained, (std::vector<int64_t>{3, 3, 3}));
+}
+
+// With fragments (K = 8, P = 2: a round every 4 steps), a fragment's delta covers every step
+// since that fragment last synced: two rounds' worth; a round that failed leaves its steps to
+// the fragment's next.
+TEST(LocalSgdTest, APacedFragmentsDeltaCoversTheStepsSinceItLastSynced) {
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD local_sgd(&averager, {w}, Schedule(8, 0, 2), true, 0, PacedAt(8, 0, 2, 2));
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // step 4: fragment 1
+  averager.status = absl::AbortedError("round aborted");
+  for (int i = 0; i < 2; ++i) local_sgd.Step().IgnoreError();  // step 8: fragment 0, fails
+  averager.status = absl::OkStatus();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // step 12: fragment 1
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(local_sgd.Step().ok());  // step 16: fragment 0
+  EXPECT_EQ(averager.steps, (std::vector<int64_t>{4, 8, 12, 16}));
+  EXPECT_EQ(averager.fragments, (std::vector<int>{1, 0, 1, 0}));
+  EXPECT_EQ(averager.trained, (std::vector<int64_t>{2, 4, 4, 8}));
 }
 
 // K = 8, P = 4: a round every 2 steps, fragment f at the steps 2 f + 8 m; at the end every

@@ -132,7 +132,8 @@ absl::Status NodeLeader::Adopt(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
-absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragment) {
+absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragment,
+                              int64_t trained_steps) {
   const size_t begin = static_cast<size_t>(fragments_.begin(fragment));
   const auto take = [&] {  // the fragment's values of the global model into params
     const std::vector<float>& global = held_->values();
@@ -165,7 +166,9 @@ absl::Status NodeLeader::Sync(absl::Span<float> params, int64_t step, int fragme
                       static_cast<int64_t>(global.size()),
                       held_,
                       static_cast<int64_t>(begin)};
-  absl::StatusOr<ExchangeResult> result = exchange_->Run(member_, round);
+  SyncMember member = member_;
+  if (trained_steps > 0) member.weight = static_cast<double>(member.num_workers) * trained_steps;
+  absl::StatusOr<ExchangeResult> result = exchange_->Run(member, round);
   if (result.ok()) {
     take();
     return absl::OkStatus();

@@ -55,8 +55,10 @@ class NodeLeader {
   // the run has ended it adopts the run's final model and returns OUT_OF_RANGE (stop training: no
   // more rounds); in both cases global() holds the whole model. On other errors (round aborted,
   // coordinator unreachable) `params` keeps the node's own values. global_step() then says where
-  // the run is.
-  absl::Status Sync(absl::Span<float> params, int64_t step, int fragment = 0);
+  // the run is. `trained_steps` > 0 (paced runs): the optimizer steps the node trained since it
+  // last synced these values; the delta weighs its ranks times them (else its ranks).
+  absl::Status Sync(absl::Span<float> params, int64_t step, int fragment = 0,
+                    int64_t trained_steps = 0);
 
   // The node now has `n` ranks (it re-formed after a rank died): later rounds weigh its
   // delta by n.

@@ -42,6 +42,11 @@ class ParameterAverager {
   virtual absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step);
   virtual absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step);
 
+  // Paced runs (RunSpec.round_seconds; docs/design.md, "Paced rounds"): the optimizer steps the
+  // delta of the next Average or Launch covers, which its weight counts. The default ignores
+  // it (fixed-K runs, and averagers with no weights).
+  virtual void SetTrainedSteps(int64_t steps) {}
+
   // OK while the averager can average; once it cannot (its node's ranks could not re-form
   // after one died, say), the reason: the worker must stop training and leave.
   virtual absl::Status Health() const { return absl::OkStatus(); }

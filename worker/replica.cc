@@ -94,6 +94,7 @@ Replica::Replica(std::unique_ptr<Session> session, std::vector<at::Tensor> tenso
   }
   TrainingSteps::Options options;
   options.schedule = session_->schedule();
+  options.pace = session_->pace();
   options.enabled = spec.enabled();
   options.first_step = session_->first_step();
   options.max_unsynced_steps = spec.max_unsynced_steps();

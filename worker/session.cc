@@ -111,16 +111,20 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Join(SessionOptions options) {
       spec.ok()
           ? RoundSchedule::Make(spec->local_sgd_steps(), spec->overlap_steps(), spec->fragments())
           : absl::StatusOr<RoundSchedule>(spec.status());
-  if (!schedule.ok()) {
+  absl::StatusOr<RoundPace> pace = schedule.ok()
+                                       ? RoundPace::Of(*spec, session->options_.round_steps)
+                                       : absl::StatusOr<RoundPace>(schedule.status());
+  if (!pace.ok()) {
     session
         ->Leave(session->options_.stop() ? "stopped before a run began"
-                                         : absl::StrCat("failed: ", schedule.status().ToString()),
+                                         : absl::StrCat("failed: ", pace.status().ToString()),
                 session->options_.stop() ? Departure::kDone : Departure::kFailed)
         .IgnoreError();
-    return schedule.status();
+    return pace.status();
   }
   session->spec_ = *std::move(spec);
   session->schedule_ = *schedule;
+  session->pace_ = *pace;
   session->run_id_ = run->run_id();
   LogInfo(absl::StrCat("run ", session->run_id_, " (", session->spec_.name(), ")"));
   return session;
@@ -410,6 +414,10 @@ absl::Status Session::Average(const std::vector<at::Tensor>& tensors, int fragme
 absl::Status Session::Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) {
   if (hierarchical_ == nullptr) return absl::FailedPreconditionError("Launch before Start");
   return hierarchical_->Launch(tensors, fragment, step);
+}
+
+void Session::SetTrainedSteps(int64_t steps) {
+  if (hierarchical_ != nullptr) hierarchical_->SetTrainedSteps(steps);
 }
 
 absl::Status Session::Merge(const std::vector<at::Tensor>& tensors, int64_t* step) {

@@ -19,6 +19,7 @@
 #include "proto/localsgd/v1/run_spec.pb.h"
 #include "worker/coordinator_client.h"
 #include "worker/parameter_averager.h"
+#include "worker/round_pace.h"
 
 namespace localsgd {
 
@@ -70,6 +71,10 @@ struct SessionOptions {
   std::string checkpoint_dir;
   // How long to keep retrying an unreachable coordinator.
   absl::Duration connect_timeout = absl::Minutes(5);
+  // Paced runs (RunSpec.round_seconds): the optimizer steps this node trains between two of its
+  // rounds, fixed (RoundPace); 0: as many as its speed allows. Every rank of a node gives the
+  // same.
+  int64_t round_steps = 0;
   // Waiting (to connect, for a run, for the node's ranks) ends once this returns true, e.g. on
   // a signal: CANCELLED.
   std::function<bool()> stop = [] { return false; };
@@ -92,6 +97,8 @@ class Session : public ParameterAverager {
   const v1::RunSpec& spec() const { return spec_; }
   // When the run's rounds fall (its spec's, checked once at Join).
   const RoundSchedule& schedule() const { return schedule_; }
+  // How many steps this node trains between its rounds (paced runs; checked at Join).
+  const RoundPace& pace() const { return pace_; }
   std::string worker_id() const { return coordinator_->worker_id(); }
   const std::string& node_name() const { return options_.node_name; }
   int rank() const { return options_.rank; }
@@ -118,6 +125,7 @@ class Session : public ParameterAverager {
   absl::Status Launch(const std::vector<at::Tensor>& tensors, int fragment, int64_t* step) override;
   absl::Status Merge(const std::vector<at::Tensor>& tensors, int64_t* step) override;
   absl::Status Health() const override;
+  void SetTrainedSteps(int64_t steps) override;
 
   // The run was stopped or failed (training should stop); or it ended in any way, completed
   // too. As of the latest heartbeat.
@@ -181,6 +189,7 @@ class Session : public ParameterAverager {
   std::unique_ptr<NodeGroup> group_;
   std::vector<at::Tensor> tensors_;
   RoundSchedule schedule_;
+  RoundPace pace_;
   FragmentPlan fragments_;  // the run's, over tensors_
   std::unique_ptr<ModelClient> models_;
   std::unique_ptr<ModelFetcher> fetcher_;

@@ -19,7 +19,7 @@ TrainingSteps::TrainingSteps(ParameterAverager* averager, std::vector<at::Tensor
                              Options options)
     : averager_(averager),
       local_sgd_(averager, std::move(tensors), options.schedule, options.enabled,
-                 options.first_step),
+                 options.first_step, options.pace),
       options_(std::move(options)) {
   bound_.max_unsynced_steps = options_.max_unsynced_steps;
   bound_.stop = [this] { return options_.stop() || !options_.halted().ok(); };
@@ -42,7 +42,7 @@ absl::Status TrainingSteps::Step() {
     status = WaitWithinBound(local_sgd_, averager_, bound_, completed, std::move(status));
   }
   if (averager_ != nullptr) LOCALSGD_RETURN_IF_ERROR(averager_->Health());
-  if (steps() != step) {
+  if (steps() != step + local_sgd_.paced_skip()) {
     // The run's global step, which the node follows (after an outage, or when the node
     // re-formed after one of its ranks died and goes on from its leader's step).
     LogInfo(absl::StrCat("going on from the run's step ", steps(), " (this rank was at step ", step,

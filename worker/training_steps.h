@@ -12,6 +12,7 @@
 #include "common/round_schedule.h"
 #include "worker/local_sgd.h"
 #include "worker/parameter_averager.h"
+#include "worker/round_pace.h"
 #include "worker/unsynced_bound.h"
 
 namespace localsgd {
@@ -25,6 +26,7 @@ class TrainingSteps {
  public:
   struct Options {
     RoundSchedule schedule;
+    RoundPace pace;          // a paced run's (RoundPace::Of)
     bool enabled = true;     // the run syncs (RunSpec.enabled)
     int64_t first_step = 0;  // Session::first_step
     int64_t max_unsynced_steps = 0;

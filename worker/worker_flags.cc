@@ -59,6 +59,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "round and global step, to <checkpoint_dir>/<node name>/checkpoint.bin at "
           "the run spec's checkpoint_every_rounds / checkpoint_share, off the rounds' path, and "
           "before it leaves; the coordinator's status names the newest. Empty: no checkpoints.");
+ABSL_FLAG(int64_t, round_steps, 0,
+          "Paced runs (the spec's round_seconds): the optimizer steps this node trains between "
+          "two of its rounds, in [overlap_steps + 1, local_sgd_steps / fragments]; 0: as many as "
+          "its measured speed fits in round_seconds. Give every rank of a node the same.");
 ABSL_FLAG(std::string, data_address, "0.0.0.0:0",
           "The node's leader: HOST:PORT where this node serves the sharded data plane "
           "to the other node leaders. Port 0 picks a free one; host 0.0.0.0 listens on every "
@@ -187,6 +191,11 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(int argc, char** argv) {
   session.data_tls_cert = absl::GetFlag(FLAGS_data_tls_cert);
   session.data_tls_key = absl::GetFlag(FLAGS_data_tls_key);
   session.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  if (absl::GetFlag(FLAGS_round_steps) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--round_steps: must be >= 0, got ", absl::GetFlag(FLAGS_round_steps)));
+  }
+  session.round_steps = absl::GetFlag(FLAGS_round_steps);
   flags.save_model = absl::GetFlag(FLAGS_save_model);
   flags.log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
   return flags;

@@ -98,13 +98,18 @@ class LocalSGD:
     ended without this rank. Leaving the `with` block (or close()) syncs one last time so
     every copy ends equal, and leaves; an exception leaves without that sync, with its name as
     the reason.
+
+    In a paced run (the run's round_seconds; docs/design.md, "Paced rounds") when to sync is
+    the run's decision: each node trains as many optimizer steps between rounds as its speed
+    allows, and step() moves `steps` on to the run's next round step when it syncs;
+    round_steps fixes this node's number instead (every rank of a node gives the same).
     """
 
     def __init__(self, accelerator=None, model=None, local_sgd_steps=None, enabled=True, *,
                  average_buffers=None, coordinator=None, token_file=None, tls_ca=None,
                  tls_cert=None, tls_key=None, node_name=None, node_key_file=None,
                  rendezvous_dir=None, checkpoint_dir=None, connect_timeout=None,
-                 start_run=False, **spec):
+                 round_steps=None, start_run=False, **spec):
         if model is None and isinstance(accelerator, torch.nn.Module):
             model, accelerator = accelerator, None  # LocalSGD(model, 8)
         if not isinstance(model, torch.nn.Module):
@@ -138,7 +143,8 @@ class LocalSGD:
                           tls_cert=tls_cert, tls_key=tls_key, node_name=node_name,
                           node_key_file=node_key_file, rendezvous_dir=rendezvous_dir,
                           checkpoint_dir=checkpoint_dir,
-                          connect_timeout=None if connect_timeout is None else str(connect_timeout))
+                          connect_timeout=None if connect_timeout is None else str(connect_timeout),
+                          round_steps=None if round_steps is None else str(round_steps))
         params, buffers = _model_tensors(model)
         self._replica = _C.Replica.connect(params, buffers, connection, start, _spec_json(expect))
         self._closed = False

@@ -60,6 +60,7 @@ class DumpingAverager : public localsgd::ParameterAverager {
     return status;
   }
   absl::Status Health() const override { return inner_->Health(); }
+  void SetTrainedSteps(int64_t steps) override { inner_->SetTrainedSteps(steps); }
 
  private:
   void NewPassIfBack(int64_t at) {

@@ -85,6 +85,8 @@ start_run() {
 # $WORK/w<n><r>.out and .err and its pid is in worker_pids[<n><r>] (and in workers, in order).
 declare -A worker_pids
 workers=()
+# Starts `nodes` x `ranks` dumping workers with the given flags (and node n's ranks with the
+# words of node_flags[n], when that array is set).
 start_workers() {
   local nodes=$1 ranks=$2 node rank
   shift 2
@@ -93,6 +95,7 @@ start_workers() {
       "$BIN/tests/testutil/dumping_worker" --coordinator="$GRPC" --token_file="$WORK/token" \
         --node_name="node-$node" --node_rank=$node --num_nodes="$nodes" --local_rank=$rank \
         --local_world_size="$ranks" --rendezvous_dir="$WORK" --dump_dir="$WORK/dump" "$@" \
+        ${node_flags[$node]:-} \
         >"$WORK/w$node$rank.out" 2>"$WORK/w$node$rank.err" &
       pids+=($!)
       workers+=($!)

@@ -200,11 +200,13 @@ class Cluster:
 
 
 def done_line(output):
-    """The worker's final line as a dict: steps, loss, accuracy, samples_per_second."""
+    """The worker's final line as a dict: steps, loss, accuracy, samples_per_second, samples
+    (trained on: in paced runs fewer than steps x batch)."""
     m = re.search(r" done: (\d+) steps, loss ([\d.]+), test accuracy ([\d.]+), test loss "
-                  r"[\d.]+, samples/s ([\d.]+)", output)
+                  r"[\d.]+, samples/s ([\d.]+), samples (\d+)", output)
     return {"steps": int(m.group(1)), "loss": float(m.group(2)),
-            "accuracy": float(m.group(3)), "samples_per_second": float(m.group(4))}
+            "accuracy": float(m.group(3)), "samples_per_second": float(m.group(4)),
+            "samples": int(m.group(5))}
 
 
 def timed_outputs(procs):

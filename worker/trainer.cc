@@ -112,6 +112,7 @@ absl::StatusOr<TrainResult> Train(Model& model, const DataSplits& data, Training
     // evaluations excluded.
     const double seconds = absl::ToDoubleSeconds(absl::Now() - train_start - eval_time);
     result.samples_per_second = seconds > 0 ? static_cast<double>(total_samples) / seconds : 0;
+    result.samples = total_samples;
     return result;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("training failed: ", e.what_without_backtrace()));

@@ -34,6 +34,7 @@ struct TrainResult {
   double test_accuracy = 0;
   double test_loss = 0;
   double samples_per_second = 0;  // over the whole training, syncs included, evaluations not
+  int64_t samples = 0;            // trained on by this rank (paced runs: fewer than steps say)
   // Ended early: stop() said so, or the run was stopped or failed (this copy holds its own
   // weights).
   bool stopped = false;

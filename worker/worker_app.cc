@@ -173,9 +173,10 @@ int localsgd::RunWorker(int argc, char** argv, const AveragerWrapper& wrap) {
   absl::StatusOr<TrainResult> result = Train(*model, data, replica.training(), train);
   if (!result.ok()) return leave_and_fail(result.status());
   std::printf(
-      "%s done: %lld steps, loss %.4f, test accuracy %.4f, test loss %.4f, samples/s %.1f%s\n",
+      "%s done: %lld steps, loss %.4f, test accuracy %.4f, test loss %.4f, samples/s %.1f, "
+      "samples %lld%s\n",
       worker_id.c_str(), static_cast<long long>(result->steps), result->loss, result->test_accuracy,
-      result->test_loss, result->samples_per_second,
+      result->test_loss, result->samples_per_second, static_cast<long long>(result->samples),
       result->stopped     ? " (stopped early)"
       : result->run_ended ? " (the run ended first; this is its final model)"
                           : "");

@@ -142,6 +142,11 @@ std::string FormatRound(const v1::RoundRecord& round) {
   } else if (round.exchange() == v1::EXCHANGE_STAR) {
     absl::StrAppend(&line, ", STAR");
   }
+  for (int i = 0; i < round.shares_size(); ++i) {
+    const v1::MemberShare& share = round.shares(i);
+    absl::StrAppend(&line, i == 0 ? "; steps (weight) " : ", ", share.member_id(), " ",
+                    share.steps(), " (", share.weight(), ")");
+  }
   for (const v1::DroppedMember& dropped : round.dropped()) {
     absl::StrAppend(&line, "; dropped ", dropped.member_id(), " (", dropped.reason(), ")");
   }

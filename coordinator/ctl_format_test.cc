@@ -46,6 +46,11 @@ v1::CoordinatorStatus Sample() {
     shard->set_owner_id(owner);
     shard->set_mean_bytes(250'000);
   }
+  v1::MemberShare* share = round->add_shares();
+  share->set_member_id("node-a/0");
+  share->set_workers(1);
+  share->set_steps(3);
+  share->set_weight(3);
   v1::DroppedMember* dropped = round->add_dropped();
   dropped->set_member_id("node-b/0");
   dropped->set_reason("missed the round deadline");
@@ -88,6 +93,7 @@ TEST(CtlFormatTest, StatusTable) {
   ring.mutable_recent_rounds(0)->set_ring(true);
   EXPECT_THAT(FormatStatusTable(ring), HasSubstr("SHARDED ring over 2 owners"));
   EXPECT_THAT(table, HasSubstr("dropped node-b/0 (missed the round deadline)"));
+  EXPECT_THAT(table, HasSubstr("; steps (weight) node-a/0 3 (3); dropped"));
   EXPECT_THAT(FormatStatusTable(v1::CoordinatorStatus()), HasSubstr("no members"));
   v1::CoordinatorStatus saved = Sample();
   saved.mutable_run()->set_model_path("/runs/model.pt");

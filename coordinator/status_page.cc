@@ -216,7 +216,7 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
       "<th>outcome</th><th>global step</th><th>members</th><th>dropped, excluded or suspended</th>"
       "<th>duration (s)</th><th>slowest wait (s)</th><th>coordinator in</th>"
       "<th>coordinator out</th><th>codec</th><th>ratio</th><th>exchange</th><th>fragment</th>"
-      "</tr></thead><tbody>";
+      "<th>steps (weight) by member</th></tr></thead><tbody>";
   for (int i = status.recent_rounds_size() - 1; i >= 0 && i >= status.recent_rounds_size() - 15;
        --i) {
     const v1::RoundRecord& r = status.recent_rounds(i);
@@ -230,18 +230,24 @@ std::string Rounds(const v1::CoordinatorStatus& status) {
     for (const v1::DroppedMember& d : r.suspended()) {
       left.push_back(absl::StrCat(Esc(d.member_id()), " (suspended): ", Esc(d.reason())));
     }
+    std::vector<std::string> shares;
+    for (const v1::MemberShare& share : r.shares()) {
+      shares.push_back(
+          absl::StrFormat("%s %d (%g)", Esc(share.member_id()), share.steps(), share.weight()));
+    }
     const std::string outcome = EnumName(r.outcome());
     absl::StrAppendFormat(
         &out,
         "<tr class=\"%s\"><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td>"
-        "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d (%s)</td></tr>",
+        "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d (%s)</td>"
+        "<td>%s</td></tr>",
         outcome, r.round(), outcome, r.global_step(), r.members_size(),
         r.reason().empty() ? absl::StrJoin(left, "; ") : Esc(r.reason()),
         Fixed(r.duration_seconds(), 3), Fixed(r.slowest_wait_seconds(), 3),
         Bytes(static_cast<double>(r.bytes_received())), Bytes(static_cast<double>(r.bytes_sent())),
         EnumName(r.codec()), Fixed(r.compression_ratio(), 2),
         absl::StrCat(EnumName(r.exchange()), r.ring() ? " (ring)" : ""), r.fragment(),
-        Bytes(static_cast<double>(r.values()) * 4));
+        Bytes(static_cast<double>(r.values()) * 4), absl::StrJoin(shares, ", "));
   }
   return out + "</tbody></table></section>";
 }

@@ -58,6 +58,13 @@ PageData Sample() {
   v1::DroppedMember* suspended = round->add_suspended();
   suspended->set_member_id("node-3/0");
   suspended->set_reason("suspended from rounds for another 20s");
+  for (const auto& [id, steps] : {std::pair<const char*, int>{"node-0/0", 8}, {"node-1/0", 2}}) {
+    v1::MemberShare* share = round->add_shares();
+    share->set_member_id(id);
+    share->set_workers(2);
+    share->set_steps(steps);
+    share->set_weight(2 * steps);
+  }
   data.runs.push_back(*run);
   return data;
 }
@@ -77,6 +84,7 @@ TEST(StatusPageTest, ShowsProgressNumbersChartsMembersAndFailures) {
   EXPECT_THAT(page, HasSubstr("exchange SHARDED"));
   EXPECT_THAT(page, HasSubstr("<td>SHARDED (ring)</td>"));  // the round's schedule
   EXPECT_THAT(page, HasSubstr("node-3/0 (suspended): suspended from rounds for another 20s"));
+  EXPECT_THAT(page, HasSubstr("<td>node-0/0 8 (16), node-1/0 2 (4)</td>"));  // paced shares
   EXPECT_THAT(page, HasSubstr("id=\"chart-loss\" data-points=\"3\""));
   EXPECT_THAT(page, HasSubstr("id=\"chart-round-time\" data-points=\"3\""));
   EXPECT_THAT(page, HasSubstr("id=\"chart-accuracy\" data-points=\"0\""));

@@ -207,6 +207,16 @@ void AddLastRoundMetrics(const v1::CoordinatorStatus& status, Metrics& m) {
   m.gauge("localsgd_last_round_values", "Values the latest round carried (its fragment's).")
       .Add({})
       .Set(static_cast<double>(last.values()));
+  auto& steps = m.gauge("localsgd_last_round_member_steps",
+                        "The latest round, when it committed: optimizer steps per worker each "
+                        "member's delta covers (paced runs: its own; else local_sgd_steps).");
+  auto& weight = m.gauge("localsgd_last_round_member_weight",
+                         "The latest round, when it committed: each member's weight in the mean "
+                         "(its workers, times its steps in paced runs).");
+  for (const v1::MemberShare& share : last.shares()) {
+    steps.Add({{"member", share.member_id()}}).Set(static_cast<double>(share.steps()));
+    weight.Add({{"member", share.member_id()}}).Set(share.weight());
+  }
   m.gauge("localsgd_last_round_compression_ratio", "fp32 bytes over encoded bytes.")
       .Add({})
       .Set(last.compression_ratio());

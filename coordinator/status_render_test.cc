@@ -44,6 +44,11 @@ v1::CoordinatorStatus Sample() {
   shard->set_owner_id("node-a/0");
   shard->set_end(1000);
   shard->set_mean_bytes(4000);
+  v1::MemberShare* share = round->add_shares();
+  share->set_member_id("node-a/0");
+  share->set_workers(2);
+  share->set_steps(5);
+  share->set_weight(10);
   return status;
 }
 
@@ -77,6 +82,8 @@ TEST(StatusRenderTest, PrometheusTextFormat) {
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_received_bytes 4000"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_compression_ratio 3.9"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_exchange{exchange=\"SHARDED\"} 1"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_member_steps{member=\"node-a/0\"} 5"));
+  EXPECT_THAT(text, HasSubstr("localsgd_last_round_member_weight{member=\"node-a/0\"} 10"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_shard_mean_bytes{owner_id=\"node-a/0\"} 4000"));
   EXPECT_THAT(text, HasSubstr("localsgd_last_round_shard_values{owner_id=\"node-a/0\"} 1000"));
   EXPECT_THAT(text, HasSubstr("localsgd_round_duration_seconds_bucket{le=\"0.5\"} 1"));

@@ -147,10 +147,12 @@ class Cluster:
 
     `host(i)` gives the command prefix that runs a process on host i (0: the coordinator's;
     worker n runs on host n + 1), e.g. ["ip", "netns", "exec", "ns-h1"]; `listen` is the
-    coordinator's gRPC address (port 0: a free one, read back)."""
+    coordinator's gRPC address (port 0: a free one, read back); `http` its status endpoint's
+    (empty: none)."""
 
-    def __init__(self, bin_dir, work, host=lambda i: [], listen="127.0.0.1:0"):
+    def __init__(self, bin_dir, work, host=lambda i: [], listen="127.0.0.1:0", http=""):
         self.bin, self.work, self.host, self.listen = bin_dir, work, host, listen
+        self.http = http
         self.token = os.path.join(work, "token")
         with open(self.token, "w") as f:
             f.write("bench")
@@ -160,7 +162,7 @@ class Cluster:
     def __enter__(self):
         coordinator = subprocess.Popen(
             self.host(0) + [f"{self.bin}/coordinator/coordinator", f"--grpc_address={self.listen}",
-                            "--http_address=", f"--token_file={self.token}",
+                            f"--http_address={self.http}", f"--token_file={self.token}",
                             "--lease_timeout=60s"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.procs.append(coordinator)
@@ -181,7 +183,8 @@ class Cluster:
                                     f"--node_rank={n}", f"--num_nodes={nodes}",
                                     f"--rendezvous_dir={self.work}", "--log_every=1000000",
                                     *flags],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                stdout=subprocess.PIPE, stderr=open(os.path.join(self.work, f"node-{n}.err"), "w"),
+                text=True)
             self.procs.append(p)
             self.worker_procs.append(p)
 

@@ -5,7 +5,8 @@
 # each node training its own fixed number of steps a round (--round_steps), so that the result
 # does not depend on timing; the saved final model equals the reference's within 1e-5 relative,
 # and every rank and the coordinator hold the same final model bit for bit. Configurations:
-# sharded without overlap, sharded with overlap, star with 2 fragments. The reference's models
+# sharded without overlap, sharded with overlap (one node training fewer steps than tau), star
+# with 2 fragments. The reference's models
 # weighed by steps and by ranks only are 1.5 % to 4.5 % apart, so a worker that did not weigh as
 # asked fails the comparison; each run's round records carry the nodes' steps and weights.
 set -euo pipefail
@@ -86,6 +87,7 @@ PY
 
 check sharded-tau0 init EXCHANGE_SHARDED 0 4 2 "" ""
 check sharded-tau1 init EXCHANGE_SHARDED 1 3 2 "" ""
+check sharded-tau2 init EXCHANGE_SHARDED 2 3 1 "" ""
 check star-fragments2 wide EXCHANGE_STAR 0 2 1 "fragments: 2 chunk_bytes: 4096" \
   "--fragments 2 --chunk_bytes 4096"
 echo PASS

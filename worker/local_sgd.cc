@@ -40,8 +40,11 @@ absl::Status LocalSGD::Step() {
     ++window_steps_;
     for (int64_t& steps : trained_) ++steps;
   }
+  // Paced runs: a copy that trained its steps before overlap_steps merges now, before its next
+  // round.
+  const bool window_done = pace_.paced() && window_steps_ >= pace_.steps();
   absl::Status merged;
-  if (round_in_flight() && steps_ >= launched_at_ + schedule_.overlap_steps()) {
+  if (round_in_flight() && (steps_ >= launched_at_ + schedule_.overlap_steps() || window_done)) {
     const int64_t launched_at = launched_at_;
     const int64_t at = steps_;
     merged = IntoPhase(MergeNow(), launched_at);
@@ -49,9 +52,9 @@ absl::Status LocalSGD::Step() {
     // round's phase) has had its round: the next one is the run's next.
     if (steps_ != at) return merged;
   }
-  if (pace_.paced() && window_steps_ >= pace_.steps() && !schedule_.RoundAt(steps_)) {
+  if (window_done && !schedule_.RoundAt(steps_)) {
     // Trained its share of the round's time: on to the run's next round step (never past the
-    // last step; overlap_steps < pace_.steps(), so the round in flight was merged).
+    // last step).
     const int64_t stride = schedule_.local_sgd_steps() / schedule_.fragments();
     const int64_t was = steps_;
     steps_ = (steps_ / stride + 1) * stride;

@@ -7,9 +7,8 @@
 
 namespace localsgd {
 
-RoundPace::RoundPace(absl::Duration round_time, int64_t min_steps, int64_t max_steps, int64_t fixed)
+RoundPace::RoundPace(absl::Duration round_time, int64_t max_steps, int64_t fixed)
     : round_time_(round_time),
-      min_steps_(min_steps),
       max_steps_(max_steps),
       fixed_(fixed > 0),
       steps_(fixed > 0 ? fixed : max_steps) {}
@@ -24,14 +23,13 @@ absl::StatusOr<RoundPace> RoundPace::Of(const v1::RunSpec& spec, int64_t fixed_s
     }
     return RoundPace();
   }
-  const int64_t min_steps = int64_t{spec.overlap_steps()} + 1;
   const int64_t max_steps = spec.local_sgd_steps() / std::max(1, spec.fragments());
-  if (fixed_steps != 0 && (fixed_steps < min_steps || fixed_steps > max_steps)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "round_steps: must be in [overlap_steps + 1 = ", min_steps,
-        ", local_sgd_steps / fragments = ", max_steps, "] for this run, got ", fixed_steps));
+  if (fixed_steps != 0 && (fixed_steps < 1 || fixed_steps > max_steps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("round_steps: must be in [1, local_sgd_steps / fragments = ", max_steps,
+                     "] for this run, got ", fixed_steps));
   }
-  return RoundPace(absl::Seconds(spec.round_seconds()), min_steps, max_steps, fixed_steps);
+  return RoundPace(absl::Seconds(spec.round_seconds()), max_steps, fixed_steps);
 }
 
 void RoundPace::Trained(int64_t steps, absl::Duration training) {
@@ -41,8 +39,7 @@ void RoundPace::Trained(int64_t steps, absl::Duration training) {
     return;
   }
   const double fit = std::floor(absl::FDivDuration(round_time_, training / steps));
-  steps_ = static_cast<int64_t>(
-      std::clamp(fit, static_cast<double>(min_steps_), static_cast<double>(max_steps_)));
+  steps_ = static_cast<int64_t>(std::clamp(fit, 1.0, static_cast<double>(max_steps_)));
 }
 
 }  // namespace localsgd

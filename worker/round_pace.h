@@ -12,7 +12,7 @@ namespace localsgd {
 // How many optimizer steps a copy of the model trains between two of its rounds in a paced run
 // (RunSpec.round_seconds; docs/design.md, "Paced rounds"): as many as fit the round's time at
 // the speed it measured over its last round's training (the time spent in rounds left out), in
-// [overlap_steps + 1, local_sgd_steps / fragments], the most before it has timed a round; or a
+// [1, local_sgd_steps / fragments], the most before it has timed a round; or a
 // number its node's operator fixed (the worker's --round_steps), as torchft lets each replica
 // set its own sync_every. Not paced (fixed K): every round's steps. Plain value; the caller
 // times.
@@ -33,10 +33,9 @@ class RoundPace {
   void Trained(int64_t steps, absl::Duration training);
 
  private:
-  RoundPace(absl::Duration round_time, int64_t min_steps, int64_t max_steps, int64_t fixed);
+  RoundPace(absl::Duration round_time, int64_t max_steps, int64_t fixed);
 
   absl::Duration round_time_;
-  int64_t min_steps_ = 0;
   int64_t max_steps_ = 0;  // 0: not paced
   bool fixed_ = false;
   int64_t steps_ = 0;

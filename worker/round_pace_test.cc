@@ -37,9 +37,9 @@ TEST(RoundPaceTest, TheMostStepsUntilTimedThenWhatFitsTheRoundsTime) {
   EXPECT_EQ(pace->steps(), 8);
   pace->Trained(8, absl::Milliseconds(1600));  // 200 ms a step: 5 fit in 1 s
   EXPECT_EQ(pace->steps(), 5);
-  pace->Trained(5, absl::Milliseconds(5000));  // 1 s a step: at least tau + 1
-  EXPECT_EQ(pace->steps(), 3);
-  pace->Trained(3, absl::Milliseconds(3));  // fast: at most a round's steps
+  pace->Trained(5, absl::Milliseconds(5000));  // 1 s a step: at least 1
+  EXPECT_EQ(pace->steps(), 1);
+  pace->Trained(1, absl::Milliseconds(1));  // fast: at most a round's steps
   EXPECT_EQ(pace->steps(), 8);
   pace->Trained(8, absl::ZeroDuration());
   EXPECT_EQ(pace->steps(), 8);
@@ -51,10 +51,10 @@ TEST(RoundPaceTest, FixedStepsStayAndAreChecked) {
   EXPECT_EQ(pace->steps(), 4);
   pace->Trained(4, absl::Seconds(100));
   EXPECT_EQ(pace->steps(), 4);
-  EXPECT_THAT(RoundPace::Of(Paced(), 2),
+  EXPECT_THAT(RoundPace::Of(Paced(), -1),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "round_steps: must be in [overlap_steps + 1 = 3, local_sgd_steps / "
-                       "fragments = 8] for this run, got 2"));
+                       "round_steps: must be in [1, local_sgd_steps / fragments = 8] for this "
+                       "run, got -1"));
   EXPECT_THAT(RoundPace::Of(Paced(), 9), StatusIs(absl::StatusCode::kInvalidArgument, "got 9"));
 }
 

@@ -61,7 +61,7 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "before it leaves; the coordinator's status names the newest. Empty: no checkpoints.");
 ABSL_FLAG(int64_t, round_steps, 0,
           "Paced runs (the spec's round_seconds): the optimizer steps this node trains between "
-          "two of its rounds, in [overlap_steps + 1, local_sgd_steps / fragments]; 0: as many as "
+          "two of its rounds, in [1, local_sgd_steps / fragments]; 0: as many as "
           "its measured speed fits in round_seconds. Give every rank of a node the same.");
 ABSL_FLAG(std::string, data_address, "0.0.0.0:0",
           "The node's leader: HOST:PORT where this node serves the sharded data plane "

@@ -12,8 +12,9 @@ min(Q_n, steps to the next round step, or to S) optimizer steps and then stands 
 step. A round carries fragment f = (step mod K) / (K / P); each node's delta is its ranks' mean
 of the fragment minus G, weighted by its ranks times the optimizer steps it trained since it
 last took a delta of that fragment (at most K); the weighted mean goes through the outer step.
-With overlap tau the node merges the round after its tau-th optimizer step past it (or at the
-run's end): w <- G' + (w - w_s). At the run's last step S the round in flight is merged and
+With overlap tau the node merges the round after its tau-th optimizer step past it, or after its
+last one before the next round step when it trains fewer (or at the run's end):
+w <- G' + (w - w_s). At the run's last step S the round in flight is merged and
 every fragment not synced at S syncs once more, by the same weights.
 
 DATA and MODEL as reference_overlap.py makes them (its helpers are reused: data, model, flat
@@ -88,7 +89,7 @@ def run(args):
                     merge(n, pending)
                     merged[n] = True
         if pending is not None:
-            for n in range(len(nodes)):  # at the run's end, before the tau-th step
+            for n in range(len(nodes)):  # fewer than tau steps this round
                 if not merged[n]:
                     merge(n, pending)
             G[parts[pending[0]]] = pending[2]

@@ -164,7 +164,8 @@ class Cluster:
             self.host(0) + [f"{self.bin}/coordinator/coordinator", f"--grpc_address={self.listen}",
                             f"--http_address={self.http}", f"--token_file={self.token}",
                             "--lease_timeout=60s"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.work, "coordinator.err"), "w"),
+            text=True)
         self.procs.append(coordinator)
         self.address = re.match(r"grpc listening on (\S+)", coordinator.stdout.readline()).group(1)
         return self

@@ -34,6 +34,9 @@ class MemberStanding {
   std::vector<std::string> TakeReadmitted(absl::Time now) {
     return suspensions_.TakeReadmitted(now);
   }
+  // Whether the member sent a Sync header in this run under its current credential (a leader
+  // that has not may still be starting up).
+  bool HeardInRun(const std::string& member_id) const { return heard_in_run_.count(member_id) > 0; }
   // A live leader was refused before round `round` opened: it is out of that round.
   void RefuseBefore(const std::string& member_id, int64_t round, std::string reason);
   // The refusals for round `round` (member id, reason); every refusal is forgotten.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,9 @@ class RoundContext {
     ChunkLayout layout;  // the fragment's chunks, counted from its first
     // What a star round averages on (GlobalModel::RoundReducer); null for a sharded round.
     std::shared_ptr<RangeReducer> reducer;
+    // Leaders not heard in this run yet (starting up: loading data, taking the model): the
+    // grace window (RunSpec.round_grace_seconds) does not leave them out.
+    std::set<std::string> starting;
   };
 
   virtual ~RoundContext() = default;

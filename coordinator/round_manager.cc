@@ -192,6 +192,7 @@ void RoundManager::StartRound(int64_t number, int fragment) {
     if (std::string why; standing_.Suspended(leader.worker_id, info.opened, &why)) {
       suspended.emplace_back(leader.worker_id, std::move(why));
     } else {
+      if (!standing_.HeardInRun(leader.worker_id)) info.starting.insert(leader.worker_id);
       leaders.push_back(std::move(leader));
     }
   }

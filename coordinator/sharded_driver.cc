@@ -26,11 +26,12 @@ ShardedRound::Options OptionsOf(const RoundContext& context) {
   return options;
 }
 
-std::vector<ShardedRound::Candidate> CandidatesOf(
-    const std::vector<ControlPlane::Leader>& leaders) {
+std::vector<ShardedRound::Candidate> CandidatesOf(const std::vector<ControlPlane::Leader>& leaders,
+                                                  const std::set<std::string>& starting) {
   std::vector<ShardedRound::Candidate> candidates;
   for (const ControlPlane::Leader& leader : leaders) {
-    candidates.push_back({leader.worker_id, leader.ranks, leader.data_address});
+    candidates.push_back({leader.worker_id, leader.ranks, leader.data_address,
+                          starting.count(leader.worker_id) == 0});
   }
   return candidates;
 }
@@ -46,7 +47,7 @@ std::vector<std::string> IdsOf(const std::vector<ControlPlane::Leader>& leaders)
 ShardedDriver::ShardedDriver(RoundContext* context,
                              const std::vector<ControlPlane::Leader>& leaders)
     : context_(context),
-      round_(OptionsOf(*context), CandidatesOf(leaders)),
+      round_(OptionsOf(*context), CandidatesOf(leaders, context->round().starting)),
       expected_(IdsOf(leaders)),
       attempt_(context->NextAttempt()) {
   for (const ControlPlane::Leader& leader : leaders) {

@@ -127,13 +127,12 @@ void ShardedRound::Tick(absl::Time now) {
     // Late, not faulty: the grace window is what a run with nodes of unequal speed asks for.
     const int expected = static_cast<int>(expected_.size());
     for (Member& member : expected_) {
-      if (!member.arrived && !member.dropped) {
+      if (!member.arrived && !member.dropped && member.candidate.graced) {
         excused_.push_back(member.candidate.member_id);
         Drop(member, options_.grace.Reason(expected));
       }
     }
-    LayOut(now);
-    Advance(now);
+    Advance(now);  // lays out unless a leader starting up is still to come
   } else if (phase_ == Phase::kExchanging && now > laid_out_at_ + options_.deadline) {
     // An owner that has not delivered may not have averaged its range: nobody can be sure to
     // hold it. Others that have not delivered are dropped and the round goes on.

@@ -39,6 +39,7 @@ class ShardedRound {
     std::string member_id;
     int workers = 1;      // ranks it stands for
     std::string address;  // its data plane; empty: it owns no range
+    bool graced = true;   // the grace window may leave it out (not a leader starting up)
   };
   struct Options {
     int64_t number = 0;

@@ -92,6 +92,26 @@ TEST_F(ShardedRoundTest, TheGraceWindowLaysOutWithoutTheLateOnesAfterAQuorum) {
               StatusIs(absl::StatusCode::kFailedPrecondition, "was laid out without"));
 }
 
+// A leader starting up (not heard in the run yet) is not left out by the grace window: the
+// round waits for it (up to the deadline).
+TEST_F(ShardedRoundTest, TheGraceWindowWaitsForALeaderStartingUp) {
+  ShardedRound::Options options;
+  options.number = 7;
+  options.layout = ChunkLayout{1000, 256};
+  options.opened = clock_.Now();
+  options.deadline = absl::Seconds(10);
+  options.grace = RoundGrace(absl::Seconds(1), 0.5);
+  ShardedRound round(options, {{"m0", 1, "h:0"}, {"m1", 1, "h:1"}, {"m2", 1, "h:2", false}});
+  ASSERT_THAT(round.Arrive("m0", 1, 8, clock_.Now()), IsOk());
+  ASSERT_THAT(round.Arrive("m1", 1, 8, clock_.Now()), IsOk());
+  clock_.Advance(absl::Seconds(5));
+  round.Tick(clock_.Now());
+  EXPECT_EQ(round.phase(), Phase::kGathering);
+  ASSERT_THAT(round.Arrive("m2", 1, 8, clock_.Now()), IsOk());
+  EXPECT_EQ(round.phase(), Phase::kExchanging);
+  EXPECT_THAT(round.members(), ElementsAre("m0", "m1", "m2"));
+}
+
 TEST_F(ShardedRoundTest, LaysOutBalancedChunkAlignedRangesOnceEveryoneArrived) {
   ShardedRound round = Make(3, 10);
   ASSERT_THAT(round.Arrive("m0", 1, 8, clock_.Now()), IsOk());

@@ -21,10 +21,11 @@ StarRound::Options OptionsOf(const RoundContext& context) {
   return options;
 }
 
-std::vector<StarRound::Candidate> CandidatesOf(const std::vector<ControlPlane::Leader>& leaders) {
+std::vector<StarRound::Candidate> CandidatesOf(const std::vector<ControlPlane::Leader>& leaders,
+                                               const std::set<std::string>& starting) {
   std::vector<StarRound::Candidate> candidates;
   for (const ControlPlane::Leader& leader : leaders) {
-    candidates.push_back({leader.worker_id, leader.ranks});
+    candidates.push_back({leader.worker_id, leader.ranks, starting.count(leader.worker_id) == 0});
   }
   return candidates;
 }
@@ -34,7 +35,7 @@ std::vector<StarRound::Candidate> CandidatesOf(const std::vector<ControlPlane::L
 StarDriver::StarDriver(RoundContext* context, const std::vector<ControlPlane::Leader>& leaders)
     : context_(context),
       reducer_(*context->round().reducer),
-      round_(OptionsOf(*context), CandidatesOf(leaders)) {
+      round_(OptionsOf(*context), CandidatesOf(leaders, context->round().starting)) {
   session_of_slot_.assign(leaders.size(), -1);
   chunks_received_.assign(leaders.size(), 0);
   reducer_.BeginRound(static_cast<int>(leaders.size()));

@@ -13,6 +13,7 @@ StarRound::StarRound(Options options, std::vector<Candidate> expected)
   for (Candidate& candidate : expected) {
     members_.push_back(std::move(candidate.member_id));
     state_.push_back(Member{candidate.workers});
+    state_.back().graced = candidate.graced;
   }
   CheckQuorum();  // a round without enough leaders aborts at once
 }
@@ -99,7 +100,7 @@ void StarRound::Tick(absl::Time now, const std::vector<std::string>& live_leader
             absl::StrCat("missed the round deadline (", absl::ToDoubleSeconds(options_.deadline),
                          " s)"),
             absl::DeadlineExceededError("missed the round deadline"));
-    } else if (grace_over && !member.arrived) {
+    } else if (grace_over && !member.arrived && member.graced) {
       // Late, not faulty: the grace window is what a run with nodes of unequal speed asks for.
       Leave(s, options_.grace.Reason(expected),
             absl::FailedPreconditionError("did not arrive within the round's grace window"),

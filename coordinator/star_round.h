@@ -30,7 +30,8 @@ class StarRound {
  public:
   struct Candidate {
     std::string member_id;
-    int workers = 1;  // ranks it stands for
+    int workers = 1;     // ranks it stands for
+    bool graced = true;  // the grace window may leave it out (not a leader starting up)
   };
   struct Options {
     int64_t number = 0;
@@ -100,6 +101,7 @@ class StarRound {
  private:
   struct Member {
     int workers = 1;
+    bool graced = true;
     bool arrived = false;
     absl::Time arrived_at;
     bool delivered = false;

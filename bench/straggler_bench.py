@@ -10,7 +10,7 @@ one core (this machine's cores hold four such nodes beside each other), and the 
 --slow of that (50 %, then 25 %), slowed the same way in every row.
 
 - alone: each node's own samples/s, measured in a run of its own (one node, no one to wait for)
-  under its quota; their sum is what the cluster could do.
+  under its quota, twice, the faster counting; their sum is what the cluster could do.
 - fixed K: today's rounds (every node local_sgd_steps a round), the slow node among them; and
   the uniform cluster (every node at --base) for the accuracy at equal samples.
 - paced: round_seconds = K x the fast nodes' step time measured alone, round_grace_seconds half
@@ -186,12 +186,14 @@ def main():
     try:
         with tempfile.TemporaryDirectory() as work, \
                 Hosts(PREFIX, NODES + 1, args.rate, args.delay, bin_dir):
+            # Each quota alone twice, the faster counting (a moment of other load on the machine
+            # would lower the sum the cluster is held to, and the pace).
             alone = {}
-            for share in [1.0] + args.slow:
+            for share in ([1.0] + args.slow) * 2:
                 d = run(bin_dir, work, quotas, [args.base * share], args.alone_steps, args)[0][0]
-                alone[share] = d["samples_per_second"]
-                print(f"alone at {share:.2f} x {args.base} core: {alone[share]:.0f} samples/s",
-                      flush=True)
+                alone[share] = max(alone.get(share, 0), d["samples_per_second"])
+                print(f"alone at {share:.2f} x {args.base} core: {d['samples_per_second']:.0f} "
+                      f"samples/s", flush=True)
             fast_step = BATCH / alone[1.0]
             paced = (args.k * fast_step, args.k * fast_step / 2)
             print(f"paced: round_seconds {paced[0]:.3f}, round_grace_seconds {paced[1]:.3f}",

@@ -9,12 +9,15 @@ state folder, while a driver injects faults at random times from a seeded genera
   pause_worker  SIGSTOP of a worker for 1 to 4 s, then SIGCONT
   cut_link      a node's link to the coordinator cut for 1 to 6 s (tests/testutil/tcp_proxy.py)
   stop_start    StopRun, then StartRun of the same spec and every worker started again
+  slow_node     (with --round_seconds) every rank of a node let run only a half, a quarter or a
+                tenth of each 100 ms for 2 to 6 s (SIGSTOP/SIGCONT), then at full speed again
 
 With --overlap_steps the runs overlap their rounds with training; merges are not compared
 across ranks (each rank keeps its own progress), but every rank still ends on the final model.
 With --fragments P each round syncs one fragment of the model: after the sync at step s only
 that step's fragment is compared (the others hold each rank's own progress), and every rank
-still ends on the final model, whole.
+still ends on the final model, whole. With --round_seconds S the runs are paced (round_seconds
+S, round_grace_seconds S: docs/design.md, "Paced rounds") and nodes are slowed and sped up.
 
 Invariants, checked after every fault and at the end: the coordinator always starts again;
 a run's round never goes back, nor its global step but where the coordinator went on from a
@@ -93,6 +96,9 @@ class Soak:
         with open(f"{self.work}/spec.textproto", "w") as f:
             f.write(SPEC.format(total_steps=args.total_steps, overlap_steps=args.overlap_steps,
                                 fragments=args.fragments, chunk_bytes=CHUNK_BYTES))
+            if args.round_seconds > 0:
+                f.write(f"round_seconds: {args.round_seconds}\n"
+                        f"round_grace_seconds: {args.round_seconds}\n")
         self.coord = None
         self.coord_starts = 0
         self.grpc = self.http = None
@@ -335,6 +341,23 @@ class Soak:
             time.sleep(seconds)
             os.unlink(cut)
             return f"node-{node}'s link cut {seconds:.1f} s"
+        if kind == "slow_node":
+            node = rng.randrange(self.args.nodes)
+            procs = [p for (n, _), p in self.workers.items() if n == node and p.poll() is None]
+            share = rng.choice([0.5, 0.25, 0.1])
+            seconds = rng.uniform(2, 6)
+            end = time.time() + seconds
+            while time.time() < end:
+                for p in procs:
+                    p.send_signal(signal.SIGCONT)
+                time.sleep(0.1 * share)
+                for p in procs:
+                    p.send_signal(signal.SIGSTOP)
+                time.sleep(0.1 * (1 - share))
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+            return f"node-{node} slowed to {share} for {seconds:.1f} s"
         if kind == "stop_start":
             run = self.runs[-1]
             result = self.ctl("stop", f"--run_id={run}", "--reason=chaos")
@@ -484,7 +507,12 @@ class Soak:
             inc = re.search(r"-i(\d+)", inc_dir).group(1)
             failed = set()  # in any pass of this incarnation: not compared
             for log in glob.glob(f"{self.work}/logs/w-{run}-{node}-*-i{inc}.err"):
-                failed |= {int(s) for s in re.findall(r"sync at step (\d+):", open(log).read())}
+                text = open(log).read()
+                failed |= {int(s) for s in re.findall(r"sync at step (\d+):", text)}
+                # A sync after which the rank took the run's step (it found the run ahead, or
+                # ended) holds the run's model of that step, not its own step's round.
+                failed |= {int(s) for s in re.findall(
+                    r"going on from the run's step \d+ \(this rank was at step (\d+)\)", text)}
             steps = collections.defaultdict(dict)
             mtimes = collections.defaultdict(dict)  # step -> rank -> when its dump was written
             for path, (length, digest, parts, written) in posts.items():
@@ -535,6 +563,9 @@ class Soak:
             poller.start()
             kinds = ["kill_worker", "kill_coord", "pause_worker", "cut_link", "stop_start"]
             weights = [4, 2, 3, 3, 1]
+            if self.args.round_seconds > 0:
+                kinds.append("slow_node")
+                weights.append(3)
             faults = 0
             while faults < self.args.faults:
                 time.sleep(self.rng.uniform(0.2, 2 * self.args.mean_interval))
@@ -684,6 +715,8 @@ def main():
                         help="the runs' overlap_steps (local_sgd_steps is 4)")
     parser.add_argument("--fragments", type=int, default=1,
                         help="the runs' fragments (a divisor of local_sgd_steps 4)")
+    parser.add_argument("--round_seconds", type=float, default=0,
+                        help="pace the runs' rounds (RunSpec.round_seconds, and as much grace)")
     parser.add_argument("--mean_interval", type=float, default=1.0,
                         help="mean seconds between the end of a fault and the next")
     parser.add_argument("--end_timeout", type=float, default=600)

@@ -88,8 +88,10 @@ PY
     "$name: no round's record has the nodes' steps and weights"
 }
 
-check sharded-tau0 init EXCHANGE_SHARDED 0 4 2 "" ""
 check sharded-tau1 init EXCHANGE_SHARDED 1 3 2 "" ""
+# Under the sanitizers (scripts/sanitizers.sh) this one covers the paced path.
+[[ -n ${LOCALSGD_SANITIZED:-} ]] && exit 0
+check sharded-tau0 init EXCHANGE_SHARDED 0 4 2 "" ""
 check sharded-tau2 init EXCHANGE_SHARDED 2 3 1 "" ""
 check star-fragments2 wide EXCHANGE_STAR 0 2 1 "fragments: 2 chunk_bytes: 4096" \
   "--fragments 2 --chunk_bytes 4096"

@@ -78,8 +78,8 @@ def summary(s):
              f"step {run.get('global_step')} reason {run.get('reason')!r}"]
     lines += [f"  member {m['worker_id']} gen {m.get('generation')} step {m.get('step')}"
               for m in s.get("members", [])]
-    lines += [f"  round {r.get('round')} {r.get('outcome')} {sorted(r.get('members', []))} "
-              f"dropped {r.get('dropped', [])}" for r in s.get("recent_rounds", [])[-12:]]
+    lines += [f"  round {r.get('round')} {r.get('outcome')} {r.get('duration_seconds', 0):.3f} s "
+              f"{sorted(r.get('members', []))} dropped {r.get('dropped', [])}" for r in s.get("recent_rounds", [])[-12:]]
     lines += [f"  event {e.get('kind')}: {e.get('text')}" for e in s.get("events", [])[-15:]]
     lines += [f"  result {m}" for m in run.get("member_results", [])]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ namespace {
 
 constexpr size_t kMaxReasonLength = 1024;
 constexpr size_t kMaxRunIdLength = 256;
+constexpr char kLeaseExpired[] = "lease expired";  // MemberResult.left_reason
 
 // Who a member is (what status shows and the state directory keeps), without its progress.
 v1::MemberStatus MemberIdentity(const Member& member) {
@@ -246,7 +247,7 @@ bool ControlPlane::RecordReport(const v1::HeartbeatRequest& request, bool* run_c
     r.set_test_accuracy(request.test_accuracy());
     r.set_hostname(member.hostname);
     if (request.samples_per_second() > 0) r.set_samples_per_second(request.samples_per_second());
-    if (runs_.active() && r.preempted()) {  // it came back
+    if (runs_.active() && (r.preempted() || r.left_reason() == kLeaseExpired)) {  // it came back
       r.set_preempted(false);
       r.clear_left_reason();
     }
@@ -486,14 +487,23 @@ v1::RunInfo ControlPlane::Run() const {
 void ControlPlane::Tick() {
   MutexLock lock(&mu_);
   std::vector<std::string> expired = membership_.ExpireLeases();
+  bool results_changed = false;
   for (const std::string& id : expired) {
     Note(v1::EVENT_SEVERITY_WARNING, "lease_expired", id,
          absl::StrCat("worker ", id, " lease expired after ",
                       absl::FormatDuration(options_.lease_timeout), " without heartbeat"));
+    // Gone, as far as the run's results say (a node leader lingering for the nodes behind its
+    // final model stops waiting for it).
+    if (auto result = results_.find(id);
+        result != results_.end() && result->second.left_reason().empty()) {
+      result->second.set_left_reason(kLeaseExpired);
+      results_changed = true;
+    }
   }
   leases_expired_total_ += static_cast<int64_t>(expired.size());
   v1::RunState before = runs_.info().state();
   UpdateRun();
+  if (results_changed && !runs_.active()) FillResults();
   if (!expired.empty() || runs_.info().state() != before) Changed(RunOrMembers(before));
 }
 

@@ -711,6 +711,46 @@ TEST_F(ControlPlaneTest, AnEndedRunsResultsAreNotChangedByALaterWorkerOfTheSameN
   EXPECT_DOUBLE_EQ(after.final_loss(), before.final_loss());
 }
 
+// A member whose lease expired has left as far as the run's results say (node leaders holding
+// the final model stop waiting for it); one that beats again during the run is back.
+TEST_F(ControlPlaneTest, AnExpiredLeaseIsADepartureInTheRunsResults) {
+  auto plane = Make();
+  ASSERT_THAT(Join(*plane, JoinAs("a", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("b", 0)), IsOk());
+  ASSERT_THAT(Join(*plane, JoinAs("c", 0)), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
+  v1::HeartbeatRequest beat = Beat("c/0", 10, 1.0);
+  ASSERT_THAT(Heartbeat(*plane, beat), IsOk());
+  // a and b beat on; c's lease expires, it joins again and beats: it is back.
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 20, 1.0)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 20, 1.0)), IsOk());
+  clock_.Advance(absl::Seconds(6));
+  plane->Tick();
+  ASSERT_EQ(plane->Status().leases_expired_total(), 1);
+  ASSERT_THAT(Join(*plane, JoinAs("c", 0)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("c/0", 20, 1.0)), IsOk());
+  // Now b's lease expires and the others finish: the run ends with b gone, c finished.
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 30, 1.0)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("c/0", 30, 1.0)), IsOk());
+  clock_.Advance(absl::Seconds(6));
+  plane->Tick();
+  ASSERT_EQ(plane->Status().leases_expired_total(), 2);
+  v1::HeartbeatRequest done = Beat("a/0", 40, 1.0);
+  done.set_finished(true);
+  ASSERT_THAT(Heartbeat(*plane, done), IsOk());
+  done.set_worker_id("c/0");
+  ASSERT_THAT(Heartbeat(*plane, done), IsOk());
+  ASSERT_EQ(plane->Run().state(), v1::RUN_STATE_COMPLETED);
+  const v1::RunInfo ended = plane->Run();
+  std::map<std::string, std::string> left;
+  for (const v1::MemberResult& r : ended.member_results()) left[r.worker_id()] = r.left_reason();
+  EXPECT_EQ(left["a/0"], "");
+  EXPECT_EQ(left["b/0"], "lease expired");
+  EXPECT_EQ(left["c/0"], "");
+}
+
 // A worker that joined again during the run (a new generation) and had not reported since
 // still gives its final report after the run ended.
 TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {

@@ -27,6 +27,7 @@
 #include "worker/flat_model.h"
 #include "worker/hierarchical_averager.h"
 #include "worker/intra_node_averager.h"
+#include "worker/members_behind.h"
 #include "worker/model.h"
 #include "worker/node_group.h"
 #include "worker/node_leader.h"
@@ -465,6 +466,19 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
                  ? absl::UnavailableError("the run is still running")
                  : absl::OkStatus();
     }).IgnoreError();
+    // A sharded run's final model lives with its node leaders (RunInfo.model): one holding it
+    // serves it to the nodes the last round left out until they have it or left (at most
+    // another `wait`).
+    const v1::RunInfo run = coordinator_->run();
+    if (leads_node() && run.has_model() && round() == run.round() &&
+        MembersBehind(run, worker_id())) {
+      LogInfo("serving the run's final model to the nodes its last round left out");
+      Retry(policy, [this] {
+        return MembersBehind(coordinator_->run(), worker_id())
+                   ? absl::UnavailableError("a member is behind the run's final model")
+                   : absl::OkStatus();
+      }).IgnoreError();
+    }
   }
   return coordinator_->Leave(
       reason, ending == Ending::kPreempted ? Departure::kPreempted : Departure::kDone);

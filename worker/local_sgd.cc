@@ -21,7 +21,6 @@ LocalSGD::LocalSGD(ParameterAverager* averager, std::vector<at::Tensor> tensors,
       synced_at_(static_cast<size_t>(schedule_.fragments()), first_step),
       failed_(static_cast<size_t>(schedule_.fragments()), false),
       pace_(pace),
-      mark_(absl::Now()),
       trained_(static_cast<size_t>(schedule_.fragments()), 0) {}
 
 LocalSGD::~LocalSGD() {
@@ -34,15 +33,13 @@ absl::Status LocalSGD::Step() {
   paced_skip_ = 0;
   if (!enabled_) return absl::OkStatus();
   if (pace_.paced()) {
-    const absl::Time now = absl::Now();
-    window_time_ += now - mark_;
-    mark_ = now;
+    if (window_start_ == absl::InfinitePast()) StartWindow();  // the first
     ++window_steps_;
     for (int64_t& steps : trained_) ++steps;
   }
-  // Paced runs: a copy that trained its steps before overlap_steps merges now, before its next
+  // Paced runs: a copy whose window ended before overlap_steps merges now, before its next
   // round.
-  const bool window_done = pace_.paced() && window_steps_ >= pace_.steps();
+  const bool window_done = pace_.Done(window_steps_, absl::Now() - window_start_);
   absl::Status merged;
   if (round_in_flight() && (steps_ >= launched_at_ + schedule_.overlap_steps() || window_done)) {
     const int64_t launched_at = launched_at_;
@@ -64,11 +61,8 @@ absl::Status LocalSGD::Step() {
   if (!schedule_.RoundAt(steps_)) return merged;
   const int64_t boundary = steps_;
   const int fragment = schedule_.FragmentAt(steps_);
-  if (pace_.paced()) {
-    pace_.Trained(window_steps_, window_time_);
-    window_steps_ = 0;
-    window_time_ = absl::ZeroDuration();
-  }
+  window_steps_ = 0;
+  if (pace_.from_round_start()) StartWindow();
   return IntoPhase(schedule_.overlap_steps() == 0 ? Sync(fragment) : Launch(fragment), boundary);
 }
 
@@ -76,12 +70,17 @@ void LocalSGD::BeforeRound(int fragment) {
   if (pace_.paced()) averager_->SetTrainedSteps(std::max<int64_t>(1, trained_[fragment]));
 }
 
+void LocalSGD::StartWindow() {
+  window_start_ = absl::Now();
+  pace_.Began();
+}
+
 void LocalSGD::AfterRound(int fragment, int64_t steps, const absl::Status& status) {
   if (!pace_.paced()) return;
-  mark_ = absl::Now();  // the round's time is not training
   if (absl::IsOutOfRange(status) || StaleRoundOf(status).has_value()) {
     // The copy took the run's model: what it trained on is not in any delta to come.
     std::fill(trained_.begin(), trained_.end(), 0);
+    pace_.LeftOut();
   } else if (status.ok()) {
     trained_[fragment] -= steps;
   }
@@ -171,7 +170,6 @@ absl::Status LocalSGD::Launch(int fragment) {
     trained_[fragment] += launched_steps_;
     AfterRound(fragment, launched_steps_, status);
   }
-  mark_ = absl::Now();
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok();
   if (status.ok()) {
@@ -192,6 +190,7 @@ absl::Status LocalSGD::Sync(int fragment) {
   HoldAtLastStep();
   Took(status);
   AfterRound(fragment, steps, status);
+  if (pace_.paced() && !pace_.from_round_start()) StartWindow();
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok() && !absl::IsOutOfRange(status);
   return status;

@@ -31,8 +31,8 @@ namespace localsgd {
 // With fragments = P > 1 (docs/design.md, "Streaming fragments") a round every
 // local_sgd_steps / P steps carries one fragment (RoundSchedule::FragmentAt), and Finish() syncs
 // every fragment not synced at the last step. In a paced run (RoundPace; docs/design.md, "Paced
-// rounds") a copy trains pace.steps() optimizer steps after each round, then moves steps() to
-// the next round's step and syncs there, its delta weighed by the steps it trained.
+// rounds") a copy trains until its window ends (RoundPace), then moves steps() to the next
+// round's step and syncs there, its delta weighed by the steps it trained.
 // Thread-compatible.
 class LocalSGD {
  public:
@@ -107,6 +107,8 @@ class LocalSGD {
   // After that round's outcome `status` (of `fragment`, whose delta covered `steps`): the
   // steps its next delta covers.
   void AfterRound(int fragment, int64_t steps, const absl::Status& status);
+  // Paced runs: a window of training begins now.
+  void StartWindow();
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;
@@ -125,11 +127,10 @@ class LocalSGD {
   // Paced runs.
   RoundPace pace_;
   int64_t paced_skip_ = 0;
-  int64_t window_steps_ = 0;                // optimizer steps since the last round
-  absl::Duration window_time_;              // and the time they took, rounds left out
-  absl::Time mark_ = absl::InfinitePast();  // when the time outside rounds last resumed
-  std::vector<int64_t> trained_;            // by fragment: steps since its delta was last taken
-  int64_t launched_steps_ = 0;              // what the round in flight's delta covers
+  int64_t window_steps_ = 0;                        // optimizer steps since the last round
+  absl::Time window_start_ = absl::InfinitePast();  // when the window began
+  std::vector<int64_t> trained_;  // by fragment: steps since its delta was last taken
+  int64_t launched_steps_ = 0;    // what the round in flight's delta covers
 };
 
 }  // namespace localsgd

@@ -55,13 +55,34 @@ TEST(LocalSgdTest, SyncsExactlyAtMultiplesOfK) {
 // A paced run's node that trains 3 steps a round (K = 8): after 3 optimizer steps it moves to
 // the run's next round step and syncs there, weighed by the 3 steps; at the last step (not a
 // round step) it stops there.
-RoundPace PacedAt(int k, int tau, int p, int fixed) {
+RoundPace PacedAt(int k, int tau, int p, int fixed, double seconds = 1) {
   v1::RunSpec spec;
   spec.set_local_sgd_steps(k);
   spec.set_overlap_steps(tau);
   spec.set_fragments(p);
-  spec.set_round_seconds(1);
+  spec.set_round_seconds(seconds);
   return RoundPace::Of(spec, fixed).value();
+}
+
+// Not fixed, the round's time ends a window: one step when it is shorter than a step, every
+// round's step when it is longer than the run.
+TEST(LocalSgdTest, APacedCopysWindowIsTheRoundsTime) {
+  for (int tau : {0, 2}) {
+    FakeAverager averager;
+    torch::Tensor w = torch::zeros({3});
+    LocalSGD short_rounds(&averager, {w}, Schedule(8, tau), true, 0, PacedAt(8, tau, 1, 0, 1e-9));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(short_rounds.Step().ok());
+    EXPECT_EQ(short_rounds.steps(), 24) << tau;
+    ASSERT_TRUE(short_rounds.Finish().ok());
+    EXPECT_EQ(averager.trained, (std::vector<int64_t>{1, 1, 1})) << tau;
+  }
+  FakeAverager averager;
+  torch::Tensor w = torch::zeros({3});
+  LocalSGD long_rounds(&averager, {w}, Schedule(8), true, 0, PacedAt(8, 0, 1, 0, 3600));
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(long_rounds.Step().ok());
+  EXPECT_EQ(long_rounds.steps(), 7);
+  ASSERT_TRUE(long_rounds.Step().ok());
+  EXPECT_EQ(averager.trained, (std::vector<int64_t>{8}));
 }
 
 TEST(LocalSgdTest, APacedCopyMovesToTheNextRoundStepAfterItsSteps) {

@@ -1,17 +1,18 @@
 #include "worker/round_pace.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
 namespace localsgd {
 
-RoundPace::RoundPace(absl::Duration round_time, int64_t max_steps, int64_t fixed)
-    : round_time_(round_time),
+RoundPace::RoundPace(const v1::RunSpec& spec, int64_t max_steps, int64_t fixed)
+    : round_time_(absl::Seconds(spec.round_seconds())),
+      grace_(absl::Seconds(spec.round_grace_seconds())),
+      from_round_start_(spec.overlap_steps() > 0),
       max_steps_(max_steps),
-      fixed_(fixed > 0),
-      steps_(fixed > 0 ? fixed : max_steps) {}
+      fixed_(fixed),
+      window_(round_time_) {}
 
 absl::StatusOr<RoundPace> RoundPace::Of(const v1::RunSpec& spec, int64_t fixed_steps) {
   const bool paced = spec.round_seconds() > 0;
@@ -29,17 +30,18 @@ absl::StatusOr<RoundPace> RoundPace::Of(const v1::RunSpec& spec, int64_t fixed_s
         absl::StrCat("round_steps: must be in [1, local_sgd_steps / fragments = ", max_steps,
                      "] for this run, got ", fixed_steps));
   }
-  return RoundPace(absl::Seconds(spec.round_seconds()), max_steps, fixed_steps);
+  return RoundPace(spec, max_steps, fixed_steps);
 }
 
-void RoundPace::Trained(int64_t steps, absl::Duration training) {
-  if (!paced() || fixed_ || steps <= 0) return;
-  if (training <= absl::ZeroDuration()) {
-    steps_ = max_steps_;
-    return;
-  }
-  const double fit = std::floor(absl::FDivDuration(round_time_, training / steps));
-  steps_ = static_cast<int64_t>(std::clamp(fit, 1.0, static_cast<double>(max_steps_)));
+bool RoundPace::Done(int64_t steps, absl::Duration elapsed) const {
+  if (!paced()) return false;
+  if (fixed_ > 0) return steps >= fixed_;
+  return steps >= max_steps_ || (steps >= 1 && elapsed >= window_);
+}
+
+void RoundPace::Began() {
+  window_ = left_out_ ? std::max(absl::ZeroDuration(), round_time_ - grace_) : round_time_;
+  left_out_ = false;
 }
 
 }  // namespace localsgd

@@ -9,13 +9,16 @@
 
 namespace localsgd {
 
-// How many optimizer steps a copy of the model trains between two of its rounds in a paced run
-// (RunSpec.round_seconds; docs/design.md, "Paced rounds"): as many as fit the round's time at
-// the speed it measured over its last round's training (the time spent in rounds left out), in
-// [1, local_sgd_steps / fragments], the most before it has timed a round; or a
-// number its node's operator fixed (the worker's --round_steps), as torchft lets each replica
-// set its own sync_every. Not paced (fixed K): every round's steps. Plain value; the caller
-// times.
+// When a copy of the model ends its training between two of its rounds in a paced run
+// (RunSpec.round_seconds; docs/design.md, "Paced rounds"): once the round's time has passed
+// since its window began (with overlap at its last round's start, so that its rounds follow one
+// another at the round's time whatever they cost it; without, at its last round's end, where
+// every node's rounds line up), after at least one optimizer step and at most
+// local_sgd_steps / fragments; a window after a round that committed without the copy (it came
+// after the grace window) is shorter by the grace window, so that it comes back into the
+// others' phase. Or after a number of steps its node's operator fixed (the worker's
+// --round_steps), as torchft lets each replica set its own sync_every. Not paced (fixed K):
+// every round's steps. Plain value; the caller times.
 class RoundPace {
  public:
   RoundPace() = default;  // not paced
@@ -26,19 +29,25 @@ class RoundPace {
   static absl::StatusOr<RoundPace> Of(const v1::RunSpec& spec, int64_t fixed_steps = 0);
 
   bool paced() const { return max_steps_ > 0; }
-  // The optimizer steps to train before the next round (paced runs).
-  int64_t steps() const { return steps_; }
-  // The copy trained `steps` optimizer steps in `training` since its last round: the next
-  // round's steps follow its speed (unless fixed).
-  void Trained(int64_t steps, absl::Duration training);
+  // Rounds overlap training: a window begins at its last round's start, else at its end.
+  bool from_round_start() const { return from_round_start_; }
+  // Whether the window is over after `steps` optimizer steps in `elapsed` since it began.
+  bool Done(int64_t steps, absl::Duration elapsed) const;
+  // A window begins: the round's time, less the grace window after LeftOut().
+  void Began();
+  // The copy's last round committed without it (a stale round).
+  void LeftOut() { left_out_ = true; }
 
  private:
-  RoundPace(absl::Duration round_time, int64_t max_steps, int64_t fixed);
+  RoundPace(const v1::RunSpec& spec, int64_t max_steps, int64_t fixed);
 
   absl::Duration round_time_;
+  absl::Duration grace_;
+  bool from_round_start_ = false;
   int64_t max_steps_ = 0;  // 0: not paced
-  bool fixed_ = false;
-  int64_t steps_ = 0;
+  int64_t fixed_ = 0;
+  bool left_out_ = false;
+  absl::Duration window_;  // the window's time
 };
 
 }  // namespace localsgd

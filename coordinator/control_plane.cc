@@ -23,7 +23,9 @@ namespace {
 
 constexpr size_t kMaxReasonLength = 1024;
 constexpr size_t kMaxRunIdLength = 256;
-constexpr char kLeaseExpired[] = "lease expired";  // MemberResult.left_reason
+// MemberResult.left_reason of members that did not leave themselves.
+constexpr char kLeaseExpired[] = "lease expired";
+constexpr char kReplacedAfterEnd[] = "a new process took its name after the run ended";
 
 // Who a member is (what status shows and the state directory keeps), without its progress.
 v1::MemberStatus MemberIdentity(const Member& member) {
@@ -149,6 +151,14 @@ absl::StatusOr<v1::JoinResponse> ControlPlane::Join(const v1::JoinRequest& reque
          absl::StrCat("worker ", member.worker_id, " joined (generation ", member.generation,
                       ", host ", member.hostname, ", pid ", member.pid,
                       member.node_leader ? ", node leader" : "", ")"));
+  }
+  // After the run's end a new process of that name is not the run's: the one that was has gone
+  // (a node leader lingering for the nodes behind its final model stops waiting for it).
+  if (auto result = results_.find(member.worker_id); !joined.same_process && !runs_.active() &&
+                                                     result != results_.end() &&
+                                                     result->second.left_reason().empty()) {
+    result->second.set_left_reason(kReplacedAfterEnd);
+    FillResults();
   }
   if (replaces_live) {
     Note(v1::EVENT_SEVERITY_WARNING, "leader_replaced", request.replaces(),

@@ -751,6 +751,30 @@ TEST_F(ControlPlaneTest, AnExpiredLeaseIsADepartureInTheRunsResults) {
   EXPECT_EQ(left["c/0"], "");
 }
 
+// After the run's end, a new process that takes a member's name is not the run's member: the
+// result says the one that was has gone; the same process joining again changes nothing.
+TEST_F(ControlPlaneTest, ANewProcessOfAMembersNameAfterTheEndMarksTheMemberGone) {
+  auto plane = Make();
+  v1::JoinRequest a = JoinAs("a", 0);
+  a.set_pid(1);
+  v1::JoinRequest b = JoinAs("b", 0);
+  b.set_pid(2);
+  ASSERT_THAT(Join(*plane, a), IsOk());
+  ASSERT_THAT(Join(*plane, b), IsOk());
+  ASSERT_THAT(plane->StartRun(StartRequest(2)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("a/0", 10, 1.0)), IsOk());
+  ASSERT_THAT(Heartbeat(*plane, Beat("b/0", 10, 1.0)), IsOk());
+  ASSERT_THAT(plane->StopRun(v1::StopRunRequest()), IsOk());
+  ASSERT_THAT(Join(*plane, a), IsOk());
+  b.set_pid(3);
+  ASSERT_THAT(Join(*plane, b), IsOk());
+  const v1::RunInfo ended = plane->Run();
+  std::map<std::string, std::string> left;
+  for (const v1::MemberResult& r : ended.member_results()) left[r.worker_id()] = r.left_reason();
+  EXPECT_EQ(left["a/0"], "");
+  EXPECT_EQ(left["b/0"], "a new process took its name after the run ended");
+}
+
 // A worker that joined again during the run (a new generation) and had not reported since
 // still gives its final report after the run ended.
 TEST_F(ControlPlaneTest, AWorkerThatJoinedAgainDuringTheRunReportsAfterItsEnd) {

@@ -35,6 +35,9 @@
 namespace localsgd {
 namespace {
 
+// The longest a node leader holding a run's final model serves it to members behind it.
+constexpr absl::Duration kServeFinalModel = absl::Seconds(30);
+
 // The folder, in --rendezvous_dir, where a node's ranks meet for one run.
 std::string NodeFolderName(const std::string& run_id, const std::string& node_name) {
   return absl::StrCat("localsgd-", run_id, "-", node_name);
@@ -468,16 +471,18 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
     }).IgnoreError();
     // A sharded run's final model lives with its node leaders (RunInfo.model): one holding it
     // serves it to the nodes the last round left out until they have it or left (at most
-    // another `wait`).
+    // kServeFinalModel).
     const v1::RunInfo run = coordinator_->run();
     if (leads_node() && run.has_model() && round() == run.round() &&
         MembersBehind(run, worker_id())) {
       LogInfo("serving the run's final model to the nodes its last round left out");
-      Retry(policy, [this] {
+      policy.budget = std::min(wait, kServeFinalModel);
+      absl::Status served = Retry(policy, [this] {
         return MembersBehind(coordinator_->run(), worker_id())
                    ? absl::UnavailableError("a member is behind the run's final model")
                    : absl::OkStatus();
-      }).IgnoreError();
+      });
+      if (!served.ok()) LogWarning(absl::StrCat("leaving with members behind: ", served.message()));
     }
   }
   return coordinator_->Leave(

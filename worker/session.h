@@ -159,7 +159,7 @@ class Session : public ParameterAverager {
   // The end of a rank's training: reports the final progress (finished only when it is),
   // stays a member until the run ends (at most `wait`, so that the coordinator sees every
   // worker finish) when finished, then, a node leader holding a sharded run's final model,
-  // while other members are behind it (MembersBehind; at most another `wait`), and leaves with
+  // while other members are behind it (MembersBehind; at most 30 s), and leaves with
   // `reason`.
   absl::Status Finish(int64_t steps, double loss, double samples_per_second, double test_accuracy,
                       const std::string& reason, Ending ending = Ending::kFinished,

@@ -39,7 +39,7 @@ absl::Status LocalSGD::Step() {
   }
   // Paced runs: a copy whose window ended before overlap_steps merges now, before its next
   // round.
-  const bool window_done = pace_.Done(window_steps_, absl::Now() - window_start_);
+  const bool window_done = pace_.Done(window_steps_, absl::Now() - window_start_ - waited_);
   absl::Status merged;
   if (round_in_flight() && (steps_ >= launched_at_ + schedule_.overlap_steps() || window_done)) {
     const int64_t launched_at = launched_at_;
@@ -62,7 +62,7 @@ absl::Status LocalSGD::Step() {
   const int64_t boundary = steps_;
   const int fragment = schedule_.FragmentAt(steps_);
   window_steps_ = 0;
-  if (pace_.from_round_start()) StartWindow();
+  if (pace_.paced()) StartWindow();
   return IntoPhase(schedule_.overlap_steps() == 0 ? Sync(fragment) : Launch(fragment), boundary);
 }
 
@@ -72,6 +72,7 @@ void LocalSGD::BeforeRound(int fragment) {
 
 void LocalSGD::StartWindow() {
   window_start_ = absl::Now();
+  waited_ = absl::ZeroDuration();
   pace_.Began();
 }
 
@@ -80,7 +81,7 @@ void LocalSGD::AfterRound(int fragment, int64_t steps, const absl::Status& statu
   if (absl::IsOutOfRange(status) || StaleRoundOf(status).has_value()) {
     // The copy took the run's model: what it trained on is not in any delta to come.
     std::fill(trained_.begin(), trained_.end(), 0);
-    pace_.LeftOut();
+    pace_.LeftOut(pace_.Done(window_steps_, absl::Now() - window_start_ - waited_));
   } else if (status.ok()) {
     trained_[fragment] -= steps;
   }
@@ -116,7 +117,9 @@ absl::Status LocalSGD::MergeNow() {
   if (!round_in_flight()) return absl::OkStatus();
   launched_at_ = -1;
   ++rounds_completed_;
+  const absl::Time merging = absl::Now();
   absl::Status status = averager_->Merge(tensors_, &steps_);
+  waited_ += absl::Now() - merging;
   HoldAtLastStep();
   Took(status);
   // The launch took the delta's steps out; a round that did not commit leaves them to the next.
@@ -186,11 +189,12 @@ absl::Status LocalSGD::Sync(int fragment) {
   ++rounds_completed_;
   BeforeRound(fragment);
   const int64_t steps = trained_[fragment];
+  const absl::Time syncing = absl::Now();
   absl::Status status = averager_->Average(tensors_, fragment, &steps_);
+  waited_ += absl::Now() - syncing;
   HoldAtLastStep();
   Took(status);
   AfterRound(fragment, steps, status);
-  if (pace_.paced() && !pace_.from_round_start()) StartWindow();
   synced_at_[fragment] = steps_;
   failed_[fragment] = !status.ok() && !absl::IsOutOfRange(status);
   return status;

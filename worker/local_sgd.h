@@ -129,6 +129,7 @@ class LocalSGD {
   int64_t paced_skip_ = 0;
   int64_t window_steps_ = 0;                        // optimizer steps since the last round
   absl::Time window_start_ = absl::InfinitePast();  // when the window began
+  absl::Duration waited_;                           // and the time since in Merge or Average
   std::vector<int64_t> trained_;  // by fragment: steps since its delta was last taken
   int64_t launched_steps_ = 0;    // what the round in flight's delta covers
 };

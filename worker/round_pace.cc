@@ -9,7 +9,6 @@ namespace localsgd {
 RoundPace::RoundPace(const v1::RunSpec& spec, int64_t max_steps, int64_t fixed)
     : round_time_(absl::Seconds(spec.round_seconds())),
       grace_(absl::Seconds(spec.round_grace_seconds())),
-      from_round_start_(spec.overlap_steps() > 0),
       max_steps_(max_steps),
       fixed_(fixed),
       window_(round_time_) {}
@@ -33,15 +32,23 @@ absl::StatusOr<RoundPace> RoundPace::Of(const v1::RunSpec& spec, int64_t fixed_s
   return RoundPace(spec, max_steps, fixed_steps);
 }
 
-bool RoundPace::Done(int64_t steps, absl::Duration elapsed) const {
+bool RoundPace::Done(int64_t steps, absl::Duration trained) const {
   if (!paced()) return false;
   if (fixed_ > 0) return steps >= fixed_;
-  return steps >= max_steps_ || (steps >= 1 && elapsed >= window_);
+  return steps >= max_steps_ || (steps >= 1 && trained >= window_);
 }
 
 void RoundPace::Began() {
   window_ = left_out_ ? std::max(absl::ZeroDuration(), round_time_ - grace_) : round_time_;
   left_out_ = false;
+}
+
+void RoundPace::LeftOut(bool window_over) {
+  if (window_over) {
+    left_out_ = true;
+  } else {
+    window_ = std::max(absl::ZeroDuration(), round_time_ - grace_);
+  }
 }
 
 }  // namespace localsgd

@@ -10,15 +10,14 @@
 namespace localsgd {
 
 // When a copy of the model ends its training between two of its rounds in a paced run
-// (RunSpec.round_seconds; docs/design.md, "Paced rounds"): once the round's time has passed
-// since its window began (with overlap at its last round's start, so that its rounds follow one
-// another at the round's time whatever they cost it; without, at its last round's end, where
-// every node's rounds line up), after at least one optimizer step and at most
-// local_sgd_steps / fragments; a window after a round that committed without the copy (it came
-// after the grace window) is shorter by the grace window, so that it comes back into the
-// others' phase. Or after a number of steps its node's operator fixed (the worker's
-// --round_steps), as torchft lets each replica set its own sync_every. Not paced (fixed K):
-// every round's steps. Plain value; the caller times.
+// (RunSpec.round_seconds; docs/design.md, "Paced rounds"): once it has trained for the round's
+// time since its last round began (time waiting for a round to commit does not count: a copy
+// that came early and waited moves its next round later, into the others' phase), after at least
+// one optimizer step and at most local_sgd_steps / fragments; a window after a round that
+// committed without the copy (it came after the grace window) is shorter by the grace window,
+// which moves its next round earlier. Or after a number of steps its node's operator fixed (the
+// worker's --round_steps), as torchft lets each replica set its own sync_every. Not paced (fixed
+// K): every round's steps. Plain value; the caller times.
 class RoundPace {
  public:
   RoundPace() = default;  // not paced
@@ -29,24 +28,23 @@ class RoundPace {
   static absl::StatusOr<RoundPace> Of(const v1::RunSpec& spec, int64_t fixed_steps = 0);
 
   bool paced() const { return max_steps_ > 0; }
-  // Rounds overlap training: a window begins at its last round's start, else at its end.
-  bool from_round_start() const { return from_round_start_; }
-  // Whether the window is over after `steps` optimizer steps in `elapsed` since it began.
-  bool Done(int64_t steps, absl::Duration elapsed) const;
-  // A window begins: the round's time, less the grace window after LeftOut().
+  // Whether the window is over after `steps` optimizer steps and `trained` time in it (since it
+  // began, less the time waiting for rounds).
+  bool Done(int64_t steps, absl::Duration trained) const;
+  // A window begins: the round's time, less the grace window after LeftOut(true).
   void Began();
-  // The copy's last round committed without it (a stale round).
-  void LeftOut() { left_out_ = true; }
+  // The copy's last round committed without it (a stale round): the window in progress is
+  // shorter by the grace window, or the next one when this one is over.
+  void LeftOut(bool window_over);
 
  private:
   RoundPace(const v1::RunSpec& spec, int64_t max_steps, int64_t fixed);
 
   absl::Duration round_time_;
   absl::Duration grace_;
-  bool from_round_start_ = false;
   int64_t max_steps_ = 0;  // 0: not paced
   int64_t fixed_ = 0;
-  bool left_out_ = false;
+  bool left_out_ = false;  // the next window is shorter
   absl::Duration window_;  // the window's time
 };
 

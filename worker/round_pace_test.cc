@@ -37,7 +37,6 @@ TEST(RoundPaceTest, AWindowIsTheRoundsTimeWithAtLeastOneStepAndAtMostARoundsStep
   absl::StatusOr<RoundPace> pace = RoundPace::Of(Paced());
   ASSERT_THAT(pace, IsOk());
   ASSERT_TRUE(pace->paced());
-  EXPECT_TRUE(pace->from_round_start());
   EXPECT_FALSE(pace->Done(5, absl::Milliseconds(999)));
   EXPECT_TRUE(pace->Done(5, absl::Seconds(1)));
   EXPECT_FALSE(pace->Done(0, absl::Seconds(5)));  // at least one step
@@ -46,25 +45,23 @@ TEST(RoundPaceTest, AWindowIsTheRoundsTimeWithAtLeastOneStepAndAtMostARoundsStep
   EXPECT_FALSE(pace->Done(7, absl::Milliseconds(1)));
 }
 
-TEST(RoundPaceTest, AWindowAfterARoundThatLeftTheCopyOutIsShorterByTheGraceWindow) {
+TEST(RoundPaceTest, ARoundThatLeftTheCopyOutShortensItsWindowByTheGraceWindow) {
   absl::StatusOr<RoundPace> pace = RoundPace::Of(Paced());
   ASSERT_THAT(pace, IsOk());
-  pace->LeftOut();
-  EXPECT_FALSE(pace->Done(3, absl::Milliseconds(700)));  // the window it was in goes on
-  pace->Began();
+  // Learnt while the window goes on: this window.
+  pace->LeftOut(false);
   EXPECT_TRUE(pace->Done(3, absl::Milliseconds(600)));
   EXPECT_FALSE(pace->Done(3, absl::Milliseconds(599)));
   pace->Began();  // then the round's time again
   EXPECT_FALSE(pace->Done(3, absl::Milliseconds(999)));
+  // Learnt after the window was over: the next one.
+  pace->LeftOut(true);
+  EXPECT_FALSE(pace->Done(3, absl::Milliseconds(700)));
+  pace->Began();
+  EXPECT_TRUE(pace->Done(3, absl::Milliseconds(600)));
+  pace->Began();
+  EXPECT_FALSE(pace->Done(3, absl::Milliseconds(999)));
   EXPECT_TRUE(pace->Done(3, absl::Seconds(1)));
-}
-
-TEST(RoundPaceTest, WithoutOverlapAWindowBeginsAtTheRoundsEnd) {
-  v1::RunSpec spec = Paced();
-  spec.set_overlap_steps(0);
-  absl::StatusOr<RoundPace> pace = RoundPace::Of(spec);
-  ASSERT_THAT(pace, IsOk());
-  EXPECT_FALSE(pace->from_round_start());
 }
 
 TEST(RoundPaceTest, FixedStepsAreNotTimedAndAreChecked) {

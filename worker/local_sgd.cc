@@ -39,7 +39,7 @@ absl::Status LocalSGD::Step() {
   }
   // Paced runs: a copy whose window ended before overlap_steps merges now, before its next
   // round.
-  const bool window_done = pace_.Done(window_steps_, absl::Now() - window_start_ - waited_);
+  const bool window_done = pace_.paced() && pace_.Done(window_steps_, WindowTrained());
   absl::Status merged;
   if (round_in_flight() && (steps_ >= launched_at_ + schedule_.overlap_steps() || window_done)) {
     const int64_t launched_at = launched_at_;
@@ -70,6 +70,8 @@ void LocalSGD::BeforeRound(int fragment) {
   if (pace_.paced()) averager_->SetTrainedSteps(std::max<int64_t>(1, trained_[fragment]));
 }
 
+absl::Duration LocalSGD::WindowTrained() const { return absl::Now() - window_start_ - waited_; }
+
 void LocalSGD::StartWindow() {
   window_start_ = absl::Now();
   waited_ = absl::ZeroDuration();
@@ -81,7 +83,7 @@ void LocalSGD::AfterRound(int fragment, int64_t steps, const absl::Status& statu
   if (absl::IsOutOfRange(status) || StaleRoundOf(status).has_value()) {
     // The copy took the run's model: what it trained on is not in any delta to come.
     std::fill(trained_.begin(), trained_.end(), 0);
-    pace_.LeftOut(pace_.Done(window_steps_, absl::Now() - window_start_ - waited_));
+    pace_.LeftOut(pace_.Done(window_steps_, WindowTrained()));
   } else if (status.ok()) {
     trained_[fragment] -= steps;
   }

@@ -107,8 +107,10 @@ class LocalSGD {
   // After that round's outcome `status` (of `fragment`, whose delta covered `steps`): the
   // steps its next delta covers.
   void AfterRound(int fragment, int64_t steps, const absl::Status& status);
-  // Paced runs: a window of training begins now.
+  // Paced runs: a window of training begins now; the time trained in it so far (waits in Merge
+  // or Average left out).
   void StartWindow();
+  absl::Duration WindowTrained() const;
 
   ParameterAverager* const averager_;
   const std::vector<at::Tensor> tensors_;

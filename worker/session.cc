@@ -473,7 +473,7 @@ absl::Status Session::Finish(int64_t steps, double loss, double samples_per_seco
     // serves it to the nodes the last round left out until they have it or left (at most
     // kServeFinalModel).
     const v1::RunInfo run = coordinator_->run();
-    if (leads_node() && run.has_model() && round() == run.round() &&
+    if (leads_node() && run.run_id() == run_id_ && run.has_model() && round() == run.round() &&
         MembersBehind(run, worker_id())) {
       LogInfo("serving the run's final model to the nodes its last round left out");
       policy.budget = std::min(wait, kServeFinalModel);
